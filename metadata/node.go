@@ -1,0 +1,390 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lni/dragonboat/v4"
+	dbconfig "github.com/lni/dragonboat/v4/config"
+	dblogger "github.com/lni/dragonboat/v4/logger"
+	"github.com/lni/dragonboat/v4/raftio"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"google.golang.org/grpc"
+)
+
+var quietOnce sync.Once
+
+// quietDragonboat lowers Dragonboat's process-wide loggers to errors, once.
+func quietDragonboat() {
+	quietOnce.Do(func() {
+		for _, name := range []string{"dragonboat", "raft", "rsm", "transport", "logdb", "pebblekv", "config",
+			"raftpb", "registry", "server", "settings", "gossip", "tan", "LogDB", "grpc"} {
+			dblogger.GetLogger(name).SetLevel(dblogger.ERROR)
+		}
+		// Losing a peer is normal in failover; its connection errors are noise.
+		dblogger.GetLogger("transport").SetLevel(dblogger.CRITICAL)
+	})
+}
+
+// Node is one metadata server: a Dragonboat NodeHost with one replica of
+// each configured shard, an optional gRPC server (the metadata service) and
+// an optional HTTP server (/metrics, /healthz, /readyz).
+type Node struct {
+	cfg     NodeConfig
+	log     *slog.Logger
+	metrics *metrics
+
+	// Set by Start, read-only afterwards.
+	nh       *dragonboat.NodeHost
+	shards   map[string]*shardStore
+	byID     map[uint64]*shardStore
+	grpcLis  net.Listener
+	grpcSrv  *grpc.Server
+	httpLis  net.Listener
+	httpSrv  *http.Server
+	watchSem chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	// mu guards started and stopped.
+	mu      sync.Mutex
+	started bool
+	stopped bool
+}
+
+// NewNode validates cfg and returns a node that is not started.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Shards = slices.Clone(cfg.Shards)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Node{
+		cfg:      cfg,
+		log:      log.With("component", "metadata", "node", cfg.NodeID),
+		metrics:  newMetrics(cfg.Registerer),
+		watchSem: make(chan struct{}, cfg.MaxWatches),
+	}, nil
+}
+
+// Start opens the NodeHost, starts every shard's replica and the servers.
+// It returns once they are started; shards may not have a leader yet (see
+// WaitReady). A node cannot be started twice.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.started {
+		return errors.New("metadata: node already started")
+	}
+	n.started = true
+	quietDragonboat()
+	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{
+		NodeHostDir:       filepath.Join(n.cfg.DataDir, "nodehost"),
+		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
+		RaftAddress:       n.cfg.RaftAddress,
+		RaftEventListener: leaderListener{n},
+		Expert:            dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()},
+	})
+	if err != nil {
+		return fmt.Errorf("metadata: start node host at %s: %w", n.cfg.RaftAddress, err)
+	}
+	n.nh = nh
+	n.shards = map[string]*shardStore{}
+	n.byID = map[uint64]*shardStore{}
+	for _, sc := range n.cfg.Shards {
+		st := &shardStore{node: n, name: sc.Name, shardID: sc.ShardID, notify: newNotifier()}
+		n.shards[sc.Name] = st
+		n.byID[sc.ShardID] = st
+		members := map[uint64]dragonboat.Target{}
+		for id, addr := range sc.Members {
+			members[id] = addr
+		}
+		notify := st.notify
+		create := func(shardID, replicaID uint64) sm.IStateMachine {
+			return newStateMachine(shardID, n.cfg.HistoryEvents, n.cfg.HistoryBytes, notify)
+		}
+		rc := dbconfig.Config{
+			ReplicaID:          n.cfg.NodeID,
+			ShardID:            sc.ShardID,
+			CheckQuorum:        true,
+			PreVote:            true,
+			ElectionRTT:        n.cfg.ElectionTicks,
+			HeartbeatRTT:       n.cfg.HeartbeatTicks,
+			SnapshotEntries:    n.cfg.SnapshotEntries,
+			CompactionOverhead: n.cfg.CompactionOverhead,
+		}
+		// The identical initial member map is valid on first start and on
+		// restart, so the node never needs to know whether its dir is fresh.
+		if err := nh.StartReplica(members, false, create, rc); err != nil {
+			n.stopLocked()
+			return fmt.Errorf("metadata: start shard %q (id %d): %w", sc.Name, sc.ShardID, err)
+		}
+	}
+	tctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Add(1)
+	go n.tickLoop(tctx)
+	if n.cfg.GRPCAddress != "" {
+		lis, err := net.Listen("tcp", n.cfg.GRPCAddress)
+		if err != nil {
+			n.stopLocked()
+			return fmt.Errorf("metadata: grpc_address %s: %w", n.cfg.GRPCAddress, err)
+		}
+		n.grpcLis = lis
+		n.grpcSrv = newGRPCServer(n)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.grpcSrv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				n.log.Error("grpc server stopped", "err", err)
+			}
+		}()
+	}
+	if n.cfg.HTTPAddress != "" {
+		lis, err := net.Listen("tcp", n.cfg.HTTPAddress)
+		if err != nil {
+			n.stopLocked()
+			return fmt.Errorf("metadata: http_address %s: %w", n.cfg.HTTPAddress, err)
+		}
+		n.httpLis = lis
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.httpSrv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("http server stopped", "err", err)
+			}
+		}()
+	}
+	n.log.Info("metadata node started", "raft", n.cfg.RaftAddress, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "shards", len(n.cfg.Shards))
+	return nil
+}
+
+// Stop stops the servers and the NodeHost. It is safe to call more than once.
+func (n *Node) Stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopLocked()
+}
+
+func (n *Node) stopLocked() {
+	if n.stopped || !n.started {
+		return
+	}
+	n.stopped = true
+	if n.cancel != nil {
+		n.cancel()
+	}
+	for _, st := range n.shards {
+		st.notify.close()
+	}
+	if n.grpcSrv != nil {
+		// Watches are long streams: give them a moment, then cut them.
+		done := make(chan struct{})
+		go func() { n.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			n.grpcSrv.Stop()
+		}
+	}
+	if n.httpSrv != nil {
+		_ = n.httpSrv.Close()
+	}
+	n.wg.Wait()
+	if n.nh != nil {
+		n.nh.Close()
+	}
+	n.log.Info("metadata node stopped")
+}
+
+// Store returns the in-process Store of a hosted shard (no gRPC involved).
+func (n *Node) Store(shard string) (Store, error) {
+	st, err := n.shard(shard)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (n *Node) shard(name string) (*shardStore, error) {
+	if !n.isStarted() {
+		return nil, fmt.Errorf("%w: node not started", ErrUnavailable)
+	}
+	st, ok := n.shards[name]
+	if !ok {
+		hosted := make([]string, 0, len(n.shards))
+		for k := range n.shards {
+			hosted = append(hosted, k)
+		}
+		slices.Sort(hosted)
+		return nil, fmt.Errorf("%w: shard %q is not hosted here (hosted: %v)", ErrInvalidArgument, name, hosted)
+	}
+	return st, nil
+}
+
+func (n *Node) isStarted() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.started && n.nh != nil
+}
+
+// Config returns the node's validated config.
+func (n *Node) Config() NodeConfig { return n.cfg }
+
+// GRPCAddr is the gRPC listen address ("" if none).
+func (n *Node) GRPCAddr() string {
+	if n.grpcLis == nil {
+		return ""
+	}
+	return n.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the HTTP listen address ("" if none).
+func (n *Node) HTTPAddr() string {
+	if n.httpLis == nil {
+		return ""
+	}
+	return n.httpLis.Addr().String()
+}
+
+// LeaderID returns the shard's leader replica ID as this node knows it
+// (ok false if none is known).
+func (n *Node) LeaderID(shard string) (uint64, bool) {
+	st, err := n.shard(shard)
+	if err != nil {
+		return 0, false
+	}
+	id, _, valid, err := n.nh.GetLeaderID(st.shardID)
+	if err != nil || !valid || id == 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+// Ready reports whether every hosted shard has a known leader.
+func (n *Node) Ready() bool {
+	if !n.isStarted() {
+		return false
+	}
+	for name := range n.shards {
+		if _, ok := n.LeaderID(name); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitReady waits until every hosted shard has a leader and answers a
+// linearizable read on this node.
+func (n *Node) WaitReady(ctx context.Context) error {
+	for _, sc := range n.cfg.Shards {
+		st, err := n.shard(sc.Name)
+		if err != nil {
+			return err
+		}
+		for {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := n.nh.SyncRead(rctx, st.shardID, statsQuery{})
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: shard %q not ready: %w", ErrUnavailable, sc.Name, ctx.Err())
+			}
+			wait(ctx, 20*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func (n *Node) acquireWatch() bool {
+	select {
+	case n.watchSem <- struct{}{}:
+		n.metrics.watches.Inc()
+		return true
+	default:
+		return false
+	}
+}
+
+func (n *Node) releaseWatch() {
+	<-n.watchSem
+	n.metrics.watches.Dec()
+}
+
+// leaderListener feeds Dragonboat's leader notifications to the metrics.
+type leaderListener struct{ n *Node }
+
+// LeaderUpdated implements raftio.IRaftEventListener.
+func (l leaderListener) LeaderUpdated(info raftio.LeaderInfo) {
+	name := fmt.Sprint(info.ShardID)
+	for _, sc := range l.n.cfg.Shards {
+		if sc.ShardID == info.ShardID {
+			name = sc.Name
+		}
+	}
+	l.n.metrics.leaderChanges.WithLabelValues(name).Inc()
+	if info.LeaderID != 0 {
+		l.n.metrics.hasLeader.WithLabelValues(name).Set(1)
+	} else {
+		l.n.metrics.hasLeader.WithLabelValues(name).Set(0)
+	}
+}
+
+// tickLoop makes the leader of each hosted shard propose its clock: right
+// after it becomes leader (renewing every session, so no session expires
+// for lack of a leader during an election) and whenever some session is due.
+func (n *Node) tickLoop(ctx context.Context) {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.SessionTick)
+	defer t.Stop()
+	wasLeader := map[uint64]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, sc := range n.cfg.Shards {
+			st := n.byID[sc.ShardID]
+			id, _, valid, err := n.nh.GetLeaderID(sc.ShardID)
+			leader := err == nil && valid && id == n.cfg.NodeID
+			renew := leader && !wasLeader[sc.ShardID]
+			wasLeader[sc.ShardID] = leader
+			if !leader {
+				continue
+			}
+			if !renew {
+				due, err := n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: time.Now().UnixNano()})
+				if err != nil || !due.(bool) {
+					continue
+				}
+			}
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew})
+			cancel()
+			if err != nil {
+				wasLeader[sc.ShardID] = false // retry the renewal next tick
+				n.log.Debug("session tick failed", "shard", sc.Name, "err", err)
+				continue
+			}
+			if res.Expired > 0 {
+				n.metrics.sessionExpiries.WithLabelValues(sc.Name).Add(float64(res.Expired))
+				n.log.Info("sessions expired", "shard", sc.Name, "count", res.Expired)
+			}
+		}
+	}
+}

@@ -1,0 +1,455 @@
+package metadata
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+// stateMachine is the Dragonboat state machine of one shard: a versioned
+// key-value map, sessions and a bounded history of changes for watches.
+//
+// It is deterministic: the only inputs are the commands (time included) and
+// the iteration orders are sorted. Dragonboat serialises Update against
+// Lookup and SaveSnapshot with its own RWMutex, so there is no lock here.
+type stateMachine struct {
+	shardID uint64
+	// limits bound the history kept for watch resume.
+	historyEvents int
+	historyBytes  int
+	// notify is poked after every Update that produced events; it never
+	// blocks and is not part of the replicated state.
+	notify *notifier
+
+	st smState
+	// keys is st.KVs' key set, sorted, for List and prefix scans.
+	keys []string
+	// histBytes is the approximate size of st.Hist.
+	histBytes int
+}
+
+// smState is the replicated state, also the snapshot format.
+type smState struct {
+	Rev          int64                 `json:"rev"`
+	LastTime     int64                 `json:"time"`
+	NextSession  uint64                `json:"nextSession"`
+	KVs          map[string]*KV        `json:"kvs"`
+	Sessions     map[uint64]*smSession `json:"sessions"`
+	Hist         []Event               `json:"hist"`
+	CompactedRev int64                 `json:"compacted"`
+}
+
+// smSession is one live session.
+type smSession struct {
+	TTL      int64               `json:"ttl"`
+	Deadline int64               `json:"deadline"`
+	Keys     map[string]struct{} `json:"keys"`
+}
+
+func newStateMachine(shardID uint64, historyEvents, historyBytes int, n *notifier) *stateMachine {
+	return &stateMachine{
+		shardID:       shardID,
+		historyEvents: historyEvents,
+		historyBytes:  historyBytes,
+		notify:        n,
+		st: smState{
+			NextSession: 1,
+			KVs:         map[string]*KV{},
+			Sessions:    map[uint64]*smSession{},
+		},
+	}
+}
+
+// Update applies one committed command. It never returns an error.
+func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
+	var c command
+	if err := json.Unmarshal(e.Cmd, &c); err != nil {
+		return sm.Result{Value: codeInvalid, Data: encodeResult(cmdResult{Msg: "undecodable command: " + err.Error()})}, nil
+	}
+	if c.Now > s.st.LastTime {
+		s.st.LastTime = c.Now
+	}
+	before := s.st.Rev
+	var code uint64
+	var res cmdResult
+	switch c.Type {
+	case cmdTxn:
+		code, res = s.applyTxn(c.Ops)
+	case cmdCreateSess:
+		id := s.st.NextSession
+		s.st.NextSession++
+		s.st.Sessions[id] = &smSession{TTL: c.TTL, Deadline: s.st.LastTime + c.TTL, Keys: map[string]struct{}{}}
+		res.Session = id
+	case cmdKeepAlive:
+		ss, ok := s.liveSession(c.Session)
+		if !ok {
+			code, res.Msg = codeSessionExpired, fmt.Sprintf("session %d", c.Session)
+			break
+		}
+		ss.Deadline = s.st.LastTime + ss.TTL
+	case cmdCloseSession:
+		if _, ok := s.st.Sessions[c.Session]; !ok {
+			code, res.Msg = codeSessionExpired, fmt.Sprintf("session %d", c.Session)
+			break
+		}
+		s.endSession(c.Session)
+	case cmdTick:
+		res.Expired = s.tick(c.Renew)
+	default:
+		code, res.Msg = codeInvalid, fmt.Sprintf("unknown command type %q", c.Type)
+	}
+	if s.st.Rev != before && s.notify != nil {
+		s.notify.poke()
+	}
+	return sm.Result{Value: code, Data: encodeResult(res)}, nil
+}
+
+// liveSession returns a session whose deadline has not passed at the state
+// machine's current time.
+func (s *stateMachine) liveSession(id uint64) (*smSession, bool) {
+	ss, ok := s.st.Sessions[id]
+	if !ok || ss.Deadline < s.st.LastTime {
+		return nil, false
+	}
+	return ss, true
+}
+
+// tick renews sessions (on a new leader) and expires those whose deadline
+// passed, in session ID order so every replica assigns the same revisions.
+func (s *stateMachine) tick(renew bool) int {
+	now := s.st.LastTime
+	ids := make([]uint64, 0, len(s.st.Sessions))
+	for id := range s.st.Sessions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	expired := 0
+	for _, id := range ids {
+		ss := s.st.Sessions[id]
+		if renew && ss.Deadline < now+ss.TTL {
+			ss.Deadline = now + ss.TTL
+		}
+		if ss.Deadline < now {
+			s.endSession(id)
+			expired++
+		}
+	}
+	return expired
+}
+
+// endSession removes a session and deletes its ephemeral keys in key order.
+func (s *stateMachine) endSession(id uint64) {
+	ss := s.st.Sessions[id]
+	delete(s.st.Sessions, id)
+	keys := make([]string, 0, len(ss.Keys))
+	for k := range ss.Keys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if kv, ok := s.st.KVs[k]; ok && uint64(kv.Session) == id {
+			s.deleteKey(k)
+		}
+	}
+}
+
+// applyTxn checks every guard against the current state, then applies every
+// op, each with its own revision, so that a watch resuming from any revision
+// never skips part of a transaction.
+func (s *stateMachine) applyTxn(ops []cmdOp) (uint64, cmdResult) {
+	seen := make(map[string]int, len(ops))
+	for i, op := range ops {
+		if op.Key == "" {
+			return codeInvalid, cmdResult{Msg: fmt.Sprintf("ops[%d].key is empty", i)}
+		}
+		if j, dup := seen[op.Key]; dup {
+			return codeInvalid, cmdResult{Msg: fmt.Sprintf("ops[%d].key %q repeats ops[%d].key", i, op.Key, j)}
+		}
+		seen[op.Key] = i
+		cur, exists := s.st.KVs[op.Key]
+		switch {
+		case op.Expected == MustNotExist:
+			if exists {
+				return codeVersionMismatch, cmdResult{Msg: fmt.Sprintf("key %q exists (version %d), expected absent", op.Key, cur.Version)}
+			}
+		case op.Expected > 0:
+			if !exists {
+				return codeVersionMismatch, cmdResult{Msg: fmt.Sprintf("key %q is absent, expected version %d", op.Key, op.Expected)}
+			}
+			if cur.Version != op.Expected {
+				return codeVersionMismatch, cmdResult{Msg: fmt.Sprintf("key %q has version %d, expected %d", op.Key, cur.Version, op.Expected)}
+			}
+		case op.Expected < MustNotExist:
+			return codeInvalid, cmdResult{Msg: fmt.Sprintf("ops[%d].expected_version %d is below -1", i, op.Expected)}
+		}
+		switch op.Type {
+		case OpPut:
+			if op.Session != 0 {
+				if _, ok := s.liveSession(op.Session); !ok {
+					return codeSessionExpired, cmdResult{Msg: fmt.Sprintf("key %q: session %d", op.Key, op.Session)}
+				}
+			}
+		case OpDelete:
+			if !exists && op.Expected != MustNotExist {
+				return codeNotFound, cmdResult{Msg: fmt.Sprintf("key %q", op.Key)}
+			}
+		case OpCheck:
+		default:
+			return codeInvalid, cmdResult{Msg: fmt.Sprintf("ops[%d].type %d is unknown", i, op.Type)}
+		}
+	}
+	out := make([]KV, 0, len(ops))
+	for _, op := range ops {
+		switch op.Type {
+		case OpPut:
+			out = append(out, s.putKey(op.Key, op.Value, SessionID(op.Session)))
+		case OpDelete:
+			if kv, ok := s.st.KVs[op.Key]; ok {
+				prev := *kv
+				prev.Value = nil
+				s.deleteKey(op.Key)
+				prev.ModRevision = s.st.Rev
+				out = append(out, prev)
+			} else {
+				out = append(out, KV{Key: op.Key})
+			}
+		case OpCheck:
+			if kv, ok := s.st.KVs[op.Key]; ok {
+				out = append(out, *kv)
+			} else {
+				out = append(out, KV{Key: op.Key})
+			}
+		}
+	}
+	return codeOK, cmdResult{KVs: out}
+}
+
+func (s *stateMachine) putKey(key string, value []byte, session SessionID) KV {
+	s.st.Rev++
+	kv, exists := s.st.KVs[key]
+	if !exists {
+		kv = &KV{Key: key, CreateRevision: s.st.Rev}
+		s.st.KVs[key] = kv
+		i, _ := slices.BinarySearch(s.keys, key)
+		s.keys = slices.Insert(s.keys, i, key)
+	}
+	if kv.Session != 0 && kv.Session != session {
+		if old, ok := s.st.Sessions[uint64(kv.Session)]; ok {
+			delete(old.Keys, key)
+		}
+	}
+	if session != 0 {
+		s.st.Sessions[uint64(session)].Keys[key] = struct{}{}
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	kv.Value = value
+	kv.Version++
+	kv.ModRevision = s.st.Rev
+	kv.Session = session
+	s.record(Event{Type: EventPut, Revision: s.st.Rev, KV: *kv})
+	return *kv
+}
+
+func (s *stateMachine) deleteKey(key string) {
+	kv := s.st.KVs[key]
+	s.st.Rev++
+	delete(s.st.KVs, key)
+	if i, ok := slices.BinarySearch(s.keys, key); ok {
+		s.keys = slices.Delete(s.keys, i, i+1)
+	}
+	if kv.Session != 0 {
+		if ss, ok := s.st.Sessions[uint64(kv.Session)]; ok {
+			delete(ss.Keys, key)
+		}
+	}
+	s.record(Event{Type: EventDelete, Revision: s.st.Rev, KV: KV{
+		Key: key, Version: kv.Version, CreateRevision: kv.CreateRevision, ModRevision: s.st.Rev, Session: kv.Session,
+	}})
+}
+
+// record appends to the history and drops the oldest events beyond the
+// count and byte bounds; CompactedRev remembers the newest dropped revision.
+func (s *stateMachine) record(ev Event) {
+	s.st.Hist = append(s.st.Hist, ev)
+	s.histBytes += eventSize(ev)
+	drop := 0
+	for len(s.st.Hist)-drop > s.historyEvents || (s.histBytes > s.historyBytes && len(s.st.Hist)-drop > 1) {
+		s.histBytes -= eventSize(s.st.Hist[drop])
+		s.st.CompactedRev = s.st.Hist[drop].Revision
+		drop++
+	}
+	if drop > 0 {
+		// Copy when the dropped prefix is large so the backing array does
+		// not pin old events forever.
+		if drop > len(s.st.Hist)/2 {
+			s.st.Hist = append([]Event(nil), s.st.Hist[drop:]...)
+		} else {
+			clear(s.st.Hist[:drop])
+			s.st.Hist = s.st.Hist[drop:]
+		}
+	}
+}
+
+func eventSize(ev Event) int { return len(ev.KV.Key) + len(ev.KV.Value) + 64 }
+
+// Queries understood by Lookup.
+type (
+	getQuery  struct{ Key string }
+	listQuery struct {
+		Prefix, After string
+		Limit         int
+	}
+	// histQuery asks for events with Revision > After and the prefix.
+	histQuery struct {
+		Prefix string
+		After  int64
+		Limit  int
+	}
+	histResult struct {
+		Events []Event
+		// ScannedTo is the newest revision examined; the next query may
+		// start after it.
+		ScannedTo int64
+		More      bool
+		Compacted bool
+		// CompactedRev is the newest revision no longer in the history.
+		CompactedRev int64
+	}
+	getResult struct {
+		KV    KV
+		Found bool
+		Rev   int64
+	}
+	// sessionDueQuery asks whether some session's deadline is before Now.
+	sessionDueQuery struct{ Now int64 }
+	// statsQuery returns counts for tests and metrics.
+	statsQuery  struct{}
+	statsResult struct {
+		Keys, Sessions, HistEvents int
+		Rev, CompactedRev          int64
+		LastTime                   time.Time
+	}
+)
+
+// Lookup answers read queries. Returned values are copies.
+func (s *stateMachine) Lookup(q interface{}) (interface{}, error) {
+	switch q := q.(type) {
+	case getQuery:
+		kv, ok := s.st.KVs[q.Key]
+		if !ok {
+			return getResult{Rev: s.st.Rev}, nil
+		}
+		return getResult{KV: copyKV(*kv), Found: true, Rev: s.st.Rev}, nil
+	case listQuery:
+		start, _ := slices.BinarySearch(s.keys, q.Prefix)
+		if q.After != "" && q.After >= q.Prefix {
+			i, found := slices.BinarySearch(s.keys, q.After)
+			if found {
+				i++
+			}
+			start = i
+		}
+		res := ListResult{Revision: s.st.Rev}
+		for i := start; i < len(s.keys) && strings.HasPrefix(s.keys[i], q.Prefix); i++ {
+			if len(res.KVs) == q.Limit {
+				res.More = true
+				break
+			}
+			res.KVs = append(res.KVs, copyKV(*s.st.KVs[s.keys[i]]))
+		}
+		return res, nil
+	case histQuery:
+		res := histResult{ScannedTo: q.After, CompactedRev: s.st.CompactedRev}
+		if q.After < s.st.CompactedRev {
+			res.Compacted = true
+			return res, nil
+		}
+		i := sort.Search(len(s.st.Hist), func(i int) bool { return s.st.Hist[i].Revision > q.After })
+		for ; i < len(s.st.Hist); i++ {
+			ev := s.st.Hist[i]
+			if len(res.Events) == q.Limit {
+				res.More = true
+				break
+			}
+			res.ScannedTo = ev.Revision
+			if strings.HasPrefix(ev.KV.Key, q.Prefix) {
+				ev.KV = copyKV(ev.KV)
+				res.Events = append(res.Events, ev)
+			}
+		}
+		if !res.More && s.st.Rev > res.ScannedTo {
+			res.ScannedTo = s.st.Rev
+		}
+		return res, nil
+	case sessionDueQuery:
+		for _, ss := range s.st.Sessions {
+			if ss.Deadline < q.Now {
+				return true, nil
+			}
+		}
+		return false, nil
+	case statsQuery:
+		return statsResult{
+			Keys: len(s.st.KVs), Sessions: len(s.st.Sessions), HistEvents: len(s.st.Hist),
+			Rev: s.st.Rev, CompactedRev: s.st.CompactedRev, LastTime: time.Unix(0, s.st.LastTime),
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown query type %T", ErrInvalidArgument, q)
+}
+
+func copyKV(kv KV) KV {
+	if kv.Value != nil {
+		kv.Value = bytes.Clone(kv.Value)
+	}
+	return kv
+}
+
+// SaveSnapshot writes the whole state as JSON.
+func (s *stateMachine) SaveSnapshot(w io.Writer, _ sm.ISnapshotFileCollection, _ <-chan struct{}) error {
+	return json.NewEncoder(w).Encode(&s.st)
+}
+
+// RecoverFromSnapshot replaces the state with a snapshot's.
+func (s *stateMachine) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <-chan struct{}) error {
+	var st smState
+	if err := json.NewDecoder(r).Decode(&st); err != nil {
+		return fmt.Errorf("metadata: decode snapshot: %w", err)
+	}
+	if st.KVs == nil {
+		st.KVs = map[string]*KV{}
+	}
+	if st.Sessions == nil {
+		st.Sessions = map[uint64]*smSession{}
+	}
+	for _, ss := range st.Sessions {
+		if ss.Keys == nil {
+			ss.Keys = map[string]struct{}{}
+		}
+	}
+	s.st = st
+	s.keys = make([]string, 0, len(st.KVs))
+	for k := range st.KVs {
+		s.keys = append(s.keys, k)
+	}
+	slices.Sort(s.keys)
+	s.histBytes = 0
+	for _, ev := range st.Hist {
+		s.histBytes += eventSize(ev)
+	}
+	if s.notify != nil {
+		s.notify.poke()
+	}
+	return nil
+}
+
+// Close releases nothing: the state is in memory.
+func (s *stateMachine) Close() error { return nil }
