@@ -313,7 +313,11 @@ func (x *Error) GetRedirectUrl() string {
 type LookupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// topic is "tenant/namespace/topic".
-	Topic         string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// authoritative is set only by a broker that chose the receiving broker as
+	// the topic's new owner: the receiver claims the topic itself. Clients
+	// leave it false.
+	Authoritative bool `protobuf:"varint,2,opt,name=authoritative,proto3" json:"authoritative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +357,13 @@ func (x *LookupRequest) GetTopic() string {
 		return x.Topic
 	}
 	return ""
+}
+
+func (x *LookupRequest) GetAuthoritative() bool {
+	if x != nil {
+		return x.Authoritative
+	}
+	return false
 }
 
 type LookupResponse struct {
@@ -1713,9 +1724,10 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x05Error\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.meridian.client.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
-	"\fredirect_url\x18\x03 \x01(\tR\vredirectUrl\"%\n" +
+	"\fredirect_url\x18\x03 \x01(\tR\vredirectUrl\"K\n" +
 	"\rLookupRequest\x12\x14\n" +
-	"\x05topic\x18\x01 \x01(\tR\x05topic\"\x8d\x01\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12$\n" +
+	"\rauthoritative\x18\x02 \x01(\bR\rauthoritative\"\x8d\x01\n" +
 	"\x0eLookupResponse\x12\x1d\n" +
 	"\n" +
 	"broker_url\x18\x01 \x01(\tR\tbrokerUrl\x12\x19\n" +
