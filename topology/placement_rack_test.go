@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -297,4 +298,85 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestPlacementLargeTopologies checks that big requests finish quickly and
+// stay correct (no brute-force reference at this size).
+func TestPlacementLargeTopologies(t *testing.T) {
+	r := rand.New(rand.NewPCG(42, 42))
+	rack := newRack(t, 3, false, nil, 1)
+	region := newRegion(t, 2, 3, false, nil)
+	var slowest time.Duration
+	for i := 0; i < 200; i++ {
+		var topo []BookieInfo
+		nRacks := 1 + r.IntN(20)
+		for j := 0; j < 1+r.IntN(200); j++ {
+			topo = append(topo, BookieInfo{
+				ID:     fmt.Sprintf("b%d", j),
+				Region: fmt.Sprintf("g%d", r.IntN(3)), Rack: fmt.Sprintf("k%d", r.IntN(nRacks)),
+				ReadOnly: r.IntN(10) == 0,
+			})
+		}
+		e := 1 + r.IntN(min(len(topo), MaxEnsembleSize))
+		w := 1 + r.IntN(e)
+		for _, p := range []Placement{rack, region} {
+			start := time.Now()
+			ens, err := p.NewEnsemble(e, w, 1, topo, nil)
+			slowest = max(slowest, time.Since(start))
+			if err != nil {
+				if !errors.Is(err, ErrNotEnoughBookies) {
+					t.Fatal(err)
+				}
+				continue
+			}
+			checkChosen(t, ens, e, nil)
+		}
+	}
+	t.Logf("slowest placement: %v", slowest)
+	if slowest > 5*time.Second {
+		t.Fatalf("placement took %v", slowest)
+	}
+}
+
+// TestPlacementSearchIsBounded draws hard enforce-mode requests (wide write
+// quorums, many racks required) and checks each call ends quickly, whether
+// it finds an ensemble or gives up.
+func TestPlacementSearchIsBounded(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var slowest time.Duration
+	for i := 0; i < 300; i++ {
+		var topo []BookieInfo
+		nr := 1 + r.IntN(8)
+		for k := 0; k < nr; k++ {
+			for j := 0; j < 1+r.IntN(12); j++ {
+				topo = append(topo, BookieInfo{ID: fmt.Sprintf("r%d-%d", k, j), Rack: fmt.Sprintf("r%d", k), Region: fmt.Sprintf("g%d", k%3)})
+			}
+		}
+		e := 1 + r.IntN(min(len(topo), 40))
+		w := 1 + r.IntN(e)
+		m := 1 + r.IntN(w)
+		var p Placement = newRack(t, m, true, nil, uint64(i))
+		if r.IntN(2) == 0 {
+			p = newRegion(t, 1+r.IntN(3), m, true, nil)
+		}
+		start := time.Now()
+		ens, err := p.NewEnsemble(e, w, 1, topo, nil)
+		slowest = max(slowest, time.Since(start))
+		if err != nil {
+			if !errors.Is(err, ErrNotEnoughBookies) {
+				t.Fatal(err)
+			}
+			continue
+		}
+		checkChosen(t, ens, e, nil)
+		if rp, ok := p.(*RackAware); ok {
+			if err := CheckEnsemble(ens, w, m); err != nil {
+				t.Fatalf("enforce mode returned a violating ensemble: %v (%v)", err, rp)
+			}
+		}
+	}
+	t.Logf("slowest placement: %v", slowest)
+	if slowest > 10*time.Second {
+		t.Fatalf("a placement call took %v", slowest)
+	}
 }

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"errors"
-	"slices"
 	"sort"
 )
 
@@ -114,8 +113,10 @@ func waterFill(caps []int, e int) []int {
 }
 
 // arrange searches for a sequence of racks meeting goal and returns the
-// ensemble, or nil if none exists (or errSearchBudget).
-func arrange(v topoView, goal spreadGoal, budget int) ([]BookieInfo, error) {
+// ensemble, or nil if none exists (or errSearchBudget). budget is the
+// number of search steps left; arrange subtracts what it spends, but
+// always allows e steps so a goal with no backtracking still completes.
+func arrange(v topoView, goal spreadGoal, budget *int) ([]BookieInfo, error) {
 	total := 0
 	for _, g := range v.groups {
 		total += len(g.members)
@@ -128,14 +129,16 @@ func arrange(v topoView, goal spreadGoal, budget int) ([]BookieInfo, error) {
 		return nil, nil
 	}
 	s := &solver{
-		v: v, goal: goal, budget: budget,
+		v: v, goal: goal, budget: max(*budget, goal.e),
 		seq:        make([]int, goal.e),
 		used:       make([]int, len(v.groups)),
 		regionUsed: make([]int, v.nRegions),
 		rackMark:   make([]int, len(v.groups)),
 		regionMark: make([]int, v.nRegions),
+		regionCap:  v.regionCaps(),
 	}
 	ok, err := s.dfs(0)
+	*budget = max(0, *budget-s.steps)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -162,6 +165,7 @@ type solver struct {
 	seq        []int // seq[0:p] is filled
 	used       []int // per rack
 	regionUsed []int
+	regionCap  []int
 	// stamp marks for counting distinct racks/regions in a window.
 	stamp      int
 	rackMark   []int
@@ -221,11 +225,42 @@ func (s *solver) windowsOK(p int) bool {
 				regions++
 			}
 		}
-		if racks+open < s.goal.minRacks || regions+open < s.goal.minRegions {
+		if open == 0 {
+			if racks < s.goal.minRacks || regions < s.goal.minRegions {
+				return false
+			}
+			continue
+		}
+		// Open slots can only add racks (regions) that still have spare
+		// bookies and are not yet in the window.
+		if racks+min(open, s.spareRacksOutside()) < s.goal.minRacks ||
+			regions+min(open, s.spareRegionsOutside()) < s.goal.minRegions {
 			return false
 		}
 	}
 	return true
+}
+
+// spareRacksOutside counts racks with spare bookies not marked in the
+// current window (stamp).
+func (s *solver) spareRacksOutside() int {
+	n := 0
+	for g, grp := range s.v.groups {
+		if s.rackMark[g] != s.stamp && s.used[g] < len(grp.members) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *solver) spareRegionsOutside() int {
+	n := 0
+	for r, c := range s.regionCap {
+		if s.regionMark[r] != s.stamp && s.regionUsed[r] < c {
+			n++
+		}
+	}
+	return n
 }
 
 // order lists the racks that may take position p, best first.
@@ -270,8 +305,17 @@ func (s *solver) order(p int) []int {
 	// the first of interchangeable unused racks above is a random choice.
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
-		if c := slices.Compare([]int{a.k1, a.k2, a.k3, a.k4, a.k5}, []int{b.k1, b.k2, b.k3, b.k4, b.k5}); c != 0 {
-			return c < 0
+		switch {
+		case a.k1 != b.k1:
+			return a.k1 < b.k1
+		case a.k2 != b.k2:
+			return a.k2 < b.k2
+		case a.k3 != b.k3:
+			return a.k3 < b.k3
+		case a.k4 != b.k4:
+			return a.k4 < b.k4
+		case a.k5 != b.k5:
+			return a.k5 < b.k5
 		}
 		return a.g < b.g
 	})

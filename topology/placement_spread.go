@@ -42,7 +42,10 @@ func newSpreadPolicy(name string, minRacks, minRegions int, enforceRacks, enforc
 // goals lists the spreads to try, best first: the configured one, then (for
 // constraints not enforced) weaker ones, racks relaxed before regions.
 func (p *spreadPolicy) goals(e, w int) []spreadGoal {
-	wantRacks, wantRegions := min(p.minRacks, w), max(1, min(p.minRegions, w))
+	wantRegions := max(1, min(p.minRegions, w))
+	// Spanning R regions means spanning R racks; when regions must be
+	// relaxed, keep that rack spread if the racks allow it.
+	wantRacks := max(min(p.minRacks, w), wantRegions)
 	lowRacks, lowRegions := 1, 1
 	if p.enforceRacks {
 		lowRacks = wantRacks
@@ -79,8 +82,9 @@ func (p *spreadPolicy) newEnsemble(e, w, a int, candidates []BookieInfo, exclude
 	view := newTopoView(elig, p.rnd.perm(len(elig)))
 	goals := p.goals(e, w)
 	var budgetHit bool
+	budget := p.budget // shared by all goals: bounds the time of one call
 	for i, g := range goals {
-		ens, err := arrange(view, g, p.budget)
+		ens, err := arrange(view, g, &budget)
 		if err != nil {
 			budgetHit = true
 			continue
