@@ -1,0 +1,293 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
+
+	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+)
+
+// Client creates, writes, reads, recovers and deletes ledgers. It keeps one
+// gRPC connection per bookie shared by all its ledgers. Safe for
+// concurrent use.
+type Client struct {
+	cfg  Config
+	log  *slog.Logger
+	meta metaStore
+	m    *metrics
+
+	idMu sync.Mutex
+	ids  idAllocator
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	conns    map[string]*bookieConn // by bookie ID
+	registry map[string]topology.BookieInfo
+	regTime  time.Time
+	closed   bool
+}
+
+// NewClient validates cfg and returns a Client. It does no I/O.
+func NewClient(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "ledger", "region", cfg.Region)
+	m, err := newMetrics(cfg.Registerer, cfg.Region)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: register metrics: %w", err)
+	}
+	return &Client{
+		cfg:      cfg,
+		log:      log,
+		meta:     metaStore{store: cfg.Store},
+		m:        m,
+		ids:      idAllocator{store: cfg.Store, batch: int64(cfg.IDBatch)},
+		conns:    make(map[string]*bookieConn),
+		registry: make(map[string]topology.BookieInfo),
+	}, nil
+}
+
+// Close closes every bookie connection; adds still in flight fail. Writers
+// and Readers of this client must not be used afterwards.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	conns := c.conns
+	c.conns = map[string]*bookieConn{}
+	c.mu.Unlock()
+	for _, bc := range conns {
+		bc.close()
+	}
+	return nil
+}
+
+// Bookies lists the registered bookies (read-only ones included).
+func (c *Client) Bookies(ctx context.Context) ([]topology.BookieInfo, error) {
+	var out []topology.BookieInfo
+	page := metadata.Page{}
+	for {
+		res, err := c.cfg.Store.List(ctx, topology.BookieRegistryPrefix, page, metadata.ReadOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("ledger: list bookies: %w", err)
+		}
+		for _, kv := range res.KVs {
+			var b topology.BookieInfo
+			if err := json.Unmarshal(kv.Value, &b); err != nil || b.ID == "" || b.Address == "" {
+				c.log.Warn("ignoring bad bookie registration", "key", kv.Key, "err", err)
+				continue
+			}
+			out = append(out, b)
+		}
+		if !res.More || len(res.KVs) == 0 {
+			break
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
+	c.mu.Lock()
+	c.registry = make(map[string]topology.BookieInfo, len(out))
+	for _, b := range out {
+		c.registry[b.ID] = b
+	}
+	c.regTime = time.Now()
+	c.mu.Unlock()
+	return out, nil
+}
+
+// writableBookies lists registered bookies that accept adds.
+func (c *Client) writableBookies(ctx context.Context) ([]topology.BookieInfo, error) {
+	all, err := c.Bookies(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, b := range all {
+		if !b.ReadOnly {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// conn returns the shared connection to bookie b. A bookie that registered
+// again at another address (restart) is reached at its new address.
+func (c *Client) conn(b topology.BookieInfo) (*bookieConn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrLedgerClosed
+	}
+	addr := b.Address
+	if r, ok := c.registry[b.ID]; ok && r.Address != "" {
+		addr = r.Address
+	}
+	bc := c.conns[b.ID]
+	if bc != nil && bc.addr == addr {
+		c.mu.Unlock()
+		return bc, nil
+	}
+	var old *bookieConn
+	if bc != nil {
+		old = bc
+		delete(c.conns, b.ID)
+	}
+	nc, err := newBookieConn(b.ID, addr, &c.cfg, c.log)
+	if err == nil {
+		c.conns[b.ID] = nc
+	}
+	c.mu.Unlock()
+	if old != nil {
+		go old.close()
+	}
+	return nc, err
+}
+
+// refreshRegistry re-lists bookies at most once a second, so reads and
+// recovery find bookies that restarted at another address.
+func (c *Client) refreshRegistry(ctx context.Context) {
+	c.mu.Lock()
+	fresh := time.Since(c.regTime) < time.Second
+	c.mu.Unlock()
+	if !fresh {
+		if _, err := c.Bookies(ctx); err != nil {
+			c.log.Debug("bookie registry refresh failed", "err", err)
+		}
+	}
+}
+
+// Create allocates a ledger ID, chooses an ensemble with the placement
+// policy, records the metadata and returns the ledger's Writer.
+func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	bookies, err := c.writableBookies(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ens, err := c.cfg.Placement.NewEnsemble(opts.Ensemble, opts.WriteQuorum, opts.AckQuorum, bookies, nil)
+	if err != nil {
+		return nil, wrapPlacement(err)
+	}
+	c.idMu.Lock()
+	id, err := c.ids.allocate(ctx)
+	c.idMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	md := &Metadata{
+		ID:            id,
+		State:         StateOpen,
+		Ensemble:      opts.Ensemble,
+		WriteQuorum:   opts.WriteQuorum,
+		AckQuorum:     opts.AckQuorum,
+		Segments:      []Segment{{FirstEntry: 0, Ensemble: ens}},
+		LastEntry:     -1,
+		Length:        0,
+		CreatedUnixMs: time.Now().UnixMilli(),
+		Properties:    opts.Properties,
+		version:       metadata.MustNotExist,
+	}
+	if err := c.meta.cas(ctx, md); err != nil {
+		return nil, fmt.Errorf("ledger: create metadata of %d: %w", id, err)
+	}
+	c.log.Debug("ledger created", "ledger", id, "ensemble", bookieIDs(ens))
+	return newWriter(c, md), nil
+}
+
+func wrapPlacement(err error) error {
+	if errors.Is(err, topology.ErrNotEnoughBookies) {
+		return fmt.Errorf("%w: %v", ErrNotEnoughBookies, err)
+	}
+	return fmt.Errorf("ledger: placement: %w", err)
+}
+
+func bookieIDs(ens []topology.BookieInfo) []string {
+	ids := make([]string, len(ens))
+	for i, b := range ens {
+		ids[i] = b.ID
+	}
+	return ids
+}
+
+// Metadata returns the ledger's current metadata.
+func (c *Client) Metadata(ctx context.Context, id int64) (*Metadata, error) {
+	m, err := c.meta.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.clone(), nil
+}
+
+// Open opens ledger id for reading without fencing it. The Reader can read
+// up to the last-add-confirmed it learned (or the last entry if closed).
+func (c *Client) Open(ctx context.Context, id int64) (*Reader, error) {
+	md, err := c.meta.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r := newReader(c, md)
+	if md.State != StateClosed {
+		if _, err := r.ReadLastAddConfirmed(ctx); err != nil {
+			c.log.Debug("reading last-add-confirmed at open failed", "ledger", id, "err", err)
+		}
+	}
+	return r, nil
+}
+
+// Delete deletes the ledger's entries on its bookies (best effort: a bookie
+// that cannot be reached keeps its copy until it garbage-collects ledgers
+// without metadata) and then its metadata. ErrNoSuchLedger if absent.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	md, err := c.meta.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	seen := map[string]topology.BookieInfo{}
+	for _, s := range md.Segments {
+		for _, b := range s.Ensemble {
+			seen[b.ID] = b
+		}
+	}
+	var wg sync.WaitGroup
+	for _, b := range seen {
+		wg.Add(1)
+		go func(b topology.BookieInfo) {
+			defer wg.Done()
+			bc, err := c.conn(b)
+			if err == nil {
+				rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+				_, err = bc.client.DeleteLedger(rctx, &bookiev1.DeleteLedgerRequest{LedgerId: id})
+				cancel()
+			}
+			if err != nil {
+				c.log.Warn("delete on bookie failed; left to its garbage collection", "ledger", id, "bookie", b.ID, "err", err)
+			}
+		}(b)
+	}
+	wg.Wait()
+	err = c.cfg.Store.Delete(ctx, LedgerKey(id), metadata.AnyVersion)
+	if errors.Is(err, metadata.ErrNotFound) {
+		return fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: delete metadata of %d: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/meridianmq/meridian/topology"
+
+	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+)
+
+// Entry is one ledger entry.
+type Entry struct {
+	LedgerID int64
+	EntryID  int64
+	Data     []byte
+}
+
+// maxReadEntries bounds one Read call so a caller cannot ask for an
+// unbounded result in memory.
+const maxReadEntries = 1 << 16
+
+// Reader reads one ledger without writing it. Safe for concurrent use.
+type Reader struct {
+	c   *Client
+	id  int64
+	log *slog.Logger
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	md     *Metadata
+	lac    int64
+	closed bool
+}
+
+func newReader(c *Client, md *Metadata) *Reader {
+	r := &Reader{c: c, id: md.ID, log: c.log.With("ledger", md.ID), md: md, lac: -1}
+	r.learnLocked(md)
+	return r
+}
+
+// learnLocked adopts newer metadata: a closed ledger is readable to its
+// last entry; an open one at least up to its last segment's start - 1
+// (an ensemble change starts a segment only after every earlier entry
+// was reported added).
+func (r *Reader) learnLocked(md *Metadata) {
+	r.md = md
+	if md.State == StateClosed {
+		r.lac = md.LastEntry
+		return
+	}
+	if f := md.Segments[len(md.Segments)-1].FirstEntry - 1; f > r.lac {
+		r.lac = f
+	}
+}
+
+// ID returns the ledger ID.
+func (r *Reader) ID() int64 { return r.id }
+
+// LastAddConfirmed returns the last entry known readable (-1 if none).
+func (r *Reader) LastAddConfirmed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lac
+}
+
+// IsClosed reports whether the ledger was closed when last seen.
+func (r *Reader) IsClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.md.State == StateClosed
+}
+
+// Metadata returns a copy of the metadata the Reader works from.
+func (r *Reader) Metadata() *Metadata {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.md.clone()
+}
+
+// Close releases the Reader; later calls fail with ErrLedgerClosed.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return nil
+}
+
+// ReadLastAddConfirmed refreshes the metadata and, for an open ledger, asks
+// the last segment's bookies for the highest last-add-confirmed they hold;
+// it returns the new readable limit. It needs one bookie to answer for an
+// open ledger.
+func (r *Reader) ReadLastAddConfirmed(ctx context.Context) (int64, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return -1, fmt.Errorf("%w: reader of ledger %d", ErrLedgerClosed, r.id)
+	}
+	r.mu.Unlock()
+	md, err := r.c.meta.get(ctx, r.id)
+	if err != nil {
+		return r.LastAddConfirmed(), err
+	}
+	r.mu.Lock()
+	r.learnLocked(md)
+	lac := r.lac
+	r.mu.Unlock()
+	if md.State == StateClosed {
+		return lac, nil
+	}
+	ens := md.Segments[len(md.Segments)-1].Ensemble
+	type res struct {
+		lac int64
+		err error
+	}
+	ch := make(chan res, len(ens))
+	for _, b := range ens {
+		go func(b topology.BookieInfo) {
+			l, err := r.c.bookieLAC(ctx, b, r.id)
+			ch <- res{l, err}
+		}(b)
+	}
+	got := 0
+	var errs []error
+	for range ens {
+		x := <-ch
+		if x.err != nil {
+			errs = append(errs, x.err)
+			continue
+		}
+		got++
+		if x.lac > lac {
+			lac = x.lac
+		}
+	}
+	r.mu.Lock()
+	if lac > r.lac {
+		r.lac = lac
+	}
+	lac = r.lac
+	r.mu.Unlock()
+	if got == 0 {
+		return lac, fmt.Errorf("%w: no bookie answered last-add-confirmed of ledger %d: %w", ErrReadFailed, r.id, errors.Join(errs...))
+	}
+	return lac, nil
+}
+
+// bookieLAC asks one bookie for its last-add-confirmed of a ledger; a
+// bookie that never saw the ledger answers -1.
+func (c *Client) bookieLAC(ctx context.Context, b topology.BookieInfo, id int64) (int64, error) {
+	bc, err := c.conn(b)
+	if err != nil {
+		return -1, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	resp, err := bc.client.ReadLastAddConfirmed(rctx, &bookiev1.ReadLastAddConfirmedRequest{LedgerId: id})
+	if err != nil {
+		err = asBookieError(b.ID, err)
+		if classify(err) == kindNotFound {
+			return -1, nil
+		}
+		return -1, err
+	}
+	return resp.LastAddConfirmed, nil
+}
+
+// Read returns entries first..last (inclusive, in order). last must not be
+// beyond LastAddConfirmed; each entry is read from one replica of its write
+// set, trying the next replica when one fails, is corrupt or is slow.
+func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
+	r.mu.Lock()
+	md, lac, closed := r.md, r.lac, r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: reader of ledger %d", ErrLedgerClosed, r.id)
+	}
+	if first < 0 || last < first {
+		return nil, invalidf("read range first=%d last=%d: need 0 <= first <= last", first, last)
+	}
+	if last-first+1 > maxReadEntries {
+		return nil, invalidf("read range of %d entries exceeds the limit %d", last-first+1, maxReadEntries)
+	}
+	if last > lac {
+		return nil, fmt.Errorf("%w: entry %d of ledger %d is beyond last-add-confirmed %d", ErrNoSuchEntry, last, r.id, lac)
+	}
+	return r.c.readEntries(ctx, md, first, last)
+}
+
+// readEntries reads first..last with bounded parallelism.
+func (c *Client) readEntries(ctx context.Context, md *Metadata, first, last int64) ([]Entry, error) {
+	n := int(last - first + 1)
+	out := make([]Entry, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		firstEr error
+	)
+	idx := make(chan int)
+	workers := min(c.cfg.ReadConcurrency, n)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range idx {
+				e := first + int64(i)
+				data, err := c.readEntry(ctx, md, e)
+				if err != nil {
+					errMu.Lock()
+					if firstEr == nil {
+						firstEr = err
+						cancel()
+					}
+					errMu.Unlock()
+					continue
+				}
+				out[i] = Entry{LedgerID: md.ID, EntryID: e, Data: data}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case idx <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(idx)
+	wg.Wait()
+	if firstEr != nil {
+		return nil, firstEr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readEntry reads entry e, retrying once with a refreshed bookie registry
+// when no replica could be reached (a bookie may have restarted elsewhere).
+func (c *Client) readEntry(ctx context.Context, md *Metadata, e int64) ([]byte, error) {
+	start := time.Now()
+	data, err := c.readEntryOnce(ctx, md, e)
+	if errors.Is(err, ErrReadFailed) && ctx.Err() == nil {
+		c.refreshRegistry(ctx)
+		data, err = c.readEntryOnce(ctx, md, e)
+	}
+	if err != nil {
+		c.m.reads.WithLabelValues("error").Inc()
+		return nil, err
+	}
+	c.m.reads.WithLabelValues("ok").Inc()
+	c.m.readLatency.Observe(time.Since(start).Seconds())
+	return data, nil
+}
+
+// readEntryOnce asks the write set's replicas one after the other: the next
+// one when the previous failed, or (speculatively) after
+// SpeculativeReadDelay without an answer. The first good answer wins.
+func (c *Client) readEntryOnce(ctx context.Context, md *Metadata, e int64) ([]byte, error) {
+	seg := md.segmentFor(e)
+	ws := writeSet(e, md.Ensemble, md.WriteQuorum)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type res struct {
+		data []byte
+		err  error
+	}
+	results := make(chan res, len(ws))
+	launched := 0
+	launch := func() {
+		b := seg.Ensemble[ws[launched]]
+		launched++
+		go func() {
+			data, err := c.readFrom(ctx, b, md.ID, e, false)
+			results <- res{data, err}
+		}()
+	}
+	launch()
+	outstanding := 1
+	var spec <-chan time.Time
+	if c.cfg.SpeculativeReadDelay > 0 {
+		t := time.NewTicker(c.cfg.SpeculativeReadDelay)
+		defer t.Stop()
+		spec = t.C
+	}
+	var errs []error
+	for {
+		select {
+		case x := <-results:
+			outstanding--
+			if x.err == nil {
+				return x.data, nil
+			}
+			errs = append(errs, x.err)
+			if launched < len(ws) {
+				launch()
+				outstanding++
+			} else if outstanding == 0 {
+				return nil, readError(md.ID, e, errs)
+			}
+		case <-spec:
+			if launched < len(ws) {
+				c.m.speculative.Inc()
+				launch()
+				outstanding++
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ledger: read %d/%d: %w", md.ID, e, ctx.Err())
+		}
+	}
+}
+
+// readError summarises the replicas' failures: all "not found" means the
+// entry is missing; any corrupt (and no unreachable) means corrupt.
+func readError(id, e int64, errs []error) error {
+	notFound, corrupt := 0, 0
+	for _, err := range errs {
+		switch classify(err) {
+		case kindNotFound:
+			notFound++
+		case kindCorrupt:
+			corrupt++
+		}
+	}
+	joined := errors.Join(errs...)
+	switch {
+	case notFound == len(errs):
+		return fmt.Errorf("%w: %d/%d: %w", ErrNoSuchEntry, id, e, joined)
+	case notFound+corrupt == len(errs):
+		return fmt.Errorf("%w: %d/%d: %w", ErrEntryCorrupt, id, e, joined)
+	}
+	return fmt.Errorf("%w: %d/%d: %w", ErrReadFailed, id, e, joined)
+}
+
+// readFrom reads one entry from one bookie (fence = read for recovery).
+func (c *Client) readFrom(ctx context.Context, b topology.BookieInfo, id, e int64, fence bool) ([]byte, error) {
+	bc, err := c.conn(b)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	resp, err := bc.client.ReadEntry(rctx, &bookiev1.ReadEntryRequest{LedgerId: id, EntryId: e, Fence: fence})
+	if err != nil {
+		return nil, asBookieError(b.ID, err)
+	}
+	if resp.EntryId != e || resp.LedgerId != id {
+		return nil, &bookieError{bookie: b.ID, code: codes.Internal, msg: fmt.Sprintf("answered entry %d/%d for %d/%d", resp.LedgerId, resp.EntryId, id, e)}
+	}
+	if resp.Payload == nil {
+		resp.Payload = []byte{}
+	}
+	return resp.Payload, nil
+}
