@@ -1,0 +1,185 @@
+package bookie
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a bookie Server. Zero fields are NOT defaulted: start
+// from DefaultConfig and change what you need.
+type Config struct {
+	// ID is the bookie's stable identity (required; survives restarts).
+	ID string
+	// Region and Rack are the bookie's failure domains (reported in the
+	// registry and GetInfo).
+	Region string
+	Rack   string
+
+	// ListenAddr is the gRPC listen address (host:port; port 0 picks one).
+	// Default "127.0.0.1:0".
+	ListenAddr string
+	// AdvertiseAddr is the address published in the registry ("" = the
+	// real listen address).
+	AdvertiseAddr string
+	// HTTPAddr serves /metrics, /healthz and /readyz ("" = no HTTP server).
+	// Default "127.0.0.1:0".
+	HTTPAddr string
+
+	// JournalDir holds the journal files, which are also the entry log
+	// (required).
+	JournalDir string
+	// LedgerDir holds the index checkpoint ("" = JournalDir/index).
+	LedgerDir string
+
+	// MaxEntryBytes is the largest payload accepted. Default 5 MiB.
+	MaxEntryBytes int
+	// GroupMaxWait bounds how long the first entry of a group waits for
+	// more entries before the group is written and fsynced. Default 2ms.
+	GroupMaxWait time.Duration
+	// GroupMaxBytes closes a group once this many bytes are queued.
+	// Default 512 KiB.
+	GroupMaxBytes int
+	// GroupMaxEntries closes a group once it holds this many records.
+	// Default 2000.
+	GroupMaxEntries int
+	// FlushWhenIdle writes and fsyncs a group as soon as no more records are
+	// queued instead of waiting GroupMaxWait: lowest latency at low load,
+	// and under load records still pile up during each fsync so groups stay
+	// large. Default true.
+	FlushWhenIdle bool
+	// MaxQueuedAdds bounds the records waiting for the journal; beyond it
+	// adds fail with ErrTooManyInFlight. Default 10000.
+	MaxQueuedAdds int
+	// MaxJournalFileBytes rolls the journal to a new file beyond this size.
+	// Default 64 MiB.
+	MaxJournalFileBytes int64
+
+	// CheckpointInterval is how often the index is checkpointed (bounding
+	// the journal replayed after a crash). Default 30s.
+	CheckpointInterval time.Duration
+	// GCInterval is how often garbage collection runs (0 = only on demand
+	// via Server.GC). Default 60s.
+	GCInterval time.Duration
+	// CompactionThreshold: a journal file whose live fraction is below this
+	// is compacted (its live entries copied forward, the file deleted).
+	// Default 0.5.
+	CompactionThreshold float64
+
+	// DiskUsageThreshold turns the bookie read-only when the used fraction
+	// of a data disk reaches it. Default 0.95.
+	DiskUsageThreshold float64
+	// DiskUsageLowWater turns a bookie that went read-only for disk usage
+	// writable again below it. Default 0.90.
+	DiskUsageLowWater float64
+	// DiskCheckInterval is how often disk usage is checked. Default 1s.
+	DiskCheckInterval time.Duration
+
+	// ReadRangeMaxBytes caps the payload bytes one ReadRange sends.
+	// Default 16 MiB.
+	ReadRangeMaxBytes int64
+
+	// Metadata, when set, is the regional metadata store the bookie
+	// registers in (ephemeral key topology.BookieRegistryPrefix+ID).
+	Metadata metadata.Store
+	// SessionTTL is the registration session's TTL. Default 10s.
+	SessionTTL time.Duration
+
+	// Logger receives the bookie's logs (nil = slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the bookie's metrics (nil = a private registry,
+	// served on HTTPAddr).
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics (nil = the private registry when Registerer
+	// is nil, else prometheus.DefaultGatherer is NOT used: /metrics then
+	// serves only if Registerer is also a Gatherer).
+	Gatherer prometheus.Gatherer
+
+	// Testing holds test-only injection points.
+	Testing TestingConfig
+}
+
+// TestingConfig holds test-only injection points.
+type TestingConfig struct {
+	// FS replaces the real file system (e.g. a *faultfs.FaultFS).
+	FS faultfs.FS
+}
+
+// DefaultConfig returns a config with every default set; ID and JournalDir
+// must still be filled in.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:          "127.0.0.1:0",
+		HTTPAddr:            "127.0.0.1:0",
+		MaxEntryBytes:       5 << 20,
+		GroupMaxWait:        2 * time.Millisecond,
+		GroupMaxBytes:       512 << 10,
+		GroupMaxEntries:     2000,
+		FlushWhenIdle:       true,
+		MaxQueuedAdds:       10000,
+		MaxJournalFileBytes: 64 << 20,
+		CheckpointInterval:  30 * time.Second,
+		GCInterval:          60 * time.Second,
+		CompactionThreshold: 0.5,
+		DiskUsageThreshold:  0.95,
+		DiskUsageLowWater:   0.90,
+		DiskCheckInterval:   time.Second,
+		ReadRangeMaxBytes:   16 << 20,
+		SessionTTL:          10 * time.Second,
+	}
+}
+
+// ErrInvalidConfig is returned (wrapped, naming the field) by Validate.
+var ErrInvalidConfig = errors.New("bookie: invalid config")
+
+func cfgErr(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the config; the error names the field and the limit.
+func (c *Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return cfgErr("ID", "must be set")
+	case c.JournalDir == "":
+		return cfgErr("JournalDir", "must be set")
+	case c.ListenAddr == "":
+		return cfgErr("ListenAddr", "must be set")
+	case c.MaxEntryBytes < 1 || c.MaxEntryBytes > 64<<20:
+		return cfgErr("MaxEntryBytes", "must be in [1, 64MiB], got %d", c.MaxEntryBytes)
+	case c.GroupMaxWait < 0 || c.GroupMaxWait > time.Second:
+		return cfgErr("GroupMaxWait", "must be in [0, 1s], got %s", c.GroupMaxWait)
+	case c.GroupMaxBytes < 1:
+		return cfgErr("GroupMaxBytes", "must be >= 1, got %d", c.GroupMaxBytes)
+	case c.GroupMaxEntries < 1:
+		return cfgErr("GroupMaxEntries", "must be >= 1, got %d", c.GroupMaxEntries)
+	case c.MaxQueuedAdds < 1:
+		return cfgErr("MaxQueuedAdds", "must be >= 1, got %d", c.MaxQueuedAdds)
+	case c.MaxJournalFileBytes < 1<<20:
+		return cfgErr("MaxJournalFileBytes", "must be >= 1MiB, got %d", c.MaxJournalFileBytes)
+	case c.MaxJournalFileBytes > 1<<40:
+		return cfgErr("MaxJournalFileBytes", "must be <= 1TiB, got %d", c.MaxJournalFileBytes)
+	case c.CheckpointInterval <= 0:
+		return cfgErr("CheckpointInterval", "must be > 0, got %s", c.CheckpointInterval)
+	case c.GCInterval < 0:
+		return cfgErr("GCInterval", "must be >= 0, got %s", c.GCInterval)
+	case c.CompactionThreshold < 0 || c.CompactionThreshold > 1:
+		return cfgErr("CompactionThreshold", "must be in [0, 1], got %g", c.CompactionThreshold)
+	case c.DiskUsageThreshold <= 0 || c.DiskUsageThreshold > 1:
+		return cfgErr("DiskUsageThreshold", "must be in (0, 1], got %g", c.DiskUsageThreshold)
+	case c.DiskUsageLowWater <= 0 || c.DiskUsageLowWater > c.DiskUsageThreshold:
+		return cfgErr("DiskUsageLowWater", "must be in (0, DiskUsageThreshold=%g], got %g", c.DiskUsageThreshold, c.DiskUsageLowWater)
+	case c.DiskCheckInterval <= 0:
+		return cfgErr("DiskCheckInterval", "must be > 0, got %s", c.DiskCheckInterval)
+	case c.ReadRangeMaxBytes < 1:
+		return cfgErr("ReadRangeMaxBytes", "must be >= 1, got %d", c.ReadRangeMaxBytes)
+	case c.Metadata != nil && c.SessionTTL < 100*time.Millisecond:
+		return cfgErr("SessionTTL", "must be >= 100ms, got %s", c.SessionTTL)
+	}
+	return nil
+}

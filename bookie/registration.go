@@ -1,0 +1,132 @@
+package bookie
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
+)
+
+// registration keeps the bookie's ephemeral registry key
+// topology.BookieRegistryPrefix+ID (JSON topology.BookieInfo) alive under a
+// metadata session, re-creating session and key after an expiry and
+// rewriting the key when the read-only state changes.
+type registration struct {
+	s     *Server
+	store metadata.Store
+
+	mu      sync.Mutex // guards session
+	session metadata.SessionID
+}
+
+func newRegistration(s *Server) *registration {
+	return &registration{s: s, store: s.cfg.Metadata}
+}
+
+// Key returns the bookie's registry key.
+func (r *registration) key() string { return topology.BookieRegistryPrefix + r.s.cfg.ID }
+
+func (r *registration) info() topology.BookieInfo {
+	ro, _ := r.s.st.readOnly()
+	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro}
+}
+
+// register creates a session if needed and writes the key under it.
+func (r *registration) register(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.session == 0 {
+		id, err := r.store.CreateSession(ctx, r.s.cfg.SessionTTL)
+		if err != nil {
+			return fmt.Errorf("bookie: registry session: %w", err)
+		}
+		r.session = id
+	}
+	val, err := json.Marshal(r.info())
+	if err != nil {
+		return err
+	}
+	if _, err := r.store.Put(ctx, r.key(), val, metadata.AnyVersion, r.session); err != nil {
+		if errors.Is(err, metadata.ErrSessionExpired) {
+			r.session = 0
+		}
+		return fmt.Errorf("bookie: registry put %s: %w", r.key(), err)
+	}
+	return nil
+}
+
+// start registers once (bounded by ctx) then keeps the registration alive
+// until bgCtx ends.
+func (r *registration) start(ctx, bgCtx context.Context, wg *sync.WaitGroup) error {
+	if err := r.register(ctx); err != nil {
+		return err
+	}
+	wg.Add(1)
+	go r.run(bgCtx, wg)
+	return nil
+}
+
+func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	// Keep-alives at a third of the TTL survive one lost round.
+	t := time.NewTicker(r.s.cfg.SessionTTL / 3)
+	defer t.Stop()
+	log := r.s.log
+	dirty := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.s.st.roNotify:
+			dirty = true
+		case <-t.C:
+		}
+		opCtx, cancel := context.WithTimeout(ctx, r.s.cfg.SessionTTL/2)
+		r.mu.Lock()
+		sess := r.session
+		r.mu.Unlock()
+		var err error
+		if sess != 0 {
+			err = r.store.KeepAlive(opCtx, sess)
+			if errors.Is(err, metadata.ErrSessionExpired) {
+				log.Warn("registry session expired; re-registering", "session", sess)
+				r.mu.Lock()
+				r.session = 0
+				r.mu.Unlock()
+				dirty = true
+			} else if err != nil {
+				log.Warn("registry keep-alive failed", "err", err)
+			}
+		} else {
+			dirty = true
+		}
+		if dirty {
+			if err = r.register(opCtx); err != nil {
+				log.Warn("registry update failed; will retry", "err", err)
+			} else {
+				dirty = false
+			}
+		}
+		cancel()
+	}
+}
+
+// leave closes the session, which deletes the registry key.
+func (r *registration) leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.session == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.store.CloseSession(ctx, r.session); err != nil {
+		r.s.log.Warn("registry session close failed", "err", err)
+	}
+	r.session = 0
+}

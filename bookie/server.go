@@ -1,0 +1,309 @@
+package bookie
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+)
+
+// Server is one bookie: storage engine, gRPC service, HTTP endpoints
+// (/metrics, /healthz, /readyz), background checkpoint/GC/disk checks and,
+// when Config.Metadata is set, registration in the bookie registry.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	fs      faultfs.FS
+	reg     prometheus.Registerer
+	gather  prometheus.Gatherer
+	metrics *metrics
+
+	mu       sync.Mutex // guards the fields below
+	started  bool
+	stopped  bool
+	st       *storage
+	grpc     *grpc.Server
+	lis      net.Listener
+	httpSrv  *http.Server
+	httpLis  net.Listener
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
+	regState *registration
+}
+
+// NewServer validates cfg and builds a Server; nothing touches disk or the
+// network until Start.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, fs: cfg.Testing.FS, reg: cfg.Registerer, gather: cfg.Gatherer}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("bookie", cfg.ID)
+	if s.fs == nil {
+		s.fs = faultfs.OS{}
+	}
+	if s.reg == nil {
+		r := prometheus.NewRegistry()
+		s.reg = r
+		if s.gather == nil {
+			s.gather = r
+		}
+	} else if s.gather == nil {
+		if g, ok := s.reg.(prometheus.Gatherer); ok {
+			s.gather = g
+		}
+	}
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("bookie: register metrics: %w", err)
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Start recovers the storage (replaying the journal), then serves gRPC and
+// HTTP and starts the background work. ctx bounds only the start-up.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("bookie: server already started")
+	}
+	s.started = true
+	st, err := openStorage(s.cfg, s.fs, s.log, s.metrics)
+	if err != nil {
+		return err
+	}
+	s.st = st
+	st.checkDisk()
+	lis, err := net.Listen("tcp", s.cfg.ListenAddr)
+	if err != nil {
+		st.close(true)
+		return fmt.Errorf("bookie: listen %s: %w", s.cfg.ListenAddr, err)
+	}
+	s.lis = lis
+	// Entries up to MaxEntryBytes plus protobuf framing.
+	maxMsg := s.cfg.MaxEntryBytes + 64<<10
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10))
+	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
+	go func() {
+		if err := s.grpc.Serve(lis); err != nil {
+			s.log.Error("bookie grpc serve", "err", err)
+		}
+	}()
+	if s.cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			s.grpc.Stop()
+			st.close(true)
+			return fmt.Errorf("bookie: listen http %s: %w", s.cfg.HTTPAddr, err)
+		}
+		s.httpLis = hl
+		mux := http.NewServeMux()
+		if s.gather != nil {
+			mux.Handle("/metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+		}
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if ro, why := s.st.readOnly(); ro {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, "read-only:", why)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("bookie http serve", "err", err)
+			}
+		}()
+	}
+	bgCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.bg.Add(1)
+	go s.maintain(bgCtx)
+	if s.cfg.Metadata != nil {
+		s.regState = newRegistration(s)
+		if err := s.regState.start(ctx, bgCtx, &s.bg); err != nil {
+			s.stopLocked(true)
+			return err
+		}
+	}
+	s.log.Info("bookie started", "addr", lis.Addr().String(), "http", s.HTTPAddr(), "journal", s.cfg.JournalDir)
+	return nil
+}
+
+// maintain runs periodic disk checks, checkpoints and GC.
+func (s *Server) maintain(ctx context.Context) {
+	defer s.bg.Done()
+	disk := time.NewTicker(s.cfg.DiskCheckInterval)
+	defer disk.Stop()
+	ckpt := time.NewTicker(s.cfg.CheckpointInterval)
+	defer ckpt.Stop()
+	var gcC <-chan time.Time
+	if s.cfg.GCInterval > 0 {
+		t := time.NewTicker(s.cfg.GCInterval)
+		defer t.Stop()
+		gcC = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-disk.C:
+			s.st.checkDisk()
+		case <-ckpt.C:
+			if err := s.Checkpoint(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("periodic checkpoint failed", "err", err)
+			}
+		case <-gcC:
+			if _, err := s.GC(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("periodic gc failed", "err", err)
+			}
+		}
+	}
+}
+
+// Stop shuts the bookie down gracefully: stops serving, writes queued
+// records, takes a final checkpoint and leaves the registry. Idempotent.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(true)
+}
+
+// Kill stops the bookie abruptly, as close to a crash as an in-process
+// server gets: connections are cut, queued adds fail unanswered-as-durable,
+// no final checkpoint is written and the registry session is abandoned (it
+// expires on its TTL). Restarting on the same dirs replays the journal.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(false)
+}
+
+func (s *Server) stopLocked(graceful bool) {
+	if !s.started || s.stopped {
+		return
+	}
+	s.stopped = true
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.regState != nil && graceful {
+		s.regState.leave()
+	}
+	if graceful {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.grpc.Stop()
+		}
+	} else {
+		s.grpc.Stop()
+	}
+	if s.httpSrv != nil {
+		s.httpSrv.Close()
+	}
+	s.bg.Wait()
+	s.st.close(graceful)
+	s.log.Info("bookie stopped", "graceful", graceful)
+}
+
+// Addr returns the real gRPC listen address (valid after Start).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// HTTPAddr returns the real HTTP listen address ("" when disabled or before Start).
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+func (s *Server) advertised() string {
+	if s.cfg.AdvertiseAddr != "" {
+		return s.cfg.AdvertiseAddr
+	}
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// ID returns the bookie's ID.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// Config returns the server's config.
+func (s *Server) Config() Config { return s.cfg }
+
+// FS returns the file system the bookie writes through.
+func (s *Server) FS() faultfs.FS { return s.fs }
+
+// ReadOnly reports whether the bookie refuses adds, and why.
+func (s *Server) ReadOnly() (bool, string) { return s.st.readOnly() }
+
+// CheckDisk measures disk usage now (normally done every
+// DiskCheckInterval) and updates the read-only state; it returns the
+// usage of the fullest data disk.
+func (s *Server) CheckDisk() faultfs.Usage { return s.st.checkDisk() }
+
+// Checkpoint persists the index now (normally every CheckpointInterval).
+func (s *Server) Checkpoint(ctx context.Context) error {
+	s.st.maintMu.Lock()
+	defer s.st.maintMu.Unlock()
+	_, err := s.st.checkpointLocked()
+	return err
+}
+
+// GC runs garbage collection now (normally every GCInterval): journal
+// files with nothing live are deleted, mostly-dead ones compacted.
+func (s *Server) GC(ctx context.Context) (GCStats, error) { return s.st.gc(ctx) }
+
+// JournalBytes returns the total size of the journal files.
+func (s *Server) JournalBytes() int64 {
+	s.st.mu.RLock()
+	defer s.st.mu.RUnlock()
+	var n int64
+	for _, sz := range s.st.files {
+		n += sz
+	}
+	return n
+}
+
+// fence durably fences the ledger and returns its last entry and LAC.
+func (s *Server) fence(ledger int64) (last, lac int64, err error) {
+	r := s.st.submitWait(&op{kind: recFence, ledger: ledger})
+	if r.err != nil {
+		return -1, -1, r.err
+	}
+	return r.last, r.lac, nil
+}
+
+// deleteLedger durably deletes the ledger from the index.
+func (s *Server) deleteLedger(ledger int64) error {
+	return s.st.submitWait(&op{kind: recDelete, ledger: ledger}).err
+}

@@ -1,0 +1,233 @@
+package bookie
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+	"google.golang.org/grpc/codes"
+)
+
+// service implements bookiev1.BookieServer over the storage engine.
+type service struct {
+	bookiev1.UnimplementedBookieServer
+	srv *Server
+}
+
+// maxStreamInFlight bounds the adds one AddEntries stream may have queued
+// and unanswered; the stream stops reading requests beyond it (gRPC flow
+// control then pushes back on the client).
+const maxStreamInFlight = 1024
+
+func (s *Server) validateAdd(r *bookiev1.AddEntryRequest) error {
+	switch {
+	case r.LedgerId < 0:
+		return fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId)
+	case r.EntryId < 0:
+		return fmt.Errorf("%w: entry_id must be >= 0, got %d", ErrInvalidArgument, r.EntryId)
+	case r.LastAddConfirmed < -1:
+		return fmt.Errorf("%w: last_add_confirmed must be >= -1, got %d", ErrInvalidArgument, r.LastAddConfirmed)
+	case len(r.Payload) > s.cfg.MaxEntryBytes:
+		return fmt.Errorf("%w: payload is %d bytes, limit MaxEntryBytes=%d", ErrInvalidArgument, len(r.Payload), s.cfg.MaxEntryBytes)
+	}
+	return nil
+}
+
+// addAsync validates and queues one add; done is called exactly once.
+func (s *Server) addAsync(r *bookiev1.AddEntryRequest, done func(error)) {
+	if err := s.validateAdd(r); err != nil {
+		s.metrics.addErrors.WithLabelValues(codes.InvalidArgument.String()).Inc()
+		done(err)
+		return
+	}
+	if ro, _ := s.st.readOnly(); ro {
+		s.metrics.addErrors.WithLabelValues(codes.Unavailable.String()).Inc()
+		done(ErrReadOnly)
+		return
+	}
+	o := &op{
+		kind: recEntry, ledger: r.LedgerId, entry: r.EntryId, lac: r.LastAddConfirmed,
+		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload),
+		rec:  encodeRecord(make([]byte, 0, recHeaderSize+len(r.Payload)), recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload),
+		done: func(res opResult) { done(res.err) },
+	}
+	if err := s.st.submit(o); err != nil {
+		s.metrics.addErrors.WithLabelValues(codes.ResourceExhausted.String()).Inc()
+		done(err)
+	}
+}
+
+func (svc *service) AddEntry(ctx context.Context, r *bookiev1.AddEntryRequest) (*bookiev1.AddEntryResponse, error) {
+	ch := make(chan error, 1)
+	svc.srv.addAsync(r, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		if err != nil {
+			return nil, GRPCError(err)
+		}
+	case <-ctx.Done():
+		// The add may still complete; the client sees an unknown outcome.
+		return nil, GRPCError(ctx.Err())
+	}
+	return &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId}, nil
+}
+
+func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
+	ctx := stream.Context()
+	resps := make(chan *bookiev1.AddEntryResponse, maxStreamInFlight)
+	sem := make(chan struct{}, maxStreamInFlight)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				recvErr <- ctx.Err()
+				return
+			}
+			svc.srv.addAsync(r, func(err error) {
+				c, m := ToStatus(err)
+				resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
+			})
+		}
+	}()
+	inflight := func() int { return len(sem) }
+	recvDone := false
+	for {
+		if recvDone && inflight() == 0 {
+			return nil
+		}
+		select {
+		case resp := <-resps:
+			<-sem
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if err != io.EOF {
+				return err
+			}
+			recvDone = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest) (*bookiev1.ReadEntryResponse, error) {
+	s := svc.srv
+	if r.LedgerId < 0 {
+		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
+	}
+	if r.EntryId < -1 {
+		return nil, GRPCError(fmt.Errorf("%w: entry_id must be >= -1 (-1 = last), got %d", ErrInvalidArgument, r.EntryId))
+	}
+	if r.Fence {
+		if _, _, err := s.fence(r.LedgerId); err != nil {
+			return nil, GRPCError(err)
+		}
+	}
+	t0 := time.Now()
+	payload, info, err := s.st.read(r.LedgerId, r.EntryId)
+	if err != nil {
+		c, _ := ToStatus(err)
+		s.metrics.readErrors.WithLabelValues(c.String()).Inc()
+		return nil, GRPCError(err)
+	}
+	s.metrics.readLatency.Observe(time.Since(t0).Seconds())
+	s.metrics.readEntries.Inc()
+	s.metrics.readBytes.Add(float64(len(payload)))
+	return &bookiev1.ReadEntryResponse{LedgerId: r.LedgerId, EntryId: info.entry, Payload: payload,
+		LastAddConfirmed: info.lac, Fenced: info.fenced}, nil
+}
+
+func (svc *service) ReadRange(r *bookiev1.ReadRangeRequest, stream bookiev1.Bookie_ReadRangeServer) error {
+	s := svc.srv
+	switch {
+	case r.LedgerId < 0:
+		return GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
+	case r.FirstEntryId < 0:
+		return GRPCError(fmt.Errorf("%w: first_entry_id must be >= 0, got %d", ErrInvalidArgument, r.FirstEntryId))
+	case r.LastEntryId < r.FirstEntryId:
+		return GRPCError(fmt.Errorf("%w: last_entry_id (%d) must be >= first_entry_id (%d)", ErrInvalidArgument, r.LastEntryId, r.FirstEntryId))
+	case r.MaxBytes < 0:
+		return GRPCError(fmt.Errorf("%w: max_bytes must be >= 0, got %d", ErrInvalidArgument, r.MaxBytes))
+	}
+	limit := s.cfg.ReadRangeMaxBytes
+	if r.MaxBytes > 0 && r.MaxBytes < limit {
+		limit = r.MaxBytes
+	}
+	var sent int64
+	for e := r.FirstEntryId; e <= r.LastEntryId; e++ {
+		if err := stream.Context().Err(); err != nil {
+			return GRPCError(err)
+		}
+		t0 := time.Now()
+		payload, info, err := s.st.read(r.LedgerId, e)
+		if err != nil {
+			c, _ := ToStatus(err)
+			s.metrics.readErrors.WithLabelValues(c.String()).Inc()
+			return GRPCError(err)
+		}
+		s.metrics.readLatency.Observe(time.Since(t0).Seconds())
+		s.metrics.readEntries.Inc()
+		s.metrics.readBytes.Add(float64(len(payload)))
+		if err := stream.Send(&bookiev1.ReadEntryResponse{LedgerId: r.LedgerId, EntryId: e, Payload: payload,
+			LastAddConfirmed: info.lac, Fenced: info.fenced}); err != nil {
+			return err
+		}
+		sent += int64(len(payload))
+		if sent >= limit {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (svc *service) ReadLastAddConfirmed(ctx context.Context, r *bookiev1.ReadLastAddConfirmedRequest) (*bookiev1.ReadLastAddConfirmedResponse, error) {
+	if r.LedgerId < 0 {
+		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
+	}
+	lac, last, fenced, err := svc.srv.st.ledgerInfo(r.LedgerId)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &bookiev1.ReadLastAddConfirmedResponse{LastAddConfirmed: lac, LastEntryId: last, Fenced: fenced}, nil
+}
+
+func (svc *service) Fence(ctx context.Context, r *bookiev1.FenceRequest) (*bookiev1.FenceResponse, error) {
+	if r.LedgerId < 0 {
+		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
+	}
+	last, lac, err := svc.srv.fence(r.LedgerId)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &bookiev1.FenceResponse{LastEntryId: last, LastAddConfirmed: lac}, nil
+}
+
+func (svc *service) DeleteLedger(ctx context.Context, r *bookiev1.DeleteLedgerRequest) (*bookiev1.DeleteLedgerResponse, error) {
+	if r.LedgerId < 0 {
+		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
+	}
+	if err := svc.srv.deleteLedger(r.LedgerId); err != nil {
+		return nil, GRPCError(err)
+	}
+	return &bookiev1.DeleteLedgerResponse{}, nil
+}
+
+func (svc *service) GetInfo(ctx context.Context, r *bookiev1.GetInfoRequest) (*bookiev1.GetInfoResponse, error) {
+	s := svc.srv
+	ro, reason := s.st.readOnly()
+	u := s.st.usage()
+	return &bookiev1.GetInfoResponse{BookieId: s.cfg.ID, Address: s.advertised(), Region: s.cfg.Region, Rack: s.cfg.Rack,
+		ReadOnly: ro, ReadOnlyReason: reason, DiskUsedBytes: u.Used(), DiskTotalBytes: u.Total,
+		LedgerCount: int64(s.st.ledgerCount()), MaxEntryBytes: int64(s.cfg.MaxEntryBytes)}, nil
+}

@@ -1,0 +1,844 @@
+package bookie
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridianmq/meridian/internal/faultfs"
+)
+
+// loc is where an entry's record lives in the journal.
+type loc struct {
+	file uint64 // journal file sequence number
+	off  int64  // record offset in the file
+	size uint32 // record length (header + payload)
+}
+
+// ledgerState is the index of one ledger.
+type ledgerState struct {
+	fenced  bool
+	lac     int64 // highest last-add-confirmed piggybacked on a stored add
+	last    int64 // highest entry id stored (-1 = none)
+	entries map[int64]loc
+}
+
+func newLedgerState() *ledgerState {
+	return &ledgerState{lac: -1, last: -1, entries: map[int64]loc{}}
+}
+
+// journalFileName formats a journal file's name from its sequence number.
+func journalFileName(seq uint64) string { return fmt.Sprintf("%016x.log", seq) }
+
+func parseJournalFileName(name string) (uint64, bool) {
+	if !strings.HasSuffix(name, ".log") || len(name) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSuffix(name, ".log"), 16, 64)
+	return v, err == nil
+}
+
+// storage is the bookie's storage engine: the journal (which is also the
+// entry log), the in-memory index with its checkpoint, fencing, reads, GC
+// and the read-only state.
+type storage struct {
+	cfg  Config
+	fs   faultfs.FS
+	log  *slog.Logger
+	m    *metrics
+	jdir string
+	idir string
+
+	mu      sync.RWMutex // guards ledgers and files
+	ledgers map[int64]*ledgerState
+	files   map[uint64]int64 // journal file seq -> valid bytes
+
+	readersMu sync.RWMutex // guards readers; held (R) during ReadAt
+	readers   map[uint64]faultfs.File
+
+	queue    chan *op
+	closeMu  sync.RWMutex // guards closed
+	closed   bool
+	stopCh   chan struct{}
+	abortCh  chan struct{}
+	loopDone chan struct{}
+
+	// journal state, owned by the journal goroutine
+	cur     faultfs.File
+	curSeq  uint64
+	curSize int64
+	wbuf    []byte
+
+	roMu       sync.Mutex // guards the fields below
+	roDisk     bool
+	roIO       bool
+	roReason   string
+	roNotify   chan struct{}
+	lastUsage  faultfs.Usage
+	maintMu    sync.Mutex // serializes checkpoints and GC
+	ckptSeq    uint64     // journal position of the last durable checkpoint
+	lastCkptAt time.Time
+}
+
+// op is one request to the journal goroutine.
+type op struct {
+	kind     byte // recEntry, recFence, recDelete, opRelocate, opSnapshot
+	ledger   int64
+	entry    int64
+	lac      int64
+	recovery bool
+	rec      []byte
+	oldLoc   loc
+	start    time.Time
+	payload  int
+	done     func(opResult)
+
+	newLoc loc          // set by the journal goroutine
+	ls     *ledgerState // the ledger state decided on (journal goroutine)
+	failed error
+}
+
+const (
+	opRelocate byte = 100
+	opSnapshot byte = 101
+)
+
+// opResult is what the journal goroutine reports for an op.
+type opResult struct {
+	err  error
+	last int64 // fence: the ledger's last entry
+	lac  int64 // fence: the ledger's LAC
+	snap *snapshot
+}
+
+func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*storage, error) {
+	s := &storage{
+		cfg:      cfg,
+		fs:       fsys,
+		log:      log,
+		m:        m,
+		jdir:     cfg.JournalDir,
+		idir:     cfg.LedgerDir,
+		ledgers:  map[int64]*ledgerState{},
+		files:    map[uint64]int64{},
+		readers:  map[uint64]faultfs.File{},
+		queue:    make(chan *op, cfg.MaxQueuedAdds),
+		stopCh:   make(chan struct{}),
+		abortCh:  make(chan struct{}),
+		loopDone: make(chan struct{}),
+		roNotify: make(chan struct{}, 1),
+	}
+	if s.idir == "" {
+		s.idir = filepath.Join(s.jdir, "index")
+	}
+	for _, d := range []string{s.jdir, s.idir} {
+		if err := fsys.MkdirAll(d); err != nil {
+			return nil, fmt.Errorf("%w: mkdir %s: %v", ErrIO, d, err)
+		}
+	}
+	if err := s.recover(); err != nil {
+		s.closeReaders()
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+// recover loads the checkpoint, replays the journal after it and opens a
+// fresh journal file.
+func (s *storage) recover() error {
+	start := time.Now()
+	snap, err := s.loadCheckpoint()
+	if err != nil {
+		return err
+	}
+	var from uint64
+	if snap != nil {
+		from = snap.pos
+		for _, l := range snap.ledgers {
+			ls := &ledgerState{fenced: l.fenced, lac: l.lac, last: l.last, entries: make(map[int64]loc, len(l.entries))}
+			for _, e := range l.entries {
+				ls.entries[e.entry] = e.loc
+			}
+			s.ledgers[l.id] = ls
+		}
+		s.ckptSeq = snap.pos
+	}
+	names, err := s.fs.ReadDir(s.jdir)
+	if err != nil {
+		return fmt.Errorf("%w: list journal %s: %v", ErrIO, s.jdir, err)
+	}
+	var seqs []uint64
+	for _, n := range names {
+		if seq, ok := parseJournalFileName(n); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	var maxSeq uint64
+	replayed := 0
+	for _, seq := range seqs {
+		if seq > maxSeq {
+			maxSeq = seq
+		}
+		p := filepath.Join(s.jdir, journalFileName(seq))
+		if seq < from {
+			st, err := s.fs.Stat(p)
+			if err != nil {
+				return fmt.Errorf("%w: stat %s: %v", ErrIO, p, err)
+			}
+			s.files[seq] = st.Size()
+			continue
+		}
+		n, valid, err := s.replayFile(seq)
+		if err != nil {
+			return err
+		}
+		s.files[seq] = valid
+		replayed += n
+	}
+	s.curSeq = maxSeq + 1
+	if err := s.openJournalFile(s.curSeq); err != nil {
+		return err
+	}
+	s.log.Info("bookie storage recovered", "ledgers", len(s.ledgers), "replayed_records", replayed,
+		"checkpoint_pos", from, "journal_files", len(s.files), "took", time.Since(start))
+	return nil
+}
+
+// replayFile applies the records of one journal file to the index. A run
+// of bad records at the end of the file (bad header, short record, bad
+// payload CRC) is a torn write from a crash and is ignored; an entry with a
+// bad payload CRC followed by good records is indexed, so reads report it
+// as corrupt rather than missing.
+func (s *storage) replayFile(seq uint64) (records int, valid int64, err error) {
+	p := filepath.Join(s.jdir, journalFileName(seq))
+	f, err := s.fs.Open(p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: open %s: %v", ErrIO, p, err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: size %s: %v", ErrIO, p, err)
+	}
+	type pend struct {
+		h   recHeader
+		off int64
+	}
+	var pending []pend // entries with a bad payload CRC, not yet known to be mid-file
+	var off int64
+	hdr := make([]byte, recHeaderSize)
+	var buf []byte
+	for off+recHeaderSize <= size {
+		if err := faultfs.ReadFull(f, hdr, off); err != nil {
+			return 0, 0, fmt.Errorf("%w: read %s@%d: %v", ErrIO, p, off, err)
+		}
+		h, ok := decodeHeader(hdr)
+		if !ok || off+int64(h.length) > size {
+			break
+		}
+		n := int(h.length) - recHeaderSize
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if err := faultfs.ReadFull(f, buf, off+recHeaderSize); err != nil {
+			return 0, 0, fmt.Errorf("%w: read %s@%d: %v", ErrIO, p, off, err)
+		}
+		if crc32.Checksum(buf, castagnoli) != h.dataCRC {
+			pending = append(pending, pend{h, off})
+			off += int64(h.length)
+			continue
+		}
+		for _, pr := range pending {
+			s.applyReplay(pr.h, loc{file: seq, off: pr.off, size: pr.h.length})
+			s.log.Error("journal record with bad payload CRC; indexed as corrupt", "file", p, "offset", pr.off, "ledger", pr.h.ledger, "entry", pr.h.entry)
+		}
+		pending = pending[:0]
+		s.applyReplay(h, loc{file: seq, off: off, size: h.length})
+		records++
+		off += int64(h.length)
+	}
+	if len(pending) > 0 {
+		off = pending[0].off
+	}
+	if off < size {
+		s.log.Warn("journal file has a torn or corrupt tail; ignoring it", "file", p, "valid_bytes", off, "size", size)
+	}
+	return records, off, nil
+}
+
+func (s *storage) applyReplay(h recHeader, l loc) {
+	switch h.typ {
+	case recEntry:
+		ls := s.ledgers[h.ledger]
+		if ls == nil {
+			ls = newLedgerState()
+			s.ledgers[h.ledger] = ls
+		}
+		ls.entries[h.entry] = l
+		ls.last = max(ls.last, h.entry)
+		ls.lac = max(ls.lac, h.lac)
+	case recFence:
+		ls := s.ledgers[h.ledger]
+		if ls == nil {
+			ls = newLedgerState()
+			s.ledgers[h.ledger] = ls
+		}
+		ls.fenced = true
+	case recDelete:
+		delete(s.ledgers, h.ledger)
+	}
+}
+
+// openJournalFile creates journal file seq, makes its directory entry
+// durable and makes it current.
+func (s *storage) openJournalFile(seq uint64) error {
+	p := filepath.Join(s.jdir, journalFileName(seq))
+	f, err := s.fs.Create(p)
+	if err != nil {
+		return fmt.Errorf("%w: create %s: %v", ErrIO, p, err)
+	}
+	if err := s.fs.SyncDir(s.jdir); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: sync dir %s: %v", ErrIO, s.jdir, err)
+	}
+	if s.cur != nil {
+		s.cur.Close()
+	}
+	s.cur, s.curSeq, s.curSize = f, seq, 0
+	s.mu.Lock()
+	s.files[seq] = 0
+	s.mu.Unlock()
+	return nil
+}
+
+// submit queues an op for the journal goroutine. It never blocks: a full
+// queue fails with ErrTooManyInFlight.
+func (s *storage) submit(o *op) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return ErrStopping
+	}
+	select {
+	case s.queue <- o:
+		return nil
+	default:
+		return fmt.Errorf("%w: journal queue holds %d records (MaxQueuedAdds)", ErrTooManyInFlight, s.cfg.MaxQueuedAdds)
+	}
+}
+
+// submitWait submits an op and waits for its result.
+func (s *storage) submitWait(o *op) opResult {
+	ch := make(chan opResult, 1)
+	o.done = func(r opResult) { ch <- r }
+	if err := s.submit(o); err != nil {
+		return opResult{err: err}
+	}
+	return <-ch
+}
+
+// loop is the journal goroutine: it gathers queued ops into groups, writes
+// each group with one write and one fdatasync, then applies and answers it.
+func (s *storage) loop() {
+	defer close(s.loopDone)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var batch []*op
+	for {
+		var first *op
+		select {
+		case first = <-s.queue:
+		case <-s.stopCh:
+			s.drain()
+			return
+		case <-s.abortCh:
+			s.failQueued(ErrStopping)
+			return
+		}
+		batch = append(batch[:0], first)
+		bytes := len(first.rec)
+		if first.kind != opSnapshot {
+			timer.Reset(s.cfg.GroupMaxWait)
+		gather:
+			for len(batch) < s.cfg.GroupMaxEntries && bytes < s.cfg.GroupMaxBytes {
+				var o *op
+				select {
+				case o = <-s.queue:
+				default:
+					if s.cfg.FlushWhenIdle {
+						break gather
+					}
+					select {
+					case o = <-s.queue:
+					case <-timer.C:
+						break gather
+					case <-s.abortCh:
+						break gather
+					}
+				}
+				batch = append(batch, o)
+				bytes += len(o.rec)
+				if o.kind == opSnapshot {
+					break
+				}
+			}
+			timer.Stop()
+		}
+		s.processGroup(batch)
+		clear(batch)
+	}
+}
+
+func (s *storage) drain() {
+	var batch []*op
+	for {
+		select {
+		case o := <-s.queue:
+			batch = append(batch, o)
+			if len(batch) >= s.cfg.GroupMaxEntries || o.kind == opSnapshot {
+				s.processGroup(batch)
+				batch = batch[:0]
+			}
+		default:
+			if len(batch) > 0 {
+				s.processGroup(batch)
+			}
+			return
+		}
+	}
+}
+
+func (s *storage) failQueued(err error) {
+	for {
+		select {
+		case o := <-s.queue:
+			o.done(opResult{err: err})
+		default:
+			return
+		}
+	}
+}
+
+// processGroup decides, writes, syncs, applies and answers one group. Every
+// decision that depends on the index (fenced? ledger still there?) is made
+// here, in queue order, by the one journal goroutine: a fence answered
+// before an add was decided makes that add fail.
+func (s *storage) processGroup(batch []*op) {
+	var snapOp *op
+	if last := batch[len(batch)-1]; last.kind == opSnapshot {
+		snapOp = last
+		batch = batch[:len(batch)-1]
+	}
+	roDisk, roIO := s.readOnlyFlags()
+	buf := s.wbuf[:0]
+	var written []*op
+	s.mu.Lock()
+	for _, o := range batch {
+		o.failed = nil
+		ls := s.ledgers[o.ledger]
+		switch o.kind {
+		case recEntry:
+			if roIO || roDisk {
+				o.failed = ErrReadOnly
+			} else if ls != nil && ls.fenced && !o.recovery {
+				o.failed = fmt.Errorf("%w: ledger %d", ErrLedgerFenced, o.ledger)
+			} else if ls == nil {
+				ls = newLedgerState()
+				s.ledgers[o.ledger] = ls
+			}
+		case recFence, recDelete:
+			// Fences and deletes are tiny and are allowed while read-only
+			// for disk usage (the threshold leaves room); after an I/O
+			// error nothing is written.
+			if roIO {
+				o.failed = ErrReadOnly
+				break
+			}
+			if o.kind == recFence {
+				if ls == nil {
+					ls = newLedgerState()
+					s.ledgers[o.ledger] = ls
+				}
+				// Fenced in memory now so that every later add in queue
+				// order is refused; durable before the fence is answered.
+				ls.fenced = true
+			} else {
+				delete(s.ledgers, o.ledger)
+			}
+			o.rec = encodeRecord(o.rec[:0], o.kind, o.ledger, -1, -1, nil)
+		case opRelocate:
+			if roIO {
+				o.failed = ErrReadOnly
+			} else if ls == nil || ls.entries[o.entry] != o.oldLoc {
+				o.failed = errRelocateSkipped
+			}
+		}
+		// Apply into the state decided on, even if a later op in this
+		// group deletes the ledger: the result then matches replay order.
+		o.ls = ls
+		if o.failed != nil {
+			continue
+		}
+		o.newLoc = loc{file: s.curSeq, off: s.curSize + int64(len(buf)), size: uint32(len(o.rec))}
+		buf = append(buf, o.rec...)
+		written = append(written, o)
+	}
+	s.mu.Unlock()
+
+	var werr error
+	if len(buf) > 0 {
+		if _, err := s.cur.Write(buf); err != nil {
+			werr = fmt.Errorf("%w: journal write %s: %v", ErrIO, journalFileName(s.curSeq), err)
+		} else {
+			t0 := time.Now()
+			err := s.cur.Sync()
+			s.m.fsyncLatency.Observe(time.Since(t0).Seconds())
+			s.m.fsyncs.Inc()
+			if err != nil {
+				werr = fmt.Errorf("%w: journal fdatasync %s: %v", ErrIO, journalFileName(s.curSeq), err)
+			}
+		}
+		if werr != nil {
+			// Never acknowledge what may not be persisted: the whole group
+			// fails and the bookie stops taking writes until restarted.
+			s.setIOFailed(werr)
+		} else {
+			s.curSize += int64(len(buf))
+			s.m.groupEntries.Observe(float64(len(written)))
+			s.m.groupBytes.Observe(float64(len(buf)))
+		}
+	}
+	if cap(buf) <= 4*s.cfg.GroupMaxBytes {
+		s.wbuf = buf[:0]
+	}
+
+	results := make([]opResult, len(batch))
+	s.mu.Lock()
+	if werr == nil {
+		s.files[s.curSeq] = s.curSize
+	}
+	for i, o := range batch {
+		if o.failed != nil {
+			results[i].err = o.failed
+			continue
+		}
+		if werr != nil {
+			results[i].err = werr
+			continue
+		}
+		ls := o.ls
+		switch o.kind {
+		case recEntry:
+			ls.entries[o.entry] = o.newLoc
+			ls.last = max(ls.last, o.entry)
+			ls.lac = max(ls.lac, o.lac)
+		case recFence:
+			results[i].last, results[i].lac = ls.last, ls.lac
+		case opRelocate:
+			if ls.entries[o.entry] == o.oldLoc {
+				ls.entries[o.entry] = o.newLoc
+			}
+		}
+	}
+	s.mu.Unlock()
+
+	now := time.Now()
+	for i, o := range batch {
+		if o.kind == recEntry {
+			if results[i].err == nil {
+				s.m.addEntries.Inc()
+				s.m.addBytes.Add(float64(o.payload))
+				s.m.addLatency.Observe(now.Sub(o.start).Seconds())
+			} else {
+				c, _ := ToStatus(results[i].err)
+				s.m.addErrors.WithLabelValues(c.String()).Inc()
+			}
+		}
+		o.done(results[i])
+	}
+	if werr == nil && s.curSize >= s.cfg.MaxJournalFileBytes {
+		if err := s.openJournalFile(s.curSeq + 1); err != nil {
+			s.setIOFailed(err)
+		}
+	}
+	if snapOp != nil {
+		snapOp.done(s.takeSnapshot())
+	}
+}
+
+var errRelocateSkipped = errors.New("bookie: relocation skipped (entry moved or ledger deleted)")
+
+// takeSnapshot rolls the journal to a fresh file (if the current one is not
+// empty) and copies the index; the copy covers exactly the journal files
+// before the new current file. Runs on the journal goroutine.
+func (s *storage) takeSnapshot() opResult {
+	if _, roIO := s.readOnlyFlags(); roIO {
+		return opResult{err: ErrReadOnly}
+	}
+	if s.curSize > 0 {
+		if err := s.openJournalFile(s.curSeq + 1); err != nil {
+			s.setIOFailed(err)
+			return opResult{err: err}
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	snap := &snapshot{pos: s.curSeq, ledgers: make([]snapLedger, 0, len(s.ledgers))}
+	for id, ls := range s.ledgers {
+		sl := snapLedger{id: id, fenced: ls.fenced, lac: ls.lac, last: ls.last, entries: make([]snapEntry, 0, len(ls.entries))}
+		for e, l := range ls.entries {
+			sl.entries = append(sl.entries, snapEntry{entry: e, loc: l})
+		}
+		snap.ledgers = append(snap.ledgers, sl)
+	}
+	return opResult{snap: snap}
+}
+
+// reader returns a read handle for journal file seq; call with readersMu
+// held for reading. It upgrades internally to open a missing handle.
+func (s *storage) readAt(seq uint64, p []byte, off int64) error {
+	s.readersMu.RLock()
+	f := s.readers[seq]
+	if f != nil {
+		err := faultfs.ReadFull(f, p, off)
+		s.readersMu.RUnlock()
+		return err
+	}
+	s.readersMu.RUnlock()
+	s.readersMu.Lock()
+	f = s.readers[seq]
+	if f == nil {
+		var err error
+		f, err = s.fs.Open(filepath.Join(s.jdir, journalFileName(seq)))
+		if err != nil {
+			s.readersMu.Unlock()
+			return err
+		}
+		s.readers[seq] = f
+	}
+	s.readersMu.Unlock()
+	s.readersMu.RLock()
+	defer s.readersMu.RUnlock()
+	if f = s.readers[seq]; f == nil {
+		return fs.ErrNotExist
+	}
+	return faultfs.ReadFull(f, p, off)
+}
+
+func (s *storage) closeReaders() {
+	s.readersMu.Lock()
+	defer s.readersMu.Unlock()
+	for k, f := range s.readers {
+		f.Close()
+		delete(s.readers, k)
+	}
+}
+
+// entryInfo is what a read returns besides the payload.
+type entryInfo struct {
+	entry  int64
+	lac    int64
+	fenced bool
+}
+
+// read returns entry's payload (entry -1 = the last stored entry).
+func (s *storage) read(ledger, entry int64) ([]byte, entryInfo, error) {
+	for attempt := 0; ; attempt++ {
+		s.mu.RLock()
+		ls := s.ledgers[ledger]
+		if ls == nil {
+			s.mu.RUnlock()
+			return nil, entryInfo{}, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledger)
+		}
+		info := entryInfo{entry: entry, lac: ls.lac, fenced: ls.fenced}
+		if entry == -1 {
+			info.entry = ls.last
+		}
+		l, ok := ls.entries[info.entry]
+		s.mu.RUnlock()
+		if !ok {
+			return nil, info, fmt.Errorf("%w: ledger %d entry %d", ErrNoSuchEntry, ledger, info.entry)
+		}
+		buf := make([]byte, l.size)
+		err := s.readAt(l.file, buf, l.off)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
+				continue // moved by compaction; look it up again
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				s.setIOFailed(fmt.Errorf("read %s: %w", journalFileName(l.file), err))
+			}
+			return nil, info, fmt.Errorf("%w: read ledger %d entry %d: %v", ErrIO, ledger, info.entry, err)
+		}
+		h, ok := decodeHeader(buf)
+		if !ok || h.typ != recEntry || h.ledger != ledger || h.entry != info.entry || h.length != l.size {
+			return nil, info, fmt.Errorf("%w: ledger %d entry %d: bad record header at %s@%d", ErrEntryCorrupt, ledger, info.entry, journalFileName(l.file), l.off)
+		}
+		payload := buf[recHeaderSize:]
+		if crc32.Checksum(payload, castagnoli) != h.dataCRC {
+			return nil, info, fmt.Errorf("%w: ledger %d entry %d: payload CRC32C mismatch at %s@%d", ErrEntryCorrupt, ledger, info.entry, journalFileName(l.file), l.off)
+		}
+		return payload, info, nil
+	}
+}
+
+// ledgerInfo returns the ledger's LAC, last entry and fenced flag.
+func (s *storage) ledgerInfo(ledger int64) (lac, last int64, fenced bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ls := s.ledgers[ledger]
+	if ls == nil {
+		return -1, -1, false, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledger)
+	}
+	return ls.lac, ls.last, ls.fenced, nil
+}
+
+func (s *storage) ledgerCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.ledgers)
+}
+
+// --- read-only state ---
+
+func (s *storage) readOnlyFlags() (disk, io bool) {
+	s.roMu.Lock()
+	defer s.roMu.Unlock()
+	return s.roDisk, s.roIO
+}
+
+// readOnly reports whether adds are refused and why.
+func (s *storage) readOnly() (bool, string) {
+	s.roMu.Lock()
+	defer s.roMu.Unlock()
+	return s.roDisk || s.roIO, s.roReason
+}
+
+func (s *storage) setIOFailed(err error) {
+	s.roMu.Lock()
+	first := !s.roIO
+	s.roIO = true
+	s.roReason = "io error: " + err.Error()
+	s.roMu.Unlock()
+	if first {
+		s.log.Error("bookie going read-only after an I/O error", "err", err)
+		s.m.readOnly.Set(1)
+		s.notifyRO()
+	}
+}
+
+func (s *storage) setDiskRO(ro bool, u faultfs.Usage) {
+	s.roMu.Lock()
+	changed := s.roDisk != ro
+	s.roDisk = ro
+	s.lastUsage = u
+	if !s.roIO {
+		if ro {
+			s.roReason = fmt.Sprintf("disk usage %.1f%% >= threshold %.1f%%", 100*u.Fraction(), 100*s.cfg.DiskUsageThreshold)
+		} else {
+			s.roReason = ""
+		}
+	}
+	now := s.roDisk || s.roIO
+	s.roMu.Unlock()
+	if changed {
+		s.log.Warn("bookie read-only state changed (disk usage)", "read_only", now, "used_fraction", u.Fraction())
+		if now {
+			s.m.readOnly.Set(1)
+		} else {
+			s.m.readOnly.Set(0)
+		}
+		s.notifyRO()
+	}
+}
+
+func (s *storage) notifyRO() {
+	select {
+	case s.roNotify <- struct{}{}:
+	default:
+	}
+}
+
+// checkDisk measures the data disks and updates the read-only state.
+func (s *storage) checkDisk() faultfs.Usage {
+	var worst faultfs.Usage
+	for _, d := range []string{s.jdir, s.idir} {
+		u, err := s.fs.DiskUsage(d)
+		if err != nil {
+			s.log.Warn("disk usage check failed", "dir", d, "err", err)
+			continue
+		}
+		if u.Fraction() >= worst.Fraction() {
+			worst = u
+		}
+	}
+	s.m.diskUsed.Set(float64(worst.Used()))
+	s.m.diskTotal.Set(float64(worst.Total))
+	disk, _ := s.readOnlyFlags()
+	f := worst.Fraction()
+	switch {
+	case f >= s.cfg.DiskUsageThreshold:
+		s.setDiskRO(true, worst)
+	case disk && f < s.cfg.DiskUsageLowWater:
+		s.setDiskRO(false, worst)
+	default:
+		s.roMu.Lock()
+		s.lastUsage = worst
+		s.roMu.Unlock()
+	}
+	s.mu.RLock()
+	var jb int64
+	for _, sz := range s.files {
+		jb += sz
+	}
+	n := len(s.ledgers)
+	s.mu.RUnlock()
+	s.m.journalBytes.Set(float64(jb))
+	s.m.ledgers.Set(float64(n))
+	return worst
+}
+
+func (s *storage) usage() faultfs.Usage {
+	s.roMu.Lock()
+	defer s.roMu.Unlock()
+	return s.lastUsage
+}
+
+// close stops the journal goroutine. Graceful: queued ops are written and a
+// final checkpoint taken. Abrupt (crash-like): queued ops fail, no checkpoint.
+func (s *storage) close(graceful bool) {
+	s.closeMu.Lock()
+	already := s.closed
+	s.closed = true
+	s.closeMu.Unlock()
+	if already {
+		<-s.loopDone
+		return
+	}
+	if graceful {
+		close(s.stopCh)
+	} else {
+		close(s.abortCh)
+	}
+	<-s.loopDone
+	if graceful {
+		if _, roIO := s.readOnlyFlags(); !roIO {
+			if err := s.checkpointNow(); err != nil {
+				s.log.Warn("final checkpoint failed", "err", err)
+			}
+		}
+	}
+	if s.cur != nil {
+		s.cur.Close()
+	}
+	s.closeReaders()
+}
