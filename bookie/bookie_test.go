@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
@@ -78,5 +79,65 @@ func TestAddReadRoundTrip(t *testing.T) {
 	}
 	if _, err := read(ctx, cl, 8, 0); !errors.Is(err, bookie.ErrNoSuchLedger) {
 		t.Fatalf("missing ledger: %v", err)
+	}
+}
+
+func TestBadInputRejected(t *testing.T) {
+	c := bookietest.StartCluster(t, 1)
+	ctx := ctxT(t)
+	cl := c.Client(0)
+	max := c.Server(0).Config().MaxEntryBytes
+	cases := []struct {
+		name string
+		req  *bookiev1.AddEntryRequest
+		want string
+	}{
+		{"negative ledger", &bookiev1.AddEntryRequest{LedgerId: -1, EntryId: 0}, "ledger_id"},
+		{"negative entry", &bookiev1.AddEntryRequest{LedgerId: 3, EntryId: -5}, "entry_id"},
+		{"bad lac", &bookiev1.AddEntryRequest{LedgerId: 3, EntryId: 0, LastAddConfirmed: -2}, "last_add_confirmed"},
+		{"oversize", &bookiev1.AddEntryRequest{LedgerId: 3, EntryId: 0, Payload: make([]byte, max+1)}, "MaxEntryBytes"},
+	}
+	for _, tc := range cases {
+		_, err := cl.AddEntry(ctx, tc.req)
+		err = bookie.FromStatus(err)
+		if !errors.Is(err, bookie.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument naming %s", tc.name, err, tc.want)
+		}
+	}
+	if _, err := cl.ReadLastAddConfirmed(ctx, &bookiev1.ReadLastAddConfirmedRequest{LedgerId: 3}); !errors.Is(bookie.FromStatus(err), bookie.ErrNoSuchLedger) {
+		t.Fatalf("bad adds changed state: %v", err)
+	}
+	// Exactly the limit is accepted.
+	if err := add(ctx, cl, 3, 0, make([]byte, max)); err != nil {
+		t.Fatalf("add of MaxEntryBytes: %v", err)
+	}
+	if _, err := cl.ReadEntry(ctx, &bookiev1.ReadEntryRequest{LedgerId: 3, EntryId: -2}); !errors.Is(bookie.FromStatus(err), bookie.ErrInvalidArgument) {
+		t.Fatalf("read entry -2: %v", err)
+	}
+	if _, err := cl.ReadRange(ctx, &bookiev1.ReadRangeRequest{LedgerId: 3, FirstEntryId: 5, LastEntryId: 1}); err == nil {
+		// The status arrives on the first Recv for server streams.
+		st, _ := cl.ReadRange(ctx, &bookiev1.ReadRangeRequest{LedgerId: 3, FirstEntryId: 5, LastEntryId: 1})
+		if _, err := st.Recv(); !errors.Is(bookie.FromStatus(err), bookie.ErrInvalidArgument) {
+			t.Fatalf("range last<first: %v", err)
+		}
+	}
+}
+
+func TestConfigValidateNamesField(t *testing.T) {
+	cfg := bookie.DefaultConfig()
+	cfg.ID = "b"
+	cfg.JournalDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := cfg
+	bad.DiskUsageThreshold = 1.5
+	if err := bad.Validate(); !errors.Is(err, bookie.ErrInvalidConfig) || !strings.Contains(err.Error(), "DiskUsageThreshold") {
+		t.Fatalf("got %v", err)
+	}
+	bad = cfg
+	bad.MaxEntryBytes = 0
+	if _, err := bookie.NewServer(bad); err == nil || !strings.Contains(err.Error(), "MaxEntryBytes") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/bookie"
+	"google.golang.org/grpc/codes"
 )
 
 func ctxT(t testing.TB) context.Context {
@@ -46,4 +47,73 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// metricValue sums the samples of a counter or gauge family.
+func metricValue(t testing.TB, srv *bookie.Server, name string) float64 {
+	t.Helper()
+	mfs, err := srv.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var v float64
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				v += m.Counter.GetValue()
+			case m.Gauge != nil:
+				v += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				v += float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return v
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
+
+// streamAdds sends entries [from, to) of ledger on one AddEntries stream
+// with up to window in flight; it returns the acked entry ids and the
+// errors of the others.
+func streamAdds(ctx context.Context, c bookiev1.BookieClient, ledger, from, to int64, size int, window int) (acked []int64, failed map[int64]error, err error) {
+	st, err := c.AddEntries(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	failed = map[int64]error{}
+	sem := make(chan struct{}, window)
+	sendErr := make(chan error, 1)
+	go func() {
+		for e := from; e < to; e++ {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				sendErr <- ctx.Err()
+				return
+			}
+			if err := st.Send(&bookiev1.AddEntryRequest{LedgerId: ledger, EntryId: e, Payload: payloadFor(ledger, e, size), LastAddConfirmed: e - 1}); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- st.CloseSend()
+	}()
+	for n := from; n < to; n++ {
+		r, err := st.Recv()
+		if err != nil {
+			return acked, failed, err
+		}
+		<-sem
+		if e := bookie.FromCode(codes.Code(r.Code), r.Message); e != nil {
+			failed[r.EntryId] = e
+		} else {
+			acked = append(acked, r.EntryId)
+		}
+	}
+	return acked, failed, <-sendErr
 }

@@ -254,6 +254,10 @@ func (s *Server) advertised() string {
 	return s.lis.Addr().String()
 }
 
+// Gatherer returns the gatherer serving the bookie's metrics (nil when the
+// configured Registerer is not a Gatherer and Config.Gatherer is unset).
+func (s *Server) Gatherer() prometheus.Gatherer { return s.gather }
+
 // ID returns the bookie's ID.
 func (s *Server) ID() string { return s.cfg.ID }
 

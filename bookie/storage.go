@@ -727,7 +727,7 @@ func (s *storage) setIOFailed(err error) {
 	s.roMu.Lock()
 	first := !s.roIO
 	s.roIO = true
-	s.roReason = "io error: " + err.Error()
+	s.roReason = err.Error()
 	s.roMu.Unlock()
 	if first {
 		s.log.Error("bookie going read-only after an I/O error", "err", err)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,7 +119,7 @@ func (w *tlogWriter) Write(p []byte) (int, error) {
 	closed := w.c.closed
 	w.c.mu.Unlock()
 	if !closed {
-		w.c.t.Log(string(p))
+		w.c.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
 }
