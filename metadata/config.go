@@ -75,6 +75,11 @@ type NodeConfig struct {
 	// RequestTimeout applies to requests whose context has no deadline
 	// (default 5s).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// AttemptTimeout caps one proposal or ReadIndex attempt (default 2s).
+	// A proposal forwarded to a leader that just died is lost, and only
+	// this timeout ends the wait; then reads and version-guarded writes are
+	// retried, other writes return ErrUnknownOutcome.
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// MaxWatches caps concurrent watches served by this node (default 1024).
 	MaxWatches int `yaml:"max_watches"`
 
@@ -116,6 +121,7 @@ func DefaultNodeConfig() NodeConfig {
 		MaxSessionTTL:      time.Hour,
 		SessionTick:        200 * time.Millisecond,
 		RequestTimeout:     5 * time.Second,
+		AttemptTimeout:     2 * time.Second,
 		MaxWatches:         1024,
 	}
 }
@@ -243,6 +249,9 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		bad("request_timeout %v must be positive", c.RequestTimeout)
+	}
+	if c.AttemptTimeout < 10*time.Millisecond {
+		bad("attempt_timeout %v must be at least 10ms", c.AttemptTimeout)
 	}
 	if c.MaxWatches < 1 {
 		bad("max_watches %d must be at least 1", c.MaxWatches)

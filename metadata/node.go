@@ -374,7 +374,7 @@ func (n *Node) tickLoop(ctx context.Context) {
 				}
 			}
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew})
+			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew}, false)
 			cancel()
 			if err != nil {
 				wasLeader[sc.ShardID] = false // retry the renewal next tick

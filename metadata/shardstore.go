@@ -52,22 +52,32 @@ func wait(ctx context.Context, d time.Duration) bool {
 
 // propose sends a command until it is proposed, then maps Dragonboat's
 // errors: a proposal that may have been committed is ErrUnknownOutcome.
-func (s *shardStore) propose(ctx context.Context, c command) (cmdResult, error) {
+// safe commands (version-guarded, or idempotent) are sent again after an
+// attempt with an unknown outcome; if the retry then fails its guard the
+// result is ErrUnknownOutcome, since the first attempt may have applied.
+func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResult, error) {
 	ctx, cancel := s.withDeadline(ctx)
 	defer cancel()
-	c.Now = time.Now().UnixNano()
-	data, err := json.Marshal(c)
-	if err != nil {
-		return cmdResult{}, fmt.Errorf("%w: encode command: %v", ErrInvalidArgument, err)
-	}
 	start := time.Now()
 	backoff := 5 * time.Millisecond
+	var uncertain error
 	for {
 		if ctx.Err() != nil {
+			if uncertain != nil {
+				s.node.metrics.proposal(s.name, "unknown", start)
+				return cmdResult{}, fmt.Errorf("%w: shard %q: %v", ErrUnknownOutcome, s.name, uncertain)
+			}
 			s.node.metrics.proposal(s.name, "unavailable", start)
 			return cmdResult{}, fmt.Errorf("%w: shard %q has no leader: %w", ErrUnavailable, s.name, ctx.Err())
 		}
-		res, err := s.node.nh.SyncPropose(ctx, s.node.nh.GetNoOPSession(s.shardID), data)
+		c.Now = time.Now().UnixNano()
+		data, err := json.Marshal(c)
+		if err != nil {
+			return cmdResult{}, fmt.Errorf("%w: encode command: %v", ErrInvalidArgument, err)
+		}
+		actx, acancel := context.WithTimeout(ctx, s.node.cfg.AttemptTimeout)
+		res, err := s.node.nh.SyncPropose(actx, s.node.nh.GetNoOPSession(s.shardID), data)
+		acancel()
 		if err == nil {
 			var out cmdResult
 			if uerr := json.Unmarshal(res.Data, &out); uerr != nil {
@@ -75,6 +85,10 @@ func (s *shardStore) propose(ctx context.Context, c command) (cmdResult, error) 
 				return cmdResult{}, fmt.Errorf("%w: decode result: %v", ErrUnknownOutcome, uerr)
 			}
 			if res.Value != codeOK {
+				if uncertain != nil && (res.Value == codeVersionMismatch || res.Value == codeNotFound || res.Value == codeSessionExpired) {
+					s.node.metrics.proposal(s.name, "unknown", start)
+					return cmdResult{}, fmt.Errorf("%w: an earlier attempt may have applied (%v); the retry found: %v", ErrUnknownOutcome, uncertain, codeError(res.Value, out.Msg))
+				}
 				s.node.metrics.proposal(s.name, "rejected", start)
 				return out, codeError(res.Value, out.Msg)
 			}
@@ -83,18 +97,24 @@ func (s *shardStore) propose(ctx context.Context, c command) (cmdResult, error) 
 		}
 		switch {
 		case retryable(err):
-			if !wait(ctx, backoff) {
-				continue // reports the ctx error above
+			if wait(ctx, backoff) {
+				backoff = min(backoff*2, 100*time.Millisecond)
 			}
-			backoff = min(backoff*2, 100*time.Millisecond)
 			continue
 		case errors.Is(err, dragonboat.ErrTimeout), errors.Is(err, dragonboat.ErrCanceled),
 			errors.Is(err, dragonboat.ErrShardClosed), errors.Is(err, dragonboat.ErrAborted):
+			if safe && ctx.Err() == nil {
+				uncertain = err
+				continue
+			}
 			s.node.metrics.proposal(s.name, "unknown", start)
 			return cmdResult{}, fmt.Errorf("%w: shard %q: %v", ErrUnknownOutcome, s.name, err)
 		case errors.Is(err, dragonboat.ErrPayloadTooBig):
 			s.node.metrics.proposal(s.name, "invalid", start)
 			return cmdResult{}, fmt.Errorf("%w: command of %d bytes: %v", ErrInvalidArgument, len(data), err)
+		case uncertain != nil:
+			s.node.metrics.proposal(s.name, "unknown", start)
+			return cmdResult{}, fmt.Errorf("%w: shard %q: %v, then %v", ErrUnknownOutcome, s.name, uncertain, err)
 		default:
 			// ErrClosed, ErrShardNotFound, ErrTimeoutTooSmall, ErrRejected...:
 			// never proposed.
@@ -127,12 +147,14 @@ func (s *shardStore) read(ctx context.Context, q any, stale bool) (any, error) {
 			s.node.metrics.read(s.name, kind, "unavailable")
 			return nil, fmt.Errorf("%w: shard %q: %w", ErrUnavailable, s.name, ctx.Err())
 		}
-		v, err := s.node.nh.SyncRead(ctx, s.shardID, q)
+		actx, acancel := context.WithTimeout(ctx, s.node.cfg.AttemptTimeout)
+		v, err := s.node.nh.SyncRead(actx, s.shardID, q)
+		acancel()
 		if err == nil {
 			s.node.metrics.read(s.name, kind, "ok")
 			return v, nil
 		}
-		if retryable(err) {
+		if retryable(err) || errors.Is(err, dragonboat.ErrTimeout) {
 			if wait(ctx, backoff) {
 				backoff = min(backoff*2, 100*time.Millisecond)
 			}
@@ -205,7 +227,7 @@ func (s *shardStore) Txn(ctx context.Context, ops []Op) ([]KV, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.propose(ctx, command{Type: cmdTxn, Ops: cops})
+	res, err := s.propose(ctx, command{Type: cmdTxn, Ops: cops}, guarded(ops))
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +239,7 @@ func (s *shardStore) CreateSession(ctx context.Context, ttl time.Duration) (Sess
 	if ttl < s.node.cfg.MinSessionTTL || ttl > s.node.cfg.MaxSessionTTL {
 		return 0, fmt.Errorf("%w: ttl %v must be in [%v, %v]", ErrInvalidArgument, ttl, s.node.cfg.MinSessionTTL, s.node.cfg.MaxSessionTTL)
 	}
-	res, err := s.propose(ctx, command{Type: cmdCreateSess, TTL: int64(ttl)})
+	res, err := s.propose(ctx, command{Type: cmdCreateSess, TTL: int64(ttl)}, false)
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +251,7 @@ func (s *shardStore) KeepAlive(ctx context.Context, id SessionID) error {
 	if id == 0 {
 		return fmt.Errorf("%w: session must be non-zero", ErrInvalidArgument)
 	}
-	_, err := s.propose(ctx, command{Type: cmdKeepAlive, Session: uint64(id)})
+	_, err := s.propose(ctx, command{Type: cmdKeepAlive, Session: uint64(id)}, true)
 	return err
 }
 
@@ -238,7 +260,7 @@ func (s *shardStore) CloseSession(ctx context.Context, id SessionID) error {
 	if id == 0 {
 		return fmt.Errorf("%w: session must be non-zero", ErrInvalidArgument)
 	}
-	_, err := s.propose(ctx, command{Type: cmdCloseSession, Session: uint64(id)})
+	_, err := s.propose(ctx, command{Type: cmdCloseSession, Session: uint64(id)}, false)
 	return err
 }
 
