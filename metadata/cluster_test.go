@@ -185,7 +185,10 @@ func TestClusterSnapshotRestart(t *testing.T) {
 		checkAll(t, c, i, "s/", acked)
 	}
 	// The watch history survived the restart: resume from before it.
-	evs := collect(t, func() <-chan metadata.Event { ch, _ := c.Store(1, metadata.GlobalShard).Watch(ctx, "s/", rev-10); return ch }(), 10)
+	evs := collect(t, func() <-chan metadata.Event {
+		ch, _ := c.Store(1, metadata.GlobalShard).Watch(ctx, "s/", rev-10)
+		return ch
+	}(), 10)
 	if evs[0].Revision != rev-9 || evs[9].Revision != rev || evs[9].KV.Key != "s/119" {
 		t.Fatalf("history after restart: %+v .. %+v", evs[0], evs[9])
 	}
