@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+)
+
+// bookieFileConfig is the YAML form of bookie.Config (see
+// deploy/config/bookie.yaml). Unset fields keep bookie.DefaultConfig values;
+// unknown fields are an error.
+type bookieFileConfig struct {
+	ID                  *string        `yaml:"id"`
+	Region              *string        `yaml:"region"`
+	Rack                *string        `yaml:"rack"`
+	ListenAddr          *string        `yaml:"listen_addr"`
+	AdvertiseAddr       *string        `yaml:"advertise_addr"`
+	HTTPAddr            *string        `yaml:"http_addr"`
+	JournalDir          *string        `yaml:"journal_dir"`
+	LedgerDir           *string        `yaml:"ledger_dir"`
+	MaxEntryBytes       *int           `yaml:"max_entry_bytes"`
+	GroupMaxWait        *time.Duration `yaml:"group_max_wait"`
+	GroupMaxBytes       *int           `yaml:"group_max_bytes"`
+	GroupMaxEntries     *int           `yaml:"group_max_entries"`
+	FlushWhenIdle       *bool          `yaml:"flush_when_idle"`
+	MaxQueuedAdds       *int           `yaml:"max_queued_adds"`
+	MaxJournalFileBytes *int64         `yaml:"max_journal_file_bytes"`
+	CheckpointInterval  *time.Duration `yaml:"checkpoint_interval"`
+	GCInterval          *time.Duration `yaml:"gc_interval"`
+	CompactionThreshold *float64       `yaml:"compaction_threshold"`
+	DiskUsageThreshold  *float64       `yaml:"disk_usage_threshold"`
+	DiskUsageLowWater   *float64       `yaml:"disk_usage_low_water"`
+	DiskCheckInterval   *time.Duration `yaml:"disk_check_interval"`
+	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
+	SessionTTL          *time.Duration `yaml:"session_ttl"`
+	LogLevel            *string        `yaml:"log_level"`
+	Metadata            struct {
+		// Endpoints of metadata nodes; empty = run without registration.
+		Endpoints []string `yaml:"endpoints"`
+		// Shard is the regional shard to register in ("" = the region).
+		Shard string `yaml:"shard"`
+	} `yaml:"metadata"`
+}
+
+func setIf[T any](dst *T, src *T) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+// loadBookieConfig parses a YAML bookie config; errors name the field.
+func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
+	var fc bookieFileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil {
+		return bookie.Config{}, fc, fmt.Errorf("bookie config: %w", err)
+	}
+	cfg := bookie.DefaultConfig()
+	setIf(&cfg.ID, fc.ID)
+	setIf(&cfg.Region, fc.Region)
+	setIf(&cfg.Rack, fc.Rack)
+	setIf(&cfg.ListenAddr, fc.ListenAddr)
+	setIf(&cfg.AdvertiseAddr, fc.AdvertiseAddr)
+	setIf(&cfg.HTTPAddr, fc.HTTPAddr)
+	setIf(&cfg.JournalDir, fc.JournalDir)
+	setIf(&cfg.LedgerDir, fc.LedgerDir)
+	setIf(&cfg.MaxEntryBytes, fc.MaxEntryBytes)
+	setIf(&cfg.GroupMaxWait, fc.GroupMaxWait)
+	setIf(&cfg.GroupMaxBytes, fc.GroupMaxBytes)
+	setIf(&cfg.GroupMaxEntries, fc.GroupMaxEntries)
+	setIf(&cfg.FlushWhenIdle, fc.FlushWhenIdle)
+	setIf(&cfg.MaxQueuedAdds, fc.MaxQueuedAdds)
+	setIf(&cfg.MaxJournalFileBytes, fc.MaxJournalFileBytes)
+	setIf(&cfg.CheckpointInterval, fc.CheckpointInterval)
+	setIf(&cfg.GCInterval, fc.GCInterval)
+	setIf(&cfg.CompactionThreshold, fc.CompactionThreshold)
+	setIf(&cfg.DiskUsageThreshold, fc.DiskUsageThreshold)
+	setIf(&cfg.DiskUsageLowWater, fc.DiskUsageLowWater)
+	setIf(&cfg.DiskCheckInterval, fc.DiskCheckInterval)
+	setIf(&cfg.ReadRangeMaxBytes, fc.ReadRangeMaxBytes)
+	setIf(&cfg.SessionTTL, fc.SessionTTL)
+	if fc.LogLevel != nil {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(*fc.LogLevel)); err != nil {
+			return cfg, fc, fmt.Errorf("bookie config: log_level: %w", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fc, fmt.Errorf("bookie config: %w", err)
+	}
+	return cfg, fc, nil
+}
+
+func init() {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "bookie",
+		Short: "Run a bookie (storage node)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath == "" {
+				return fmt.Errorf("--config is required")
+			}
+			data, err := os.ReadFile(configPath)
+			if err != nil {
+				return err
+			}
+			cfg, fc, err := loadBookieConfig(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", configPath, err)
+			}
+			level := slog.LevelInfo
+			if fc.LogLevel != nil {
+				_ = level.UnmarshalText([]byte(*fc.LogLevel))
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if len(fc.Metadata.Endpoints) > 0 {
+				shard := fc.Metadata.Shard
+				if shard == "" {
+					shard = cfg.Region
+				}
+				if shard == "" {
+					return fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
+				}
+				mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+				if err != nil {
+					return fmt.Errorf("metadata client: %w", err)
+				}
+				defer mc.Close()
+				cfg.Metadata = mc
+			}
+			srv, err := bookie.NewServer(cfg)
+			if err != nil {
+				return err
+			}
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			err = srv.Start(startCtx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "bookie %s serving gRPC on %s, HTTP on %s\n", cfg.ID, srv.Addr(), srv.HTTPAddr())
+			<-ctx.Done()
+			srv.Stop()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "bookie YAML config file")
+	rootCmd.AddCommand(cmd)
+}
