@@ -391,13 +391,4 @@ func (n *Node) checkOps(ops []Op) ([]cmdOp, error) {
 	return out, nil
 }
 
-// stats returns the local replica's counters (tests, metrics).
-func (s *shardStore) stats() (statsResult, error) {
-	v, err := s.node.nh.StaleRead(s.shardID, statsQuery{})
-	if err != nil {
-		return statsResult{}, err
-	}
-	return v.(statsResult), nil
-}
-
 var _ sm.IStateMachine = (*stateMachine)(nil)

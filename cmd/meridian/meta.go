@@ -55,4 +55,3 @@ func init() {
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	rootCmd.AddCommand(cmd)
 }
-
