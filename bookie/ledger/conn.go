@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -79,6 +80,12 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 			grpc.MaxCallRecvMsgSize(cfg.MaxEntryBytes+(1<<20)),
 			grpc.MaxCallSendMsgSize(cfg.MaxEntryBytes+(1<<20)),
 		),
+		// Reconnect quickly after a bookie restarts: fail-fast RPCs during
+		// the backoff would otherwise fail for up to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
 		// Large windows: a few hundred 64 KiB adds in flight per stream.
 		grpc.WithInitialWindowSize(8 << 20),
 		grpc.WithInitialConnWindowSize(16 << 20),

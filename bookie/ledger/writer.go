@@ -434,6 +434,14 @@ func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieIn
 	exclude map[string]bool, first int64) ([]topology.BookieInfo, *Metadata, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.MetadataTimeout)
 	defer cancel()
+	// Re-read first: if someone started recovering the ledger, the failure
+	// may be a fence in disguise, and there is nothing to replace.
+	if cur, err := w.c.meta.get(ctx, w.id); err == nil {
+		md = cur
+	}
+	if md.State != StateOpen {
+		return nil, nil, fmt.Errorf("%w: ledger %d is %s", ErrLedgerFenced, w.id, md.State)
+	}
 	candidates, err := w.c.writableBookies(ctx)
 	if err != nil {
 		return nil, nil, err
