@@ -1,0 +1,471 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// adminService implements clientv1.AdminServer.
+type adminService struct {
+	clientv1.UnimplementedAdminServer
+	b *Server
+}
+
+func (a *adminService) ListTenants(ctx context.Context, _ *clientv1.ListTenantsRequest) (*clientv1.ListTenantsResponse, error) {
+	ts, err := listKeys(ctx, a.b.cfg.Global, tenantPrefix)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.ListTenantsResponse{Tenants: ts}, nil
+}
+
+func (a *adminService) CreateTenant(ctx context.Context, r *clientv1.CreateTenantRequest) (*clientv1.CreateTenantResponse, error) {
+	return &clientv1.CreateTenantResponse{}, GRPCError(a.b.createTenant(ctx, r.GetTenant(), r.GetAllowedRegions()))
+}
+
+func (a *adminService) DeleteTenant(ctx context.Context, r *clientv1.DeleteTenantRequest) (*clientv1.DeleteTenantResponse, error) {
+	if err := ValidateName("tenant", r.GetTenant()); err != nil {
+		return nil, GRPCError(err)
+	}
+	nss, err := listKeys(ctx, a.b.cfg.Global, namespacePrefix+r.GetTenant()+"/")
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	if len(nss) > 0 {
+		return nil, GRPCError(fmt.Errorf("%w: tenant %s has %d namespaces; delete them first", ErrNotAllowed, r.GetTenant(), len(nss)))
+	}
+	if err := a.b.cfg.Global.Delete(ctx, tenantPrefix+r.GetTenant(), metadata.AnyVersion); err != nil {
+		if errors.Is(err, metadata.ErrNotFound) {
+			return nil, GRPCError(fmt.Errorf("%w: tenant %s", ErrNotFound, r.GetTenant()))
+		}
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	return &clientv1.DeleteTenantResponse{}, nil
+}
+
+func (a *adminService) ListNamespaces(ctx context.Context, r *clientv1.ListNamespacesRequest) (*clientv1.ListNamespacesResponse, error) {
+	if err := ValidateName("tenant", r.GetTenant()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.cfg.Global.Get(ctx, tenantPrefix+r.GetTenant(), metadata.ReadOptions{}); errors.Is(err, metadata.ErrNotFound) {
+		return nil, GRPCError(fmt.Errorf("%w: tenant %s", ErrNotFound, r.GetTenant()))
+	}
+	nss, err := listKeys(ctx, a.b.cfg.Global, namespacePrefix+r.GetTenant()+"/")
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	for i := range nss {
+		nss[i] = r.GetTenant() + "/" + nss[i]
+	}
+	return &clientv1.ListNamespacesResponse{Namespaces: nss}, nil
+}
+
+func (a *adminService) CreateNamespace(ctx context.Context, r *clientv1.CreateNamespaceRequest) (*clientv1.CreateNamespaceResponse, error) {
+	return &clientv1.CreateNamespaceResponse{}, GRPCError(a.b.createNamespace(ctx, r.GetNamespace(), r.GetPolicies()))
+}
+
+func (a *adminService) DeleteNamespace(ctx context.Context, r *clientv1.DeleteNamespaceRequest) (*clientv1.DeleteNamespaceResponse, error) {
+	if _, _, err := ParseNamespace(r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.getPolicies(ctx, r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	topics, err := listKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/")
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	if len(topics) > 0 {
+		return nil, GRPCError(fmt.Errorf("%w: namespace %s has %d topics; delete them first", ErrNotAllowed, r.GetNamespace(), len(topics)))
+	}
+	if err := a.b.cfg.Global.Delete(ctx, namespacePrefix+r.GetNamespace(), metadata.AnyVersion); err != nil {
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	return &clientv1.DeleteNamespaceResponse{}, nil
+}
+
+func (a *adminService) GetNamespacePolicies(ctx context.Context, r *clientv1.GetNamespacePoliciesRequest) (*clientv1.GetNamespacePoliciesResponse, error) {
+	if _, _, err := ParseNamespace(r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	p, err := a.b.getPolicies(ctx, r.GetNamespace())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.GetNamespacePoliciesResponse{Policies: p}, nil
+}
+
+func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.SetNamespacePoliciesRequest) (*clientv1.SetNamespacePoliciesResponse, error) {
+	if _, _, err := ParseNamespace(r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	p := r.GetPolicies()
+	if p == nil {
+		p = &clientv1.NamespacePolicies{}
+	}
+	if err := a.b.validatePolicies(p); err != nil {
+		return nil, GRPCError(err)
+	}
+	kv, err := a.b.cfg.Global.Get(ctx, namespacePrefix+r.GetNamespace(), metadata.ReadOptions{})
+	if err != nil {
+		if errors.Is(err, metadata.ErrNotFound) {
+			return nil, GRPCError(fmt.Errorf("%w: namespace %s does not exist", ErrNotFound, r.GetNamespace()))
+		}
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	val, _ := protojson.Marshal(p)
+	if _, err := a.b.cfg.Global.Put(ctx, namespacePrefix+r.GetNamespace(), val, kv.Version, 0); err != nil {
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	for _, t := range a.b.loadedTopics() {
+		if t.name.NamespaceName() == r.GetNamespace() {
+			t.mu.Lock()
+			t.policies = p
+			t.mu.Unlock()
+		}
+	}
+	return &clientv1.SetNamespacePoliciesResponse{}, nil
+}
+
+func (a *adminService) ListTopics(ctx context.Context, r *clientv1.ListTopicsRequest) (*clientv1.ListTopicsResponse, error) {
+	if _, _, err := ParseNamespace(r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.getPolicies(ctx, r.GetNamespace()); err != nil {
+		return nil, GRPCError(err)
+	}
+	ts, err := listKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/")
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	for i := range ts {
+		ts[i] = r.GetNamespace() + "/" + ts[i]
+	}
+	return &clientv1.ListTopicsResponse{Topics: ts}, nil
+}
+
+// owned resolves a topic for an admin call: the local topic, or the owner's
+// admin client to forward to.
+func (a *adminService) owned(ctx context.Context, topicName string, create bool) (*topic, clientv1.AdminClient, error) {
+	name, err := ParseTopic(topicName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !create {
+		if _, err := a.b.getPolicies(ctx, name.NamespaceName()); err != nil {
+			return nil, nil, err
+		}
+	}
+	t, err := a.b.getTopic(ctx, name, create)
+	var no *notOwnedError
+	if errors.As(err, &no) && no.owner != "" && no.owner != a.b.self.GRPC {
+		c, perr := a.b.peer(no.owner)
+		if perr != nil {
+			return nil, nil, err
+		}
+		return nil, clientv1.NewAdminClient(c), nil
+	}
+	return t, nil, err
+}
+
+func (a *adminService) CreateTopic(ctx context.Context, r *clientv1.CreateTopicRequest) (*clientv1.CreateTopicResponse, error) {
+	name, err := ParseTopic(r.GetTopic())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.getPolicies(ctx, name.NamespaceName()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err == nil {
+		return nil, GRPCError(fmt.Errorf("%w: topic %s", ErrAlreadyExists, name))
+	}
+	if _, err := a.b.lookup(ctx, name, false); err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.CreateTopicResponse{}, nil
+}
+
+func (a *adminService) DeleteTopic(ctx context.Context, r *clientv1.DeleteTopicRequest) (*clientv1.DeleteTopicResponse, error) {
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.DeleteTopic(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	t.mu.Lock()
+	np := len(t.producers)
+	nc := 0
+	for _, s := range t.subs {
+		s.mu.Lock()
+		nc += len(s.consumers)
+		s.mu.Unlock()
+	}
+	t.mu.Unlock()
+	if (np > 0 || nc > 0) && !r.GetForce() {
+		return nil, GRPCError(fmt.Errorf("%w: topic %s has %d producers and %d consumers connected; use force", ErrNotAllowed, t.name, np, nc))
+	}
+	key := t.name.String()
+	t.mu.Lock()
+	subs := make([]string, 0, len(t.subs))
+	for n := range t.subs {
+		subs = append(subs, n)
+	}
+	t.mu.Unlock()
+	a.b.unloadTopicCtx(ctx, t, true, nil)
+	for _, n := range subs {
+		_ = a.b.cfg.Regional.Delete(ctx, cursorPrefix+key+"/"+n, metadata.AnyVersion)
+	}
+	t.ml.mu.Lock()
+	ledgers := append([]ledgerInfo(nil), t.ml.rec.Ledgers...)
+	t.ml.mu.Unlock()
+	if err := a.b.cfg.Regional.Delete(ctx, managedLedgerPrefix+key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	for _, li := range ledgers {
+		if err := a.b.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
+			a.b.log.Warn("delete ledger of deleted topic", "ledger", li.ID, "err", err)
+		}
+	}
+	return &clientv1.DeleteTopicResponse{}, nil
+}
+
+func (a *adminService) UnloadTopic(ctx context.Context, r *clientv1.UnloadTopicRequest) (*clientv1.UnloadTopicResponse, error) {
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.UnloadTopic(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	a.b.unloadTopicCtx(ctx, t, true, nil)
+	return &clientv1.UnloadTopicResponse{}, nil
+}
+
+func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicStatsRequest) (*clientv1.TopicStats, error) {
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.GetTopicStats(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	entries, size := t.ml.totals()
+	t.rateMu.Lock()
+	rates := t.rates
+	t.rateMu.Unlock()
+	st := &clientv1.TopicStats{Topic: t.name.String(), OwnerBroker: a.b.cfg.BrokerID,
+		MsgRateIn: rates[0], BytesRateIn: rates[1], MsgRateOut: rates[2], BytesRateOut: rates[3],
+		MsgsInTotal: t.msgsIn.Load(), BytesInTotal: t.bytesIn.Load(), StorageSizeBytes: size, Entries: entries}
+	t.mu.Lock()
+	for _, p := range t.producers {
+		st.Producers = append(st.Producers, &clientv1.ProducerStats{ProducerName: p.name, Address: p.addr, LastSequenceId: t.ml.lastSequence(p.name)})
+	}
+	t.mu.Unlock()
+	for _, s := range t.subList() {
+		ss := &clientv1.SubscriptionStats{Name: s.name, BacklogEntries: s.backlog()}
+		s.mu.Lock()
+		ss.Type = s.typ
+		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
+		for _, c := range s.consumers {
+			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
+				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority})
+		}
+		s.mu.Unlock()
+		st.BacklogEntries = max(st.BacklogEntries, ss.BacklogEntries)
+		st.Subscriptions = append(st.Subscriptions, ss)
+	}
+	sort.Slice(st.Subscriptions, func(i, j int) bool { return st.Subscriptions[i].Name < st.Subscriptions[j].Name })
+	return st, nil
+}
+
+func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.GetTopicInternalStatsRequest) (*clientv1.TopicInternalStats, error) {
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.GetTopicInternalStats(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	entries, size := t.ml.totals()
+	st := &clientv1.TopicInternalStats{Topic: t.name.String(), Entries: entries, StorageSizeBytes: size}
+	t.ml.mu.Lock()
+	for i, li := range t.ml.rec.Ledgers {
+		info := &clientv1.LedgerInfo{LedgerId: li.ID, Entries: li.Entries, SizeBytes: li.Size, CreatedMs: li.CreatedMs, Closed: li.Entries >= 0}
+		if t.ml.writer != nil && li.ID == t.ml.writer.ID() {
+			info.Entries = t.ml.countLocked(i)
+			info.SizeBytes = t.ml.curSize
+			info.Closed = false
+		}
+		st.Ledgers = append(st.Ledgers, info)
+	}
+	last := t.ml.lastPosLocked()
+	t.ml.mu.Unlock()
+	st.LastConfirmedEntry = &clientv1.MessageId{LedgerId: last.L, EntryId: last.E}
+	for _, s := range t.subList() {
+		s.mu.Lock()
+		ci := &clientv1.CursorInfo{Name: s.name, MarkDeletePosition: &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E},
+			IndividuallyAcked: formatRanges(ackRanges(s.acked, 1000)), LastPersistMs: s.lastPersist.UnixMilli()}
+		s.mu.Unlock()
+		st.Cursors = append(st.Cursors, ci)
+	}
+	sort.Slice(st.Cursors, func(i, j int) bool { return st.Cursors[i].Name < st.Cursors[j].Name })
+	return st, nil
+}
+
+func (a *adminService) ListSubscriptions(ctx context.Context, r *clientv1.ListSubscriptionsRequest) (*clientv1.ListSubscriptionsResponse, error) {
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.ListSubscriptions(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	var out []string
+	for _, s := range t.subList() {
+		out = append(out, s.name)
+	}
+	sort.Strings(out)
+	return &clientv1.ListSubscriptionsResponse{Subscriptions: out}, nil
+}
+
+func (a *adminService) CreateSubscription(ctx context.Context, r *clientv1.CreateSubscriptionRequest) (*clientv1.CreateSubscriptionResponse, error) {
+	if err := ValidateName("subscription", r.GetSubscription()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, ok := clientv1.InitialPosition_name[int32(r.GetInitialPosition())]; !ok {
+		return nil, GRPCError(fmt.Errorf("%w: initial_position %d is not LATEST or EARLIEST", ErrInvalidArgument, r.GetInitialPosition()))
+	}
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.CreateSubscription(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, _, err := t.getOrCreateSub(ctx, r.GetSubscription(), r.GetInitialPosition(), true); err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.CreateSubscriptionResponse{}, nil
+}
+
+func (a *adminService) DeleteSubscription(ctx context.Context, r *clientv1.DeleteSubscriptionRequest) (*clientv1.DeleteSubscriptionResponse, error) {
+	if err := ValidateName("subscription", r.GetSubscription()); err != nil {
+		return nil, GRPCError(err)
+	}
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.DeleteSubscription(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.DeleteSubscriptionResponse{}, GRPCError(t.deleteSub(ctx, r.GetSubscription(), r.GetForce()))
+}
+
+func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetSubscriptionRequest) (*clientv1.ResetSubscriptionResponse, error) {
+	if err := ValidateName("subscription", r.GetSubscription()); err != nil {
+		return nil, GRPCError(err)
+	}
+	if r.GetPosition() == nil {
+		return nil, GRPCError(fmt.Errorf("%w: position is unset: give message_id, publish_time_ms or initial_position", ErrInvalidArgument))
+	}
+	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
+	if fwd != nil {
+		return fwd.ResetSubscription(ctx, r)
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	t.mu.Lock()
+	s, ok := t.subs[r.GetSubscription()]
+	t.mu.Unlock()
+	if !ok {
+		return nil, GRPCError(fmt.Errorf("%w: subscription %s on %s", ErrNotFound, r.GetSubscription(), t.name))
+	}
+	md, err := a.resetPosition(ctx, t, r)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	s.reset(md)
+	if err := s.persist(ctx, true); err != nil {
+		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	return &clientv1.ResetSubscriptionResponse{}, nil
+}
+
+// resetPosition resolves the requested position to a mark-delete position
+// (the entry before the next one to deliver).
+func (a *adminService) resetPosition(ctx context.Context, t *topic, r *clientv1.ResetSubscriptionRequest) (pos, error) {
+	ml := t.ml
+	switch p := r.GetPosition().(type) {
+	case *clientv1.ResetSubscriptionRequest_InitialPosition:
+		ml.mu.Lock()
+		defer ml.mu.Unlock()
+		if p.InitialPosition == clientv1.InitialPosition_INITIAL_POSITION_EARLIEST {
+			return ml.beforeFirstLocked(), nil
+		}
+		return ml.lastPosLocked(), nil
+	case *clientv1.ResetSubscriptionRequest_MessageId:
+		id := p.MessageId
+		ml.mu.Lock()
+		defer ml.mu.Unlock()
+		if _, ok := ml.seqOf[id.GetLedgerId()]; !ok || id.GetEntryId() < 0 {
+			return pos{}, fmt.Errorf("%w: message_id %d:%d is not in a retained ledger", ErrInvalidArgument, id.GetLedgerId(), id.GetEntryId())
+		}
+		return pos{id.GetLedgerId(), id.GetEntryId() - 1}, nil
+	case *clientv1.ResetSubscriptionRequest_PublishTimeMs:
+		// Scan forward from the first retained entry for the first entry
+		// published at or after the time.
+		ml.mu.Lock()
+		cur := ml.beforeFirstLocked()
+		ml.mu.Unlock()
+		for {
+			ml.mu.Lock()
+			next, ok := ml.nextLocked(cur)
+			ml.mu.Unlock()
+			if !ok {
+				return cur, nil
+			}
+			ents, err := ml.read(ctx, next, maxReadBatch)
+			if err != nil {
+				return pos{}, err
+			}
+			if len(ents) == 0 {
+				return cur, nil
+			}
+			for _, e := range ents {
+				md, _, derr := decodeMeta(e.Data)
+				if derr == nil && md >= p.PublishTimeMs {
+					return pos{e.LedgerID, e.EntryID - 1}, nil
+				}
+				cur = pos{e.LedgerID, e.EntryID}
+			}
+		}
+	}
+	return pos{}, fmt.Errorf("%w: unknown position", ErrInvalidArgument)
+}
+
+func (a *adminService) ListBrokers(ctx context.Context, _ *clientv1.ListBrokersRequest) (*clientv1.ListBrokersResponse, error) {
+	resp := &clientv1.ListBrokersResponse{}
+	load := map[string]int32{}
+	_ = a.b.listAll(ctx, ownerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if jsonUnmarshal(kv.Value, &o) == nil {
+			load[o.BrokerID]++
+		}
+	})
+	err := a.b.listAll(ctx, brokerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if jsonUnmarshal(kv.Value, &o) == nil {
+			resp.Brokers = append(resp.Brokers, &clientv1.BrokerInfo{BrokerId: o.BrokerID, GrpcAddress: o.GRPC, HttpAddress: o.HTTP, OwnedTopics: load[o.BrokerID]})
+		}
+	})
+	return resp, GRPCError(err)
+}

@@ -1,0 +1,174 @@
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a broker Server.
+type Config struct {
+	// BrokerID identifies the broker in the region (default: its gRPC
+	// address once listening).
+	BrokerID string `yaml:"broker_id"`
+	// Region is the region's name; it is stamped on locally produced
+	// entries as their origin. Required.
+	Region string `yaml:"region"`
+	// GRPCAddress is where the client and admin gRPC services listen
+	// (default 127.0.0.1:6650; port 0 picks a free port).
+	GRPCAddress string `yaml:"grpc_address"`
+	// HTTPAddress serves /metrics, /healthz, /readyz and the admin JSON API
+	// ("" = no HTTP server).
+	HTTPAddress string `yaml:"http_address"`
+	// AdvertisedGRPC / AdvertisedHTTP are the addresses told to clients
+	// (default: the bound addresses).
+	AdvertisedGRPC string `yaml:"advertised_grpc"`
+	AdvertisedHTTP string `yaml:"advertised_http"`
+
+	// Global is the global metadata shard (tenants, namespaces). Required.
+	Global metadata.Store `yaml:"-"`
+	// Regional is the region's metadata shard (ownership, ledger lists,
+	// cursors, broker registry). Required.
+	Regional metadata.Store `yaml:"-"`
+	// Ledgers creates, opens and deletes ledgers on the region's bookies.
+	// Required (see NewLedgerStore).
+	Ledgers LedgerStore `yaml:"-"`
+	// Logger receives the broker's logs (default: discard).
+	Logger *slog.Logger `yaml:"-"`
+	// Registerer receives the broker's metrics (nil: none registered).
+	Registerer prometheus.Registerer `yaml:"-"`
+	// Gatherer serves /metrics (default: Registerer when it is a Gatherer).
+	Gatherer prometheus.Gatherer `yaml:"-"`
+
+	// MaxMessageBytes is the largest Send payload accepted (default 5 MiB).
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// DefaultEnsembleSize, DefaultWriteQuorum, DefaultAckQuorum apply to
+	// namespaces that set none (defaults 3, 2, 2).
+	DefaultEnsembleSize int `yaml:"default_ensemble_size"`
+	DefaultWriteQuorum  int `yaml:"default_write_quorum"`
+	DefaultAckQuorum    int `yaml:"default_ack_quorum"`
+	// RolloverEntries, RolloverBytes, RolloverAge bound one ledger
+	// (defaults 50000 entries, 256 MiB, 4h); the topic moves to a new ledger
+	// when any is reached.
+	RolloverEntries int64         `yaml:"rollover_entries"`
+	RolloverBytes   int64         `yaml:"rollover_bytes"`
+	RolloverAge     time.Duration `yaml:"rollover_age"`
+	// CursorPersistInterval bounds how long an acknowledgement stays only in
+	// memory (default 1s): a broker crash redelivers at most this much.
+	CursorPersistInterval time.Duration `yaml:"cursor_persist_interval"`
+	// RetentionInterval is how often retention runs (default 1 min).
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// SessionTTL is the metadata session TTL behind topic ownership
+	// (default 10s): a dead broker's topics move after at most this.
+	SessionTTL time.Duration `yaml:"session_ttl"`
+	// OperationTimeout bounds topic loading, rollover and metadata calls
+	// made in the background (default 30s).
+	OperationTimeout time.Duration `yaml:"operation_timeout"`
+	// MaxPendingSends bounds the sends a topic queues before its ledger
+	// (default 4096): producers block (back-pressure) beyond it.
+	MaxPendingSends int `yaml:"max_pending_sends"`
+	// MaxPermitsPerConsumer caps the permits a consumer may accumulate
+	// (default 10000) and so the entries queued towards it.
+	MaxPermitsPerConsumer int `yaml:"max_permits_per_consumer"`
+	// TailCacheBytes bounds the cache of recently written entries used to
+	// dispatch without reading back from bookies (default 64 MiB per topic).
+	TailCacheBytes int64 `yaml:"tail_cache_bytes"`
+	// MaxUnackedPerSubscription bounds the positions a cursor tracks as
+	// individually acknowledged (default 100000).
+	MaxIndividualAcks int `yaml:"max_individual_acks"`
+
+	// Expert holds test-only injection points.
+	Expert ExpertConfig `yaml:"-"`
+}
+
+// ExpertConfig holds test-only knobs. Never set them in production.
+type ExpertConfig struct {
+	// IgnoreSessionExpiry makes the broker keep serving its topics after its
+	// metadata session expired (a "zombie"), so tests can check fencing.
+	IgnoreSessionExpiry bool
+}
+
+// DefaultConfig returns a Config with every limit at its default.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddress:           "127.0.0.1:6650",
+		MaxMessageBytes:       5 << 20,
+		DefaultEnsembleSize:   3,
+		DefaultWriteQuorum:    2,
+		DefaultAckQuorum:      2,
+		RolloverEntries:       50000,
+		RolloverBytes:         256 << 20,
+		RolloverAge:           4 * time.Hour,
+		CursorPersistInterval: time.Second,
+		RetentionInterval:     time.Minute,
+		SessionTTL:            10 * time.Second,
+		OperationTimeout:      30 * time.Second,
+		MaxPendingSends:       4096,
+		MaxPermitsPerConsumer: 10000,
+		TailCacheBytes:        64 << 20,
+		MaxIndividualAcks:     100000,
+	}
+}
+
+// Validate checks the configuration; the error names the field and limit.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: config: "+format, append([]any{ErrInvalidArgument}, a...)...)
+	}
+	switch {
+	case c.Region == "":
+		return bad("region is empty")
+	case c.Global == nil:
+		return bad("global metadata store is nil")
+	case c.Regional == nil:
+		return bad("regional metadata store is nil")
+	case c.Ledgers == nil:
+		return bad("ledgers is nil")
+	case c.GRPCAddress == "":
+		return bad("grpc_address is empty")
+	case c.MaxMessageBytes < 1024 || c.MaxMessageBytes > 64<<20:
+		return bad("max_message_bytes %d must be in [1024, %d]", c.MaxMessageBytes, 64<<20)
+	case c.RolloverEntries < 1:
+		return bad("rollover_entries %d must be >= 1", c.RolloverEntries)
+	case c.RolloverBytes < 1:
+		return bad("rollover_bytes %d must be >= 1", c.RolloverBytes)
+	case c.RolloverAge <= 0:
+		return bad("rollover_age %v must be > 0", c.RolloverAge)
+	case c.CursorPersistInterval <= 0 || c.CursorPersistInterval > time.Hour:
+		return bad("cursor_persist_interval %v must be in (0, 1h]", c.CursorPersistInterval)
+	case c.RetentionInterval <= 0:
+		return bad("retention_interval %v must be > 0", c.RetentionInterval)
+	case c.SessionTTL < 500*time.Millisecond:
+		return bad("session_ttl %v must be >= 500ms", c.SessionTTL)
+	case c.OperationTimeout <= 0:
+		return bad("operation_timeout %v must be > 0", c.OperationTimeout)
+	case c.MaxPendingSends < 1:
+		return bad("max_pending_sends %d must be >= 1", c.MaxPendingSends)
+	case c.MaxPermitsPerConsumer < 1:
+		return bad("max_permits_per_consumer %d must be >= 1", c.MaxPermitsPerConsumer)
+	case c.TailCacheBytes < 0:
+		return bad("tail_cache_bytes %d must be >= 0", c.TailCacheBytes)
+	case c.MaxIndividualAcks < 1:
+		return bad("max_individual_acks %d must be >= 1", c.MaxIndividualAcks)
+	}
+	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
+		return bad("default quorums: %v", err)
+	}
+	return nil
+}
+
+// validateQuorum checks 64 >= E >= Qw >= Qa >= 1.
+func validateQuorum(e, w, a int) error {
+	switch {
+	case e < 1 || e > 64:
+		return fmt.Errorf("%w: ensemble_size %d must be in [1, 64]", ErrInvalidArgument, e)
+	case w < 1 || w > e:
+		return fmt.Errorf("%w: write_quorum %d must be in [1, ensemble_size=%d]", ErrInvalidArgument, w, e)
+	case a < 1 || a > w:
+		return fmt.Errorf("%w: ack_quorum %d must be in [1, write_quorum=%d]", ErrInvalidArgument, a, w)
+	}
+	return nil
+}

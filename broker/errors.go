@@ -1,0 +1,161 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors returned by the broker. Each maps to one clientv1.ErrorCode at the
+// gRPC edge (see api/client/v1/client.proto). Test with errors.Is.
+var (
+	ErrInvalidArgument  = errors.New("broker: invalid argument")
+	ErrTopicNotOwned    = errors.New("broker: topic not owned here")
+	ErrMessageTooLarge  = errors.New("broker: message too large")
+	ErrNotFound         = errors.New("broker: not found")
+	ErrAlreadyExists    = errors.New("broker: already exists")
+	ErrConsumerBusy     = errors.New("broker: consumer busy")
+	ErrTypeMismatch     = errors.New("broker: subscription type mismatch")
+	ErrNotAllowed       = errors.New("broker: not allowed")
+	ErrProducerBusy     = errors.New("broker: producer busy")
+	ErrStorage          = errors.New("broker: storage error")
+	ErrUnavailable      = errors.New("broker: unavailable")
+	ErrTopicFenced      = errors.New("broker: topic fenced: another broker took it over")
+	ErrServerStopping   = errors.New("broker: stopping")
+	errInternalSentinel = errors.New("broker: internal")
+)
+
+// notOwnedError carries the owner's address for a redirect.
+type notOwnedError struct{ owner string }
+
+func (e *notOwnedError) Error() string {
+	if e.owner == "" {
+		return ErrTopicNotOwned.Error()
+	}
+	return fmt.Sprintf("%s: owner is %s", ErrTopicNotOwned, e.owner)
+}
+func (e *notOwnedError) Unwrap() error { return ErrTopicNotOwned }
+
+type errMap struct {
+	err   error
+	code  clientv1.ErrorCode
+	grpcC codes.Code
+}
+
+var errTable = []errMap{
+	{ErrInvalidArgument, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, codes.InvalidArgument},
+	{ErrTopicNotOwned, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
+	{ErrMessageTooLarge, clientv1.ErrorCode_ERROR_CODE_MESSAGE_TOO_LARGE, codes.InvalidArgument},
+	{ErrNotFound, clientv1.ErrorCode_ERROR_CODE_NOT_FOUND, codes.NotFound},
+	{ErrAlreadyExists, clientv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, codes.AlreadyExists},
+	{ErrConsumerBusy, clientv1.ErrorCode_ERROR_CODE_CONSUMER_BUSY, codes.FailedPrecondition},
+	{ErrTypeMismatch, clientv1.ErrorCode_ERROR_CODE_SUBSCRIPTION_TYPE_MISMATCH, codes.FailedPrecondition},
+	{ErrNotAllowed, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.FailedPrecondition},
+	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
+	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
+	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
+	{ErrServerStopping, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	{ErrUnavailable, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	{metadata.ErrUnavailable, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	{metadata.ErrUnknownOutcome, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	{context.DeadlineExceeded, clientv1.ErrorCode_ERROR_CODE_TIMEOUT, codes.DeadlineExceeded},
+	{context.Canceled, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Canceled},
+}
+
+// ToError classifies err as a clientv1.Error (nil for nil).
+func ToError(err error) *clientv1.Error {
+	if err == nil {
+		return nil
+	}
+	e := &clientv1.Error{Code: clientv1.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
+	for _, m := range errTable {
+		if errors.Is(err, m.err) {
+			e.Code = m.code
+			break
+		}
+	}
+	var no *notOwnedError
+	if errors.As(err, &no) {
+		e.RedirectUrl = no.owner
+	}
+	return e
+}
+
+// grpcCode returns the gRPC code for err.
+func grpcCode(err error) codes.Code {
+	for _, m := range errTable {
+		if errors.Is(err, m.err) {
+			return m.grpcC
+		}
+	}
+	return codes.Internal
+}
+
+// GRPCError converts a broker error to a gRPC status carrying a
+// clientv1.Error in its details.
+func GRPCError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isBrokerErr(err) {
+		return err
+	}
+	st := status.New(grpcCode(err), err.Error())
+	if d, derr := st.WithDetails(ToError(err)); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+func isBrokerErr(err error) bool {
+	for _, m := range errTable {
+		if errors.Is(err, m.err) {
+			return true
+		}
+	}
+	return false
+}
+
+// FromGRPC maps a status produced by GRPCError back to a broker sentinel
+// (errors.Is works), used by brokers forwarding requests to each other.
+func FromGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		if e, ok := d.(*clientv1.Error); ok {
+			return FromError(e)
+		}
+	}
+	if st.Code() == codes.Unavailable {
+		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
+	}
+	return err
+}
+
+// FromError maps a clientv1.Error back to a broker sentinel.
+func FromError(e *clientv1.Error) error {
+	if e == nil {
+		return nil
+	}
+	for _, m := range errTable {
+		if m.code == e.Code {
+			if m.code == clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED {
+				return &notOwnedError{owner: e.RedirectUrl}
+			}
+			return fmt.Errorf("%w: %s", m.err, e.Message)
+		}
+	}
+	return fmt.Errorf("%w: %s", errInternalSentinel, e.Message)
+}
+
+func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }

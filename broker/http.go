@@ -1,0 +1,165 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func decodeMeta(data []byte) (int64, int, error) {
+	md, _, err := wire.DecodeEntry(data)
+	if err != nil {
+		return 0, 0, err
+	}
+	return md.GetPublishTimeMs(), int(md.GetNumMessages()), nil
+}
+
+// maxAdminBody bounds an admin JSON request.
+const maxAdminBody = 1 << 20
+
+type adminRoute func(ctx context.Context, body []byte) (proto.Message, error)
+
+func route[Req proto.Message, Resp proto.Message](newReq func() Req, fn func(context.Context, Req) (Resp, error)) adminRoute {
+	return func(ctx context.Context, body []byte) (proto.Message, error) {
+		req := newReq()
+		if len(strings.TrimSpace(string(body))) > 0 {
+			if err := protojson.Unmarshal(body, req); err != nil {
+				return nil, GRPCError(ErrInvalidArgumentf("request body: %v", err))
+			}
+		}
+		return fn(ctx, req)
+	}
+}
+
+// ErrInvalidArgumentf builds an ErrInvalidArgument with detail.
+func ErrInvalidArgumentf(format string, a ...any) error {
+	return &wrapped{ErrInvalidArgument, format, a}
+}
+
+type wrapped struct {
+	err    error
+	format string
+	args   []any
+}
+
+func (w *wrapped) Error() string {
+	return w.err.Error() + ": " + sprintf(w.format, w.args...)
+}
+func (w *wrapped) Unwrap() error { return w.err }
+
+func (s *Server) adminRoutes() map[string]adminRoute {
+	a := &adminService{b: s}
+	return map[string]adminRoute{
+		"ListTenants":           route(func() *clientv1.ListTenantsRequest { return &clientv1.ListTenantsRequest{} }, a.ListTenants),
+		"CreateTenant":          route(func() *clientv1.CreateTenantRequest { return &clientv1.CreateTenantRequest{} }, a.CreateTenant),
+		"DeleteTenant":          route(func() *clientv1.DeleteTenantRequest { return &clientv1.DeleteTenantRequest{} }, a.DeleteTenant),
+		"ListNamespaces":        route(func() *clientv1.ListNamespacesRequest { return &clientv1.ListNamespacesRequest{} }, a.ListNamespaces),
+		"CreateNamespace":       route(func() *clientv1.CreateNamespaceRequest { return &clientv1.CreateNamespaceRequest{} }, a.CreateNamespace),
+		"DeleteNamespace":       route(func() *clientv1.DeleteNamespaceRequest { return &clientv1.DeleteNamespaceRequest{} }, a.DeleteNamespace),
+		"GetNamespacePolicies":  route(func() *clientv1.GetNamespacePoliciesRequest { return &clientv1.GetNamespacePoliciesRequest{} }, a.GetNamespacePolicies),
+		"SetNamespacePolicies":  route(func() *clientv1.SetNamespacePoliciesRequest { return &clientv1.SetNamespacePoliciesRequest{} }, a.SetNamespacePolicies),
+		"ListTopics":            route(func() *clientv1.ListTopicsRequest { return &clientv1.ListTopicsRequest{} }, a.ListTopics),
+		"CreateTopic":           route(func() *clientv1.CreateTopicRequest { return &clientv1.CreateTopicRequest{} }, a.CreateTopic),
+		"DeleteTopic":           route(func() *clientv1.DeleteTopicRequest { return &clientv1.DeleteTopicRequest{} }, a.DeleteTopic),
+		"GetTopicStats":         route(func() *clientv1.GetTopicStatsRequest { return &clientv1.GetTopicStatsRequest{} }, a.GetTopicStats),
+		"GetTopicInternalStats": route(func() *clientv1.GetTopicInternalStatsRequest { return &clientv1.GetTopicInternalStatsRequest{} }, a.GetTopicInternalStats),
+		"UnloadTopic":           route(func() *clientv1.UnloadTopicRequest { return &clientv1.UnloadTopicRequest{} }, a.UnloadTopic),
+		"ListSubscriptions":     route(func() *clientv1.ListSubscriptionsRequest { return &clientv1.ListSubscriptionsRequest{} }, a.ListSubscriptions),
+		"CreateSubscription":    route(func() *clientv1.CreateSubscriptionRequest { return &clientv1.CreateSubscriptionRequest{} }, a.CreateSubscription),
+		"DeleteSubscription":    route(func() *clientv1.DeleteSubscriptionRequest { return &clientv1.DeleteSubscriptionRequest{} }, a.DeleteSubscription),
+		"ResetSubscription":     route(func() *clientv1.ResetSubscriptionRequest { return &clientv1.ResetSubscriptionRequest{} }, a.ResetSubscription),
+		"ListBrokers":           route(func() *clientv1.ListBrokersRequest { return &clientv1.ListBrokersRequest{} }, a.ListBrokers),
+	}
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	var g prometheus.Gatherer = prometheus.DefaultGatherer
+	if s.cfg.Gatherer != nil {
+		g = s.cfg.Gatherer
+	} else if r, ok := s.cfg.Registerer.(prometheus.Gatherer); ok {
+		g = r
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK); io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not ready\n")
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	routes := s.adminRoutes()
+	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
+		method := strings.TrimPrefix(r.URL.Path, "/admin/v1/")
+		h, ok := routes[method]
+		if !ok {
+			writeAdminError(w, http.StatusNotFound, clientv1.ErrorCode_ERROR_CODE_NOT_FOUND, "unknown admin method "+method)
+			return
+		}
+		if r.Method != http.MethodPost && r.Method != http.MethodGet {
+			writeAdminError(w, http.StatusMethodNotAllowed, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "use POST")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1))
+		if err != nil || len(body) > maxAdminBody {
+			writeAdminError(w, http.StatusBadRequest, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "request body missing or over 1 MiB")
+			return
+		}
+		resp, err := h(r.Context(), body)
+		if err != nil {
+			e := &clientv1.Error{Code: clientv1.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
+			code := codes.Internal
+			if st, ok := status.FromError(err); ok {
+				code = st.Code()
+				e.Message = st.Message()
+				for _, d := range st.Details() {
+					if ce, ok := d.(*clientv1.Error); ok {
+						e = ce
+					}
+				}
+			}
+			writeAdminError(w, httpStatus(code), e.Code, e.Message)
+			return
+		}
+		b, _ := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	})
+	return mux
+}
+
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.FailedPrecondition:
+		return http.StatusConflict
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeAdminError(w http.ResponseWriter, httpCode int, code clientv1.ErrorCode, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	b, _ := json.Marshal(map[string]string{"code": code.String(), "message": msg})
+	w.Write(b)
+}

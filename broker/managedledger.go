@@ -1,0 +1,691 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/meridianmq/meridian/internal/wire"
+	"github.com/meridianmq/meridian/metadata"
+)
+
+// Metadata key prefixes in the region's shard.
+const (
+	// managedLedgerPrefix + topic holds the topic's ledger list (mlRecord).
+	managedLedgerPrefix = "managed-ledgers/"
+	// cursorPrefix + topic + "/" + subscription holds a cursor (cursorRecord).
+	cursorPrefix = "cursors/"
+	// ownerPrefix + topic is the owner's ephemeral claim (ownerRecord).
+	ownerPrefix = "owners/"
+	// brokerPrefix + brokerID is a live broker's ephemeral registration.
+	brokerPrefix = "brokers/"
+)
+
+// maxDedupProducers bounds the producer names whose last sequence ID a topic
+// remembers for deduplication.
+const maxDedupProducers = 10000
+
+// ledgerInfo is one ledger of a topic's list.
+type ledgerInfo struct {
+	ID int64 `json:"id"`
+	// Seq orders the topic's ledgers: ledger IDs come from per-broker ID
+	// batches and are not monotonic across owners.
+	Seq int64 `json:"seq"`
+	// Entries is -1 while the ledger is open for writes.
+	Entries   int64 `json:"entries"`
+	Size      int64 `json:"size"`
+	CreatedMs int64 `json:"created_ms"`
+	ClosedMs  int64 `json:"closed_ms,omitempty"`
+}
+
+// mlRecord is the stored managed ledger of one topic.
+type mlRecord struct {
+	Ledgers   []ledgerInfo `json:"ledgers"`
+	NextSeq   int64        `json:"next_seq"`
+	CreatedMs int64        `json:"created_ms"`
+	// Dedup maps producer name → highest sequence ID stored in ledgers with
+	// Seq <= DedupThrough.
+	Dedup        map[string]int64 `json:"dedup,omitempty"`
+	DedupThrough int64            `json:"dedup_through"`
+}
+
+// pos is an entry position; E = -1 means "before the ledger's first entry".
+type pos struct{ L, E int64 }
+
+// appendReq is one entry waiting for the append loop.
+type appendReq struct {
+	data     []byte
+	producer string
+	lastSeq  int64
+	done     func(p pos, err error)
+}
+
+type cachedEntry struct {
+	p    pos
+	data []byte
+}
+
+// managedLedger is a topic's log while this broker owns it.
+type managedLedger struct {
+	cfg    *Config
+	key    string
+	topic  string
+	log    *slog.Logger
+	store  LedgerStore
+	opts   func() LedgerOptions
+	notify func()
+	onFail func(error)
+
+	appendCh chan *appendReq
+	stop     chan struct{}
+	loopDone chan struct{}
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	rec       mlRecord
+	version   int64
+	seqOf     map[int64]int64
+	writer    LedgerWriter
+	curLac    int64 // last confirmed entry of the current ledger
+	curSize   int64
+	curOpened time.Time
+	failed    error
+	readers   map[int64]LedgerReader
+	cache     map[pos][]byte
+	cacheFIFO []cachedEntry
+	cacheSize int64
+	dedup     map[string]int64 // highest stored sequence per producer
+	pushed    map[string]int64 // highest sequence queued per producer
+	lastWrite time.Time
+}
+
+func newManagedLedger(cfg *Config, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
+	return &managedLedger{
+		cfg: cfg, key: managedLedgerPrefix + topic, topic: topic, log: log, store: cfg.Ledgers,
+		opts: opts, notify: notify, onFail: onFail,
+		appendCh: make(chan *appendReq, cfg.MaxPendingSends),
+		stop:     make(chan struct{}), loopDone: make(chan struct{}),
+		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
+		dedup: map[string]int64{}, pushed: map[string]int64{},
+	}
+}
+
+// load reads (or creates) the ledger list, recovers the previous owner's
+// last ledger (fencing it) and opens a new ledger. Only after load returns
+// may the topic accept writes.
+func (ml *managedLedger) load(ctx context.Context, create bool) error {
+	kv, err := ml.cfg.Regional.Get(ctx, ml.key, metadata.ReadOptions{})
+	var rec mlRecord
+	version := int64(0)
+	switch {
+	case errors.Is(err, metadata.ErrNotFound):
+		if !create {
+			return fmt.Errorf("%w: topic %s", ErrNotFound, ml.topic)
+		}
+		rec = mlRecord{CreatedMs: time.Now().UnixMilli(), DedupThrough: -1}
+		version = metadata.MustNotExist
+	case err != nil:
+		return fmt.Errorf("%w: read ledger list of %s: %v", ErrUnavailable, ml.topic, err)
+	default:
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return fmt.Errorf("broker: ledger list of %s is corrupt: %v", ml.topic, err)
+		}
+		version = kv.Version
+	}
+	dedup := map[string]int64{}
+	for k, v := range rec.Dedup {
+		dedup[k] = v
+	}
+	// Recover every ledger still marked open (normally only the last):
+	// fencing makes the previous owner unable to add to it.
+	for i := range rec.Ledgers {
+		li := &rec.Ledgers[i]
+		if li.Entries >= 0 && li.Seq <= rec.DedupThrough {
+			continue
+		}
+		var r LedgerReader
+		if li.Entries < 0 {
+			r, err = ml.store.OpenRecover(ctx, li.ID)
+		} else {
+			r, err = ml.store.Open(ctx, li.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: recover ledger %d of %s: %v", ErrStorage, li.ID, ml.topic, err)
+		}
+		lac := r.LastAddConfirmed()
+		// Scan the entries not covered by the dedup snapshot: their sizes and
+		// the producers' last sequence IDs.
+		var size int64
+		for first := int64(0); first <= lac; first += 500 {
+			last := min(first+499, lac)
+			ents, err := r.Read(ctx, first, last)
+			if err != nil {
+				r.Close()
+				return fmt.Errorf("%w: scan ledger %d of %s: %v", ErrStorage, li.ID, ml.topic, err)
+			}
+			for _, e := range ents {
+				size += int64(len(e.Data))
+				if md, _, err := wire.DecodeEntry(e.Data); err == nil && md.GetProducerName() != "" {
+					hs := md.GetHighestSequenceId()
+					if hs < md.GetSequenceId() {
+						hs = md.GetSequenceId() + int64(md.GetNumMessages()) - 1
+					}
+					if cur, ok := dedup[md.GetProducerName()]; ok {
+						dedup[md.GetProducerName()] = max(cur, hs)
+					} else if len(dedup) < maxDedupProducers {
+						dedup[md.GetProducerName()] = hs
+					}
+				}
+			}
+		}
+		r.Close()
+		if li.Entries < 0 {
+			li.Entries = lac + 1
+			li.Size = size
+			li.ClosedMs = time.Now().UnixMilli()
+		}
+	}
+	o := ml.opts()
+	w, err := ml.store.Create(ctx, LedgerOptions{Ensemble: o.Ensemble, WriteQuorum: o.WriteQuorum, AckQuorum: o.AckQuorum,
+		Properties: map[string]string{"topic": ml.topic}})
+	if err != nil {
+		return fmt.Errorf("%w: create ledger for %s: %v", ErrStorage, ml.topic, err)
+	}
+	now := time.Now()
+	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
+	rec.NextSeq++
+	rec.Dedup = dedup
+	rec.DedupThrough = rec.NextSeq - 2 // everything before the new ledger
+	val, _ := json.Marshal(&rec)
+	kv2, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	if err != nil {
+		_ = w.Close(context.Background())
+		if !errors.Is(err, metadata.ErrUnknownOutcome) {
+			_ = ml.store.Delete(context.Background(), w.ID())
+		}
+		if errors.Is(err, metadata.ErrVersionMismatch) {
+			return fmt.Errorf("%w: ledger list of %s changed while loading (another owner?)", ErrTopicFenced, ml.topic)
+		}
+		return fmt.Errorf("%w: write ledger list of %s: %v", ErrUnavailable, ml.topic, err)
+	}
+	ml.mu.Lock()
+	ml.rec = rec
+	ml.version = kv2.Version
+	ml.writer = w
+	ml.curLac = -1
+	ml.curSize = 0
+	ml.curOpened = now
+	ml.dedup = dedup
+	for k, v := range dedup {
+		ml.pushed[k] = v
+	}
+	ml.rebuildSeqLocked()
+	ml.mu.Unlock()
+	go ml.appendLoop()
+	ml.log.Info("topic loaded", "ledgers", len(rec.Ledgers), "ledger", w.ID())
+	return nil
+}
+
+func (ml *managedLedger) rebuildSeqLocked() {
+	ml.seqOf = make(map[int64]int64, len(ml.rec.Ledgers))
+	for _, li := range ml.rec.Ledgers {
+		ml.seqOf[li.ID] = li.Seq
+	}
+}
+
+// isCurrentLocked reports whether ledger index i is the one being written.
+func (ml *managedLedger) countLocked(i int) int64 {
+	li := ml.rec.Ledgers[i]
+	if ml.writer != nil && li.ID == ml.writer.ID() {
+		return ml.curLac + 1
+	}
+	if li.Entries < 0 {
+		return 0
+	}
+	return li.Entries
+}
+
+// enqueue hands a send to the append loop. It blocks while the queue is
+// full (back-pressure) until ctx ends.
+func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
+	ml.mu.Lock()
+	if ml.failed != nil {
+		err := ml.failed
+		ml.mu.Unlock()
+		return err
+	}
+	ml.mu.Unlock()
+	select {
+	case ml.appendCh <- r:
+		return nil
+	case <-ml.stop:
+		return ErrTopicNotOwned
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkDup tells whether (producer, first sequence) was already stored
+// (dup=true, stored=true) or is still in flight (dup=true, stored=false).
+// Otherwise it records the batch as queued.
+func (ml *managedLedger) checkDup(producer string, seq, highest int64) (dup, stored bool) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if last, ok := ml.pushed[producer]; ok && seq <= last {
+		st, ok2 := ml.dedup[producer]
+		return true, ok2 && seq <= st
+	}
+	if _, ok := ml.pushed[producer]; ok || len(ml.pushed) < maxDedupProducers {
+		ml.pushed[producer] = highest
+	}
+	return false, false
+}
+
+// lastSequence returns the highest stored sequence ID of producer (-1 none).
+func (ml *managedLedger) lastSequence(producer string) int64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if v, ok := ml.pushed[producer]; ok {
+		return v
+	}
+	return -1
+}
+
+func (ml *managedLedger) appendLoop() {
+	defer close(ml.loopDone)
+	for {
+		select {
+		case <-ml.stop:
+			ml.drainFailed(ErrTopicNotOwned)
+			return
+		case r := <-ml.appendCh:
+			ml.mu.Lock()
+			failed := ml.failed
+			need := ml.needRolloverLocked()
+			w := ml.writer
+			ml.mu.Unlock()
+			if failed != nil {
+				r.done(pos{}, failed)
+				continue
+			}
+			if need {
+				if err := ml.rollover(); err != nil {
+					ml.fail(err)
+					r.done(pos{}, err)
+					continue
+				}
+				ml.mu.Lock()
+				w = ml.writer
+				ml.mu.Unlock()
+			}
+			ml.appendOne(w, r)
+		}
+	}
+}
+
+func (ml *managedLedger) drainFailed(err error) {
+	for {
+		select {
+		case r := <-ml.appendCh:
+			r.done(pos{}, err)
+		default:
+			return
+		}
+	}
+}
+
+func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
+	lid := w.ID()
+	w.AppendAsync(r.data, func(eid int64, err error) {
+		if err != nil {
+			err = fmt.Errorf("%w: add to ledger %d: %v", ErrStorage, lid, err)
+			ml.fail(err)
+			r.done(pos{}, err)
+			return
+		}
+		p := pos{lid, eid}
+		ml.mu.Lock()
+		if ml.writer != nil && ml.writer.ID() == lid && eid > ml.curLac {
+			ml.curLac = eid
+			ml.curSize += int64(len(r.data))
+		}
+		ml.lastWrite = time.Now()
+		if r.producer != "" && r.lastSeq > ml.dedup[r.producer] {
+			if _, ok := ml.dedup[r.producer]; ok || len(ml.dedup) < maxDedupProducers {
+				ml.dedup[r.producer] = r.lastSeq
+			}
+		}
+		ml.cacheLocked(p, r.data)
+		ml.mu.Unlock()
+		r.done(p, nil)
+		ml.notify()
+	})
+}
+
+func (ml *managedLedger) cacheLocked(p pos, data []byte) {
+	if ml.cfg.TailCacheBytes <= 0 {
+		return
+	}
+	ml.cache[p] = data
+	ml.cacheFIFO = append(ml.cacheFIFO, cachedEntry{p, data})
+	ml.cacheSize += int64(len(data))
+	for ml.cacheSize > ml.cfg.TailCacheBytes && len(ml.cacheFIFO) > 0 {
+		old := ml.cacheFIFO[0]
+		ml.cacheFIFO = ml.cacheFIFO[1:]
+		delete(ml.cache, old.p)
+		ml.cacheSize -= int64(len(old.data))
+	}
+}
+
+func (ml *managedLedger) needRolloverLocked() bool {
+	n := ml.curLac + 1
+	if n == 0 {
+		return false
+	}
+	return n >= ml.cfg.RolloverEntries || ml.curSize >= ml.cfg.RolloverBytes || time.Since(ml.curOpened) >= ml.cfg.RolloverAge
+}
+
+// rollover closes the current ledger and starts a new one; the ledger list
+// is updated with compare-and-set so that a broker that lost the topic
+// cannot extend it.
+func (ml *managedLedger) rollover() error {
+	ctx, cancel := context.WithTimeout(context.Background(), ml.cfg.OperationTimeout)
+	defer cancel()
+	ml.mu.Lock()
+	old := ml.writer
+	ml.mu.Unlock()
+	if err := old.Close(ctx); err != nil {
+		return fmt.Errorf("%w: close ledger %d: %v", ErrStorage, old.ID(), err)
+	}
+	o := ml.opts()
+	w, err := ml.store.Create(ctx, LedgerOptions{Ensemble: o.Ensemble, WriteQuorum: o.WriteQuorum, AckQuorum: o.AckQuorum,
+		Properties: map[string]string{"topic": ml.topic}})
+	if err != nil {
+		return fmt.Errorf("%w: create ledger: %v", ErrStorage, err)
+	}
+	now := time.Now()
+	ml.mu.Lock()
+	rec := ml.cloneRecLocked()
+	last := &rec.Ledgers[len(rec.Ledgers)-1]
+	last.Entries = old.LastAddConfirmed() + 1
+	last.Size = ml.curSize
+	last.ClosedMs = now.UnixMilli()
+	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
+	rec.NextSeq++
+	rec.Dedup = make(map[string]int64, len(ml.dedup))
+	for k, v := range ml.dedup {
+		rec.Dedup[k] = v
+	}
+	rec.DedupThrough = last.Seq
+	version := ml.version
+	ml.mu.Unlock()
+	val, _ := json.Marshal(&rec)
+	kv, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	if err != nil {
+		_ = w.Close(context.Background())
+		if errors.Is(err, metadata.ErrVersionMismatch) {
+			_ = ml.store.Delete(context.Background(), w.ID())
+			return fmt.Errorf("%w: ledger list of %s changed under us", ErrTopicFenced, ml.topic)
+		}
+		return fmt.Errorf("%w: update ledger list: %v", ErrUnavailable, err)
+	}
+	ml.mu.Lock()
+	ml.rec = rec
+	ml.version = kv.Version
+	ml.writer = w
+	ml.curLac = -1
+	ml.curSize = 0
+	ml.curOpened = now
+	ml.rebuildSeqLocked()
+	ml.mu.Unlock()
+	ml.log.Debug("ledger rolled over", "closed", old.ID(), "new", w.ID())
+	return nil
+}
+
+func (ml *managedLedger) cloneRecLocked() mlRecord {
+	rec := ml.rec
+	rec.Ledgers = append([]ledgerInfo(nil), ml.rec.Ledgers...)
+	return rec
+}
+
+// fail marks the ledger unusable and tells the topic (once).
+func (ml *managedLedger) fail(err error) {
+	ml.mu.Lock()
+	first := ml.failed == nil
+	if first {
+		ml.failed = err
+	}
+	ml.mu.Unlock()
+	if first {
+		ml.log.Warn("managed ledger failed; unloading topic", "err", err)
+		go ml.onFail(err)
+	}
+}
+
+// close stops the append loop and, when graceful, closes the current ledger
+// and records it closed.
+func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
+	select {
+	case <-ml.stop:
+	default:
+		close(ml.stop)
+	}
+	<-ml.loopDone
+	ml.mu.Lock()
+	w := ml.writer
+	failed := ml.failed
+	if ml.failed == nil {
+		ml.failed = ErrTopicNotOwned
+	}
+	readers := ml.readers
+	ml.readers = map[int64]LedgerReader{}
+	ml.mu.Unlock()
+	for _, r := range readers {
+		r.Close()
+	}
+	if w == nil || killed {
+		return
+	}
+	if !graceful || failed != nil {
+		// Best effort: release the writer's resources; the ledger is (or
+		// will be) recovered by the next owner.
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = w.Close(cctx)
+		cancel()
+		return
+	}
+	if err := w.Close(ctx); err != nil {
+		return
+	}
+	ml.mu.Lock()
+	rec := ml.cloneRecLocked()
+	last := &rec.Ledgers[len(rec.Ledgers)-1]
+	last.Entries = w.LastAddConfirmed() + 1
+	last.Size = ml.curSize
+	last.ClosedMs = time.Now().UnixMilli()
+	rec.Dedup = make(map[string]int64, len(ml.dedup))
+	for k, v := range ml.dedup {
+		rec.Dedup[k] = v
+	}
+	rec.DedupThrough = last.Seq
+	version := ml.version
+	ml.mu.Unlock()
+	val, _ := json.Marshal(&rec)
+	if _, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0); err != nil {
+		ml.log.Warn("record closed ledger", "err", err)
+	}
+}
+
+// ---- positions ----
+
+// keyLocked orders positions: (ledger sequence, entry). Ledgers no longer
+// in the list (deleted by retention) sort before every retained one.
+func (ml *managedLedger) keyLocked(p pos) (int64, int64) {
+	s, ok := ml.seqOf[p.L]
+	if !ok {
+		return -1, p.E
+	}
+	return s, p.E
+}
+
+func (ml *managedLedger) lessLocked(a, b pos) bool {
+	as, ae := ml.keyLocked(a)
+	bs, be := ml.keyLocked(b)
+	return as < bs || as == bs && ae < be
+}
+
+// nextLocked returns the position after p, if an entry is stored there.
+func (ml *managedLedger) nextLocked(p pos) (pos, bool) {
+	s, ok := ml.seqOf[p.L]
+	if !ok {
+		s = -1
+	}
+	for i, li := range ml.rec.Ledgers {
+		n := ml.countLocked(i)
+		if li.Seq == s && ok {
+			if p.E+1 < n {
+				return pos{li.ID, p.E + 1}, true
+			}
+			continue
+		}
+		if li.Seq > s && n > 0 {
+			return pos{li.ID, 0}, true
+		}
+	}
+	return pos{}, false
+}
+
+// firstPosLocked is the position before the first retained entry.
+func (ml *managedLedger) beforeFirstLocked() pos {
+	if len(ml.rec.Ledgers) == 0 {
+		return pos{-1, -1}
+	}
+	return pos{ml.rec.Ledgers[0].ID, -1}
+}
+
+// lastPosLocked is the last stored entry (or before-first if none).
+func (ml *managedLedger) lastPosLocked() pos {
+	for i := len(ml.rec.Ledgers) - 1; i >= 0; i-- {
+		if n := ml.countLocked(i); n > 0 {
+			return pos{ml.rec.Ledgers[i].ID, n - 1}
+		}
+	}
+	return ml.beforeFirstLocked()
+}
+
+// countAfterLocked counts stored entries strictly after p.
+func (ml *managedLedger) countAfterLocked(p pos) int64 {
+	s, e := ml.keyLocked(p)
+	var total int64
+	for i, li := range ml.rec.Ledgers {
+		n := ml.countLocked(i)
+		switch {
+		case li.Seq < s:
+		case li.Seq == s:
+			total += max(0, n-(e+1))
+		default:
+			total += n
+		}
+	}
+	return total
+}
+
+// totals returns entries and bytes stored in the retained ledgers.
+func (ml *managedLedger) totals() (entries, bytes int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	for i, li := range ml.rec.Ledgers {
+		entries += ml.countLocked(i)
+		if ml.writer != nil && li.ID == ml.writer.ID() {
+			bytes += ml.curSize
+		} else {
+			bytes += li.Size
+		}
+	}
+	return
+}
+
+// read returns up to max consecutive entries starting at p (which must be
+// stored), all from p's ledger.
+func (ml *managedLedger) read(ctx context.Context, p pos, maxN int) ([]LedgerEntry, error) {
+	ml.mu.Lock()
+	idx := -1
+	for i, li := range ml.rec.Ledgers {
+		if li.ID == p.L {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		ml.mu.Unlock()
+		return nil, fmt.Errorf("%w: ledger %d is no longer retained", ErrNotFound, p.L)
+	}
+	n := ml.countLocked(idx)
+	last := min(p.E+int64(maxN)-1, n-1)
+	if last < p.E {
+		ml.mu.Unlock()
+		return nil, nil
+	}
+	// Serve from the tail cache while it has the entries in a row.
+	var out []LedgerEntry
+	for e := p.E; e <= last; e++ {
+		d, ok := ml.cache[pos{p.L, e}]
+		if !ok {
+			break
+		}
+		out = append(out, LedgerEntry{LedgerID: p.L, EntryID: e, Data: d})
+	}
+	if len(out) > 0 {
+		ml.mu.Unlock()
+		return out, nil
+	}
+	r := ml.readers[p.L]
+	ml.mu.Unlock()
+	if r == nil {
+		var err error
+		r, err = ml.store.Open(ctx, p.L)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open ledger %d: %v", ErrStorage, p.L, err)
+		}
+		ml.mu.Lock()
+		if old := ml.readers[p.L]; old != nil {
+			ml.mu.Unlock()
+			r.Close()
+			r = old
+		} else {
+			ml.readers[p.L] = r
+			ml.mu.Unlock()
+		}
+	}
+	if last > r.LastAddConfirmed() && !r.IsClosed() {
+		if _, err := r.ReadLastAddConfirmed(ctx); err != nil {
+			return nil, fmt.Errorf("%w: read LAC of ledger %d: %v", ErrStorage, p.L, err)
+		}
+		if lac := r.LastAddConfirmed(); last > lac {
+			last = lac
+		}
+		if last < p.E {
+			return nil, nil
+		}
+	}
+	ents, err := r.Read(ctx, p.E, last)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read ledger %d entries %d..%d: %v", ErrStorage, p.L, p.E, last, err)
+	}
+	return ents, nil
+}
+
+// dropReader closes and forgets the cached reader of a ledger.
+func (ml *managedLedger) dropReader(id int64) {
+	ml.mu.Lock()
+	r := ml.readers[id]
+	delete(ml.readers, id)
+	ml.mu.Unlock()
+	if r != nil {
+		r.Close()
+	}
+}

@@ -1,0 +1,80 @@
+package broker
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Name limits. Names become metadata keys and metric labels, so they are
+// short and drawn from a small alphabet.
+const (
+	// MaxNameBytes caps each of tenant, namespace, topic and subscription.
+	MaxNameBytes = 128
+)
+
+// TopicName is a validated "tenant/namespace/topic".
+type TopicName struct {
+	Tenant, Namespace, Topic string
+}
+
+// String returns "tenant/namespace/topic".
+func (t TopicName) String() string { return t.Tenant + "/" + t.Namespace + "/" + t.Topic }
+
+// NamespaceName returns "tenant/namespace".
+func (t TopicName) NamespaceName() string { return t.Tenant + "/" + t.Namespace }
+
+// ValidateName checks one name segment: 1..MaxNameBytes characters from
+// [a-zA-Z0-9_.-], not "." or "..". field names the input in the error.
+func ValidateName(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
+	}
+	if len(s) > MaxNameBytes {
+		return fmt.Errorf("%w: %s %q is %d bytes, limit %d", ErrInvalidArgument, field, s[:16]+"...", len(s), MaxNameBytes)
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: %s %q is reserved", ErrInvalidArgument, field, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w: %s %q has character %q at %d; allowed: [a-zA-Z0-9_.-]", ErrInvalidArgument, field, s, c, i)
+		}
+	}
+	return nil
+}
+
+// ParseTopic validates "tenant/namespace/topic".
+func ParseTopic(s string) (TopicName, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return TopicName{}, fmt.Errorf("%w: topic %q must be tenant/namespace/topic", ErrInvalidArgument, s)
+	}
+	t := TopicName{parts[0], parts[1], parts[2]}
+	if err := ValidateName("tenant", t.Tenant); err != nil {
+		return TopicName{}, err
+	}
+	if err := ValidateName("namespace", t.Namespace); err != nil {
+		return TopicName{}, err
+	}
+	if err := ValidateName("topic", t.Topic); err != nil {
+		return TopicName{}, err
+	}
+	return t, nil
+}
+
+// ParseNamespace validates "tenant/namespace" and returns its parts.
+func ParseNamespace(s string) (tenant, namespace string, err error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 2 {
+		return "", "", fmt.Errorf("%w: namespace %q must be tenant/namespace", ErrInvalidArgument, s)
+	}
+	if err := ValidateName("tenant", parts[0]); err != nil {
+		return "", "", err
+	}
+	if err := ValidateName("namespace", parts[1]); err != nil {
+		return "", "", err
+	}
+	return parts[0], parts[1], nil
+}

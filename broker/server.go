@@ -1,0 +1,619 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/reflection"
+)
+
+// ownerRecord is the value of an ownership claim and of a broker
+// registration.
+type ownerRecord struct {
+	BrokerID string `json:"broker_id"`
+	GRPC     string `json:"grpc"`
+	HTTP     string `json:"http"`
+}
+
+// topicSlot is a topic being loaded or loaded.
+type topicSlot struct {
+	t     *topic
+	ready chan struct{}
+	err   error
+}
+
+// Server is one broker: the client and admin gRPC services, the HTTP
+// endpoints, and the topics it owns.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	grpcSrv *grpc.Server
+	lis     net.Listener
+	httpSrv *http.Server
+	httpLis net.Listener
+	self    ownerRecord
+
+	ready    atomic.Bool
+	zombie   atomic.Bool
+	stopOnce sync.Once
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	topics   map[string]*topicSlot
+	session  metadata.SessionID
+	stopping bool
+	peers    map[string]*grpc.ClientConn
+}
+
+// NewServer validates cfg and builds a broker; Start makes it serve.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{})}
+	m, err := newMetrics(cfg.Registerer, s)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Start listens, registers the broker in the region and serves until Stop.
+func (s *Server) Start(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.cfg.GRPCAddress)
+	if err != nil {
+		return fmt.Errorf("broker: listen grpc %s: %w", s.cfg.GRPCAddress, err)
+	}
+	s.lis = lis
+	s.self.GRPC = lis.Addr().String()
+	if s.cfg.AdvertisedGRPC != "" {
+		s.self.GRPC = s.cfg.AdvertisedGRPC
+	}
+	if s.cfg.HTTPAddress != "" {
+		hl, err := net.Listen("tcp", s.cfg.HTTPAddress)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("broker: listen http %s: %w", s.cfg.HTTPAddress, err)
+		}
+		s.httpLis = hl
+		s.self.HTTP = hl.Addr().String()
+		if s.cfg.AdvertisedHTTP != "" {
+			s.self.HTTP = s.cfg.AdvertisedHTTP
+		}
+	}
+	if s.cfg.BrokerID == "" {
+		s.cfg.BrokerID = s.self.GRPC
+	}
+	s.self.BrokerID = s.cfg.BrokerID
+	s.log = s.cfg.Logger.With("broker", s.cfg.BrokerID)
+
+	if err := s.register(ctx); err != nil {
+		lis.Close()
+		if s.httpLis != nil {
+			s.httpLis.Close()
+		}
+		return err
+	}
+	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20))
+	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
+	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
+	reflection.Register(s.grpcSrv)
+	go func() { _ = s.grpcSrv.Serve(lis) }()
+	if s.httpLis != nil {
+		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = s.httpSrv.Serve(s.httpLis) }()
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	s.bgCancel = cancel
+	go s.keepAlive(bg)
+	s.ready.Store(true)
+	s.log.Info("broker started", "grpc", s.self.GRPC, "http", s.self.HTTP)
+	return nil
+}
+
+// register opens a metadata session and records the broker as live.
+func (s *Server) register(ctx context.Context) error {
+	sid, err := s.cfg.Regional.CreateSession(ctx, s.cfg.SessionTTL)
+	if err != nil {
+		return fmt.Errorf("broker: create metadata session: %w", err)
+	}
+	val, _ := json.Marshal(s.self)
+	if _, err := s.cfg.Regional.Put(ctx, brokerPrefix+s.cfg.BrokerID, val, metadata.AnyVersion, sid); err != nil {
+		return fmt.Errorf("broker: register: %w", err)
+	}
+	s.mu.Lock()
+	s.session = sid
+	s.mu.Unlock()
+	return nil
+}
+
+// keepAlive keeps the session alive. When the session expired, the broker
+// lost every ownership claim: it drops its topics (their new owners fence
+// the ledgers anyway) and registers again.
+func (s *Server) keepAlive(ctx context.Context) {
+	defer close(s.bgDone)
+	tick := time.NewTicker(s.cfg.SessionTTL / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.zombie.Load() {
+			continue
+		}
+		s.mu.Lock()
+		sid := s.session
+		s.mu.Unlock()
+		kctx, cancel := context.WithTimeout(ctx, s.cfg.SessionTTL/2)
+		err := s.cfg.Regional.KeepAlive(kctx, sid)
+		cancel()
+		if err == nil {
+			s.ready.Store(true)
+			continue
+		}
+		if !errors.Is(err, metadata.ErrSessionExpired) {
+			s.log.Warn("session keep-alive failed", "err", err)
+			continue
+		}
+		s.log.Warn("metadata session expired: dropping owned topics")
+		s.ready.Store(false)
+		s.unloadAll(ctx, false)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+		if err := s.register(rctx); err != nil {
+			s.log.Error("re-register", "err", err)
+		}
+		cancel()
+	}
+}
+
+// SuspendSessionForTesting stops session keep-alives and makes the broker
+// ignore the expiry: it turns into a "zombie" that still believes it owns
+// its topics. Tests use it to check fencing; never call it otherwise.
+func (s *Server) SuspendSessionForTesting() { s.zombie.Store(true) }
+
+// Addr returns the gRPC address clients use.
+func (s *Server) Addr() string { return s.self.GRPC }
+
+// HTTPAddr returns the HTTP address ("" without HTTP).
+func (s *Server) HTTPAddr() string { return s.self.HTTP }
+
+// ID returns the broker ID.
+func (s *Server) ID() string { return s.cfg.BrokerID }
+
+// Ready reports whether the broker can take writes.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// OwnedTopics lists the topics this broker serves now.
+func (s *Server) OwnedTopics() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.topics))
+	for k, sl := range s.topics {
+		if sl.t != nil && sl.err == nil {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stop stops accepting, flushes and closes the owned topics' ledgers,
+// persists cursors and releases ownership, then stops the servers.
+func (s *Server) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+		s.ready.Store(false)
+		s.unloadAll(ctx, true)
+		if s.bgCancel != nil {
+			s.bgCancel()
+			<-s.bgDone
+		}
+		s.mu.Lock()
+		sid := s.session
+		peers := s.peers
+		s.peers = map[string]*grpc.ClientConn{}
+		s.mu.Unlock()
+		if sid != 0 {
+			_ = s.cfg.Regional.CloseSession(ctx, sid)
+		}
+		for _, c := range peers {
+			c.Close()
+		}
+		if s.grpcSrv != nil {
+			done := make(chan struct{})
+			go func() { s.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpcSrv.Stop()
+			case <-time.After(5 * time.Second):
+				s.grpcSrv.Stop()
+			}
+		}
+		if s.httpSrv != nil {
+			_ = s.httpSrv.Close()
+		}
+		s.log.Info("broker stopped")
+	})
+	return nil
+}
+
+// Kill stops the broker abruptly, as a crash would: no ledger is closed,
+// no cursor persisted, no ownership released (the session expires).
+func (s *Server) Kill() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+		s.ready.Store(false)
+		s.zombie.Store(true)
+		if s.grpcSrv != nil {
+			s.grpcSrv.Stop()
+		}
+		if s.httpSrv != nil {
+			_ = s.httpSrv.Close()
+		}
+		if s.bgCancel != nil {
+			s.bgCancel()
+			<-s.bgDone
+		}
+		// Stop background work without writing anything.
+		s.mu.Lock()
+		slots := s.topics
+		s.topics = map[string]*topicSlot{}
+		s.mu.Unlock()
+		for _, sl := range slots {
+			<-sl.ready
+			if sl.t != nil && sl.err == nil {
+				sl.t.killed.Store(true)
+				sl.t.close(context.Background(), false)
+			}
+		}
+	})
+}
+
+func (s *Server) unloadAll(ctx context.Context, graceful bool) {
+	s.mu.Lock()
+	var ts []*topic
+	for _, sl := range s.topics {
+		select {
+		case <-sl.ready:
+			if sl.t != nil && sl.err == nil {
+				ts = append(ts, sl.t)
+			}
+		default:
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.unloadTopicCtx(ctx, t, graceful, nil)
+		}()
+	}
+	wg.Wait()
+}
+
+// unloadTopic removes t from this broker. graceful closes the ledger and
+// persists cursors; ownership is released unless another broker holds it.
+func (s *Server) unloadTopic(t *topic, graceful bool, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
+	defer cancel()
+	s.unloadTopicCtx(ctx, t, graceful, cause)
+}
+
+func (s *Server) unloadTopicCtx(ctx context.Context, t *topic, graceful bool, cause error) {
+	key := t.name.String()
+	s.mu.Lock()
+	sl, ok := s.topics[key]
+	if !ok || sl.t != t {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.topics, key)
+	sid := s.session
+	s.mu.Unlock()
+	if cause != nil {
+		s.log.Warn("unloading topic", "topic", key, "cause", cause)
+	}
+	t.close(ctx, graceful)
+	if t.killed.Load() {
+		return
+	}
+	s.releaseOwnership(ctx, key, sid)
+	s.metrics.topicsOwned.Dec()
+}
+
+// releaseOwnership deletes the claim if it is still ours.
+func (s *Server) releaseOwnership(ctx context.Context, topic string, sid metadata.SessionID) {
+	kv, err := s.cfg.Regional.Get(ctx, ownerPrefix+topic, metadata.ReadOptions{})
+	if err != nil {
+		return
+	}
+	if kv.Session != sid {
+		return
+	}
+	_ = s.cfg.Regional.Delete(ctx, ownerPrefix+topic, kv.Version)
+}
+
+// getTopic returns the loaded topic, claiming and loading it when nobody
+// owns it. It fails with a notOwnedError naming the owner otherwise.
+func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*topic, error) {
+	key := name.String()
+	for {
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return nil, ErrServerStopping
+		}
+		if sl, ok := s.topics[key]; ok {
+			s.mu.Unlock()
+			select {
+			case <-sl.ready:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if sl.err != nil {
+				return nil, sl.err
+			}
+			return sl.t, nil
+		}
+		sl := &topicSlot{ready: make(chan struct{})}
+		s.topics[key] = sl
+		sid := s.session
+		s.mu.Unlock()
+		t, err := s.claimAndLoad(ctx, name, create, sid)
+		s.mu.Lock()
+		sl.t, sl.err = t, err
+		if err != nil {
+			delete(s.topics, key)
+		}
+		close(sl.ready)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.topicsOwned.Inc()
+		return t, nil
+	}
+}
+
+func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, sid metadata.SessionID) (*topic, error) {
+	if s.zombie.Load() {
+		return nil, fmt.Errorf("%w: broker session suspended", ErrUnavailable)
+	}
+	pol, err := s.getPolicies(ctx, name.NamespaceName())
+	if err != nil {
+		return nil, err
+	}
+	if !create {
+		if _, err := s.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err != nil {
+			if errors.Is(err, metadata.ErrNotFound) {
+				return nil, fmt.Errorf("%w: topic %s", ErrNotFound, name)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	okey := ownerPrefix + name.String()
+	val, _ := json.Marshal(s.self)
+	claimed := false
+	kv, err := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
+	switch {
+	case err == nil && kv.Session == sid:
+		// Our own claim from before an unload that could not delete it.
+	case err == nil:
+		return nil, s.notOwned(kv.Value)
+	case errors.Is(err, metadata.ErrNotFound):
+		if _, err := s.cfg.Regional.Put(ctx, okey, val, metadata.MustNotExist, sid); err != nil {
+			if errors.Is(err, metadata.ErrVersionMismatch) {
+				kv, gerr := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
+				if gerr == nil {
+					return nil, s.notOwned(kv.Value)
+				}
+			}
+			return nil, fmt.Errorf("%w: claim topic %s: %v", ErrUnavailable, name, err)
+		}
+		claimed = true
+	default:
+		return nil, fmt.Errorf("%w: read owner of %s: %v", ErrUnavailable, name, err)
+	}
+	t := newTopic(s, name, pol)
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	if err := t.load(lctx, true); err != nil {
+		if claimed || true {
+			s.releaseOwnership(context.Background(), name.String(), sid)
+		}
+		return nil, err
+	}
+	return t, nil
+}
+
+func (s *Server) notOwned(val []byte) error {
+	var o ownerRecord
+	_ = json.Unmarshal(val, &o)
+	if o.BrokerID == s.cfg.BrokerID {
+		// A claim of ours from an expired session: it will vanish.
+		return fmt.Errorf("%w: previous ownership of this broker is expiring; retry", ErrUnavailable)
+	}
+	return &notOwnedError{owner: o.GRPC}
+}
+
+// lookup answers which broker owns the topic, assigning one if none does.
+func (s *Server) lookup(ctx context.Context, name TopicName, authoritative bool) (ownerRecord, error) {
+	if _, err := s.getPolicies(ctx, name.NamespaceName()); err != nil {
+		return ownerRecord{}, err
+	}
+	s.mu.Lock()
+	sl, loaded := s.topics[name.String()]
+	s.mu.Unlock()
+	if loaded {
+		<-sl.ready
+		if sl.err == nil {
+			return s.self, nil
+		}
+	}
+	kv, err := s.cfg.Regional.Get(ctx, ownerPrefix+name.String(), metadata.ReadOptions{})
+	if err == nil {
+		var o ownerRecord
+		if json.Unmarshal(kv.Value, &o) == nil && o.BrokerID != s.cfg.BrokerID {
+			return o, nil
+		}
+	} else if !errors.Is(err, metadata.ErrNotFound) {
+		return ownerRecord{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if !authoritative && err != nil {
+		target, terr := s.chooseBroker(ctx, name)
+		if terr == nil && target.BrokerID != s.cfg.BrokerID {
+			o, ferr := s.forwardLookup(ctx, target, name)
+			if ferr == nil {
+				return o, nil
+			}
+			s.log.Warn("forwarded lookup failed; taking the topic", "target", target.BrokerID, "err", ferr)
+		}
+	}
+	if _, err := s.getTopic(ctx, name, true); err != nil {
+		var no *notOwnedError
+		if errors.As(err, &no) {
+			return ownerRecord{GRPC: no.owner}, nil
+		}
+		return ownerRecord{}, err
+	}
+	return s.self, nil
+}
+
+// chooseBroker picks the live broker owning the fewest topics (ties broken
+// by a hash of the topic name so equal brokers share new topics).
+func (s *Server) chooseBroker(ctx context.Context, name TopicName) (ownerRecord, error) {
+	brokers := map[string]ownerRecord{}
+	if err := s.listAll(ctx, brokerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if json.Unmarshal(kv.Value, &o) == nil {
+			brokers[o.BrokerID] = o
+		}
+	}); err != nil {
+		return ownerRecord{}, err
+	}
+	if len(brokers) == 0 {
+		return s.self, nil
+	}
+	load := map[string]int{}
+	if err := s.listAll(ctx, ownerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if json.Unmarshal(kv.Value, &o) == nil {
+			load[o.BrokerID]++
+		}
+	}); err != nil {
+		return ownerRecord{}, err
+	}
+	ids := make([]string, 0, len(brokers))
+	for id := range brokers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	least := -1
+	var cands []string
+	for _, id := range ids {
+		switch n := load[id]; {
+		case least < 0 || n < least:
+			least, cands = n, []string{id}
+		case n == least:
+			cands = append(cands, id)
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name.String()))
+	return brokers[cands[int(h.Sum32())%len(cands)]], nil
+}
+
+func (s *Server) listAll(ctx context.Context, prefix string, fn func(metadata.KV)) error {
+	page := metadata.Page{}
+	for i := 0; i < 1000; i++ {
+		res, err := s.cfg.Regional.List(ctx, prefix, page, metadata.ReadOptions{})
+		if err != nil {
+			return fmt.Errorf("%w: list %s: %v", ErrUnavailable, prefix, err)
+		}
+		for _, kv := range res.KVs {
+			fn(kv)
+		}
+		if !res.More || len(res.KVs) == 0 {
+			return nil
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
+	return nil
+}
+
+func (s *Server) peer(addr string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.peers[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	s.peers[addr] = c
+	return c, nil
+}
+
+func (s *Server) forwardLookup(ctx context.Context, target ownerRecord, name TopicName) (ownerRecord, error) {
+	c, err := s.peer(target.GRPC)
+	if err != nil {
+		return ownerRecord{}, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	resp, err := clientv1.NewMeridianClient(c).Lookup(fctx, &clientv1.LookupRequest{Topic: name.String(), Authoritative: true})
+	if err != nil {
+		return ownerRecord{}, FromGRPC(err)
+	}
+	return ownerRecord{BrokerID: resp.BrokerId, GRPC: resp.BrokerUrl, HTTP: resp.HttpUrl}, nil
+}
+
+// loadedTopics returns the topics loaded on this broker.
+func (s *Server) loadedTopics() []*topic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*topic, 0, len(s.topics))
+	for _, sl := range s.topics {
+		select {
+		case <-sl.ready:
+			if sl.err == nil && sl.t != nil {
+				out = append(out, sl.t)
+			}
+		default:
+		}
+	}
+	return out
+}

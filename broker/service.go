@@ -1,0 +1,358 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
+	"google.golang.org/grpc/peer"
+)
+
+// clientService implements clientv1.MeridianServer.
+type clientService struct {
+	clientv1.UnimplementedMeridianServer
+	b *Server
+}
+
+var nameCounter atomic.Int64
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+func (cs *clientService) Lookup(ctx context.Context, req *clientv1.LookupRequest) (*clientv1.LookupResponse, error) {
+	name, err := ParseTopic(req.GetTopic())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	o, err := cs.b.lookup(ctx, name, req.GetAuthoritative())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &clientv1.LookupResponse{BrokerUrl: o.GRPC, HttpUrl: o.HTTP, BrokerId: o.BrokerID, Authoritative: true}, nil
+}
+
+func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
+	b := cs.b
+	ctx := stream.Context()
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := req.GetOpen()
+	if open == nil {
+		return GRPCError(fmt.Errorf("%w: the first produce request must be open", ErrInvalidArgument))
+	}
+	name, err := ParseTopic(open.GetTopic())
+	if err != nil {
+		return GRPCError(err)
+	}
+	pname := open.GetProducerName()
+	if pname == "" {
+		pname = fmt.Sprintf("%s-%d-%d", b.cfg.BrokerID, time.Now().UnixNano(), nameCounter.Add(1))
+	} else if len(pname) > 256 {
+		return GRPCError(fmt.Errorf("%w: producer_name is %d bytes, limit 256", ErrInvalidArgument, len(pname)))
+	}
+	t, err := b.getTopic(ctx, name, true)
+	if err != nil {
+		return GRPCError(err)
+	}
+	p := &producer{name: pname, addr: peerAddr(ctx), out: make(chan *clientv1.ProduceResponse, b.cfg.MaxPendingSends), done: make(chan struct{})}
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return GRPCError(&notOwnedError{})
+	}
+	if _, busy := t.producers[pname]; busy {
+		t.mu.Unlock()
+		return GRPCError(fmt.Errorf("%w: producer %q is already connected to %s", ErrProducerBusy, pname, name))
+	}
+	t.producers[pname] = p
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.producers[pname] == p {
+			delete(t.producers, pname)
+		}
+		t.mu.Unlock()
+	}()
+	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
+		ProducerName: pname, LastSequenceId: t.ml.lastSequence(pname), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
+	}}}); err != nil {
+		return err
+	}
+	recvErr := make(chan error, 1)
+	sends := make(chan *clientv1.Send)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			sd := r.GetSend()
+			if sd == nil {
+				recvErr <- GRPCError(fmt.Errorf("%w: after open, produce requests must be send", ErrInvalidArgument))
+				return
+			}
+			select {
+			case sends <- sd:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// inflight counts sends whose receipt is not yet queued.
+	var inflight atomic.Int64
+	for {
+		select {
+		case r := <-p.out:
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		case sd := <-sends:
+			inflight.Add(1)
+			cs.handleSend(ctx, t, p, sd, &inflight)
+		case err := <-recvErr:
+			// Flush receipts of what was already sent before ending.
+			deadline := time.After(b.cfg.OperationTimeout)
+			for inflight.Load() > 0 || len(p.out) > 0 {
+				select {
+				case r := <-p.out:
+					if serr := stream.Send(r); serr != nil {
+						return serr
+					}
+				case <-deadline:
+					return err
+				case <-p.done:
+					return err
+				}
+			}
+			if err.Error() == "EOF" {
+				return nil
+			}
+			return err
+		case <-p.done:
+			for len(p.out) > 0 {
+				if err := stream.Send(<-p.out); err != nil {
+					return err
+				}
+			}
+			return GRPCError(&notOwnedError{})
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, sd *clientv1.Send, inflight *atomic.Int64) {
+	b := cs.b
+	reply := func(r *clientv1.SendReceipt) {
+		inflight.Add(-1)
+		select {
+		case p.out <- &clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Receipt{Receipt: r}}:
+		case <-p.done:
+		}
+	}
+	fail := func(err error) {
+		reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), Error: ToError(err)})
+	}
+	if n := len(sd.GetPayload()); n > b.cfg.MaxMessageBytes {
+		fail(fmt.Errorf("%w: payload is %d bytes, limit %d (max_message_bytes)", ErrMessageTooLarge, n, b.cfg.MaxMessageBytes))
+		return
+	}
+	if sd.GetNumMessages() < 1 {
+		fail(fmt.Errorf("%w: num_messages %d must be >= 1", ErrInvalidArgument, sd.GetNumMessages()))
+		return
+	}
+	if _, ok := clientv1.CompressionType_name[int32(sd.GetCompression())]; !ok {
+		fail(fmt.Errorf("%w: compression %d is not NONE, ZSTD or S2", ErrInvalidArgument, sd.GetCompression()))
+		return
+	}
+	if sd.GetSequenceId() < 0 {
+		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
+		return
+	}
+	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
+	if dup, stored := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
+		if stored {
+			reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), Duplicate: true})
+		} else {
+			fail(fmt.Errorf("%w: sequence_id %d of producer %s is still being stored; retry", ErrUnavailable, sd.GetSequenceId(), p.name))
+		}
+		return
+	}
+	now := time.Now()
+	pub := sd.GetPublishTimeMs()
+	if pub == 0 {
+		pub = now.UnixMilli()
+	}
+	md := &clientv1.EntryMetadata{
+		ProducerName: p.name, SequenceId: sd.GetSequenceId(), HighestSequenceId: highest,
+		PublishTimeMs: pub, NumMessages: sd.GetNumMessages(), Compression: sd.GetCompression(),
+		UncompressedSize: sd.GetUncompressedSize(), OriginRegion: b.cfg.Region,
+		ReplicateTo: sd.GetReplicateTo(), BrokerPublishTimeMs: now.UnixMilli(),
+		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
+		// position is known only after the add; dispatch fills them in.
+	}
+	data, err := wire.EncodeEntry(md, sd.GetPayload())
+	if err != nil {
+		fail(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		return
+	}
+	ns := t.name.NamespaceName()
+	nbytes := len(sd.GetPayload())
+	nmsgs := int(sd.GetNumMessages())
+	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, lastSeq: highest, done: func(ps pos, err error) {
+		if err != nil {
+			fail(err)
+			return
+		}
+		t.msgsIn.Add(int64(nmsgs))
+		t.bytesIn.Add(int64(nbytes))
+		p.msgs.Add(int64(nmsgs))
+		b.metrics.in(ns, nmsgs, nbytes, time.Since(now).Seconds())
+		reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
+	}})
+	if err != nil {
+		fail(err)
+	}
+}
+
+func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
+	b := cs.b
+	ctx := stream.Context()
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	sub := req.GetSubscribe()
+	if sub == nil {
+		return GRPCError(fmt.Errorf("%w: the first consume request must be subscribe", ErrInvalidArgument))
+	}
+	name, err := ParseTopic(sub.GetTopic())
+	if err != nil {
+		return GRPCError(err)
+	}
+	if err := ValidateName("subscription", sub.GetSubscription()); err != nil {
+		return GRPCError(err)
+	}
+	if _, ok := clientv1.SubscriptionType_name[int32(sub.GetType())]; !ok {
+		return GRPCError(fmt.Errorf("%w: subscription type %d is not EXCLUSIVE, SHARED or FAILOVER", ErrInvalidArgument, sub.GetType()))
+	}
+	if _, ok := clientv1.InitialPosition_name[int32(sub.GetInitialPosition())]; !ok {
+		return GRPCError(fmt.Errorf("%w: initial_position %d is not LATEST or EARLIEST", ErrInvalidArgument, sub.GetInitialPosition()))
+	}
+	cname := sub.GetConsumerName()
+	if cname == "" {
+		cname = fmt.Sprintf("consumer-%d", nameCounter.Add(1))
+	} else if len(cname) > 256 {
+		return GRPCError(fmt.Errorf("%w: consumer_name is %d bytes, limit 256", ErrInvalidArgument, len(cname)))
+	}
+	t, err := b.getTopic(ctx, name, true)
+	if err != nil {
+		return GRPCError(err)
+	}
+	s, created, err := t.getOrCreateSub(ctx, sub.GetSubscription(), sub.GetInitialPosition(), false)
+	if err != nil {
+		return GRPCError(err)
+	}
+	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
+		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{})}
+	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created}}}); err != nil {
+		return err
+	}
+	if err := s.addConsumer(c, sub.GetType()); err != nil {
+		return GRPCError(err)
+	}
+	defer s.removeConsumer(c)
+	reqs := make(chan *clientv1.ConsumeRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	control := func(r *clientv1.ConsumeResponse) error {
+		// Control responses may wait: they are bounded by the requests.
+		select {
+		case c.out <- r:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return GRPCError(&notOwnedError{})
+		}
+	}
+	for {
+		select {
+		case r := <-c.out:
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		case r := <-reqs:
+			switch k := r.Kind.(type) {
+			case *clientv1.ConsumeRequest_Flow:
+				s.flow(c, k.Flow.GetPermits())
+			case *clientv1.ConsumeRequest_Ack:
+				err := s.ack(k.Ack.GetMessageIds(), k.Ack.GetCumulative())
+				if k.Ack.GetRequestId() != 0 {
+					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_AckResponse{AckResponse: &clientv1.AckResponse{RequestId: k.Ack.GetRequestId(), Error: ToError(err)}}}); e != nil {
+						return e
+					}
+				} else if err != nil {
+					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Error{Error: ToError(err)}}); e != nil {
+						return e
+					}
+				}
+			case *clientv1.ConsumeRequest_Redeliver:
+				s.redeliverUnacked(c, k.Redeliver.GetMessageIds())
+			case *clientv1.ConsumeRequest_Unsubscribe:
+				s.mu.Lock()
+				others := len(s.consumers) - 1
+				s.mu.Unlock()
+				if others > 0 {
+					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Error{Error: ToError(fmt.Errorf("%w: subscription %s has %d other consumers", ErrNotAllowed, s.name, others))}}); e != nil {
+						return e
+					}
+					continue
+				}
+				if err := t.deleteSub(ctx, s.name, true); err != nil {
+					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Error{Error: ToError(err)}}); e != nil {
+						return e
+					}
+					continue
+				}
+				return stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Unsubscribed{Unsubscribed: &clientv1.Unsubscribed{}}})
+			default:
+				if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Error{Error: ToError(fmt.Errorf("%w: subscribe may only be sent first", ErrInvalidArgument))}}); e != nil {
+					return e
+				}
+			}
+		case err := <-recvErr:
+			if err.Error() == "EOF" {
+				return nil
+			}
+			return err
+		case <-c.done:
+			return GRPCError(&notOwnedError{})
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

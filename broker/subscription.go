@@ -1,0 +1,574 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
+	"github.com/meridianmq/meridian/metadata"
+)
+
+// maxReadBatch bounds the entries one dispatch round reads.
+const maxReadBatch = 100
+
+// consumer is one connected consumer of a subscription.
+type consumer struct {
+	name     string
+	priority int32
+	addr     string
+	// out carries responses to the stream writer; its capacity is the
+	// permit cap, so a push under permits never blocks.
+	out      chan *clientv1.ConsumeResponse
+	done     chan struct{}
+	doneOnce sync.Once
+	// guarded by subscription.mu:
+	permits  int64
+	pending  int64
+	active   bool
+	msgsOut  int64
+	bytesOut int64
+}
+
+// closeDone ends the consumer's stream (idempotent).
+func (c *consumer) closeDone() { c.doneOnce.Do(func() { close(c.done) }) }
+
+// send queues a response without blocking; false when the queue is full.
+func (c *consumer) send(r *clientv1.ConsumeResponse) bool {
+	select {
+	case c.out <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// subscription is a durable cursor plus its connected consumers.
+type subscription struct {
+	t    *topic
+	name string
+	key  string
+	log  *slog.Logger
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	// mu guards the fields below. Lock order: subscription.mu, then
+	// managedLedger.mu.
+	mu          sync.Mutex
+	typ         clientv1.SubscriptionType
+	consumers   []*consumer
+	rr          int
+	markDelete  pos
+	acked       map[pos]struct{}
+	lastRead    pos // last position handed to the dispatcher's read path
+	pending     map[pos]*consumer
+	redeliver   map[pos]struct{}
+	redelivers  map[pos]int32
+	createdMs   int64
+	version     int64 // cursor key version (compare-and-set guard)
+	dirty       bool
+	lastPersist time.Time
+	deleted     bool
+	readEpoch   int64
+}
+
+func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {
+	s := &subscription{
+		t: t, name: name, key: cursorPrefix + t.name.String() + "/" + name,
+		log:  t.log.With("subscription", name),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		markDelete: md, acked: acked, lastRead: md, pending: map[pos]*consumer{},
+		redeliver: map[pos]struct{}{}, redelivers: map[pos]int32{}, createdMs: createdMs, version: version,
+		lastPersist: time.Now(),
+	}
+	if s.acked == nil {
+		s.acked = map[pos]struct{}{}
+	}
+	go s.dispatchLoop()
+	return s
+}
+
+func (s *subscription) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// addConsumer attaches c with the given type; it enforces Exclusive and
+// type consistency.
+func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted {
+		return fmt.Errorf("%w: subscription %s was deleted", ErrNotFound, s.name)
+	}
+	if len(s.consumers) > 0 {
+		if s.typ != typ {
+			return fmt.Errorf("%w: subscription %s is connected as %s, not %s", ErrTypeMismatch, s.name, s.typ, typ)
+		}
+		if typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE {
+			return fmt.Errorf("%w: exclusive subscription %s already has consumer %s", ErrConsumerBusy, s.name, s.consumers[0].name)
+		}
+		for _, o := range s.consumers {
+			if o.name == c.name {
+				return fmt.Errorf("%w: consumer name %q already connected to subscription %s", ErrConsumerBusy, c.name, s.name)
+			}
+		}
+	}
+	s.typ = typ
+	s.consumers = append(s.consumers, c)
+	s.updateActiveLocked()
+	s.kick()
+	return nil
+}
+
+// updateActiveLocked picks the Failover/Exclusive active consumer (lowest
+// priority, then name) and tells consumers whose state changed.
+func (s *subscription) updateActiveLocked() {
+	if s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED {
+		return
+	}
+	sort.SliceStable(s.consumers, func(i, j int) bool {
+		a, b := s.consumers[i], s.consumers[j]
+		return a.priority < b.priority || a.priority == b.priority && a.name < b.name
+	})
+	for i, c := range s.consumers {
+		active := i == 0
+		if c.active != active {
+			// The old active consumer's unacknowledged entries go to the new one.
+			if !active {
+				s.redeliverFromLocked(c)
+			}
+			c.active = active
+			if s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER {
+				c.send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_ActiveChange{ActiveChange: &clientv1.ActiveConsumerChange{IsActive: active}}})
+			}
+		}
+	}
+}
+
+// removeConsumer detaches c; its unacknowledged entries are redelivered.
+func (s *subscription) removeConsumer(c *consumer) {
+	s.mu.Lock()
+	for i, o := range s.consumers {
+		if o == c {
+			s.consumers = append(s.consumers[:i], s.consumers[i+1:]...)
+			break
+		}
+	}
+	s.redeliverFromLocked(c)
+	c.active = false
+	s.updateActiveLocked()
+	s.mu.Unlock()
+	s.kick()
+}
+
+func (s *subscription) redeliverFromLocked(c *consumer) {
+	for p, o := range s.pending {
+		if o == c {
+			delete(s.pending, p)
+			s.redeliver[p] = struct{}{}
+		}
+	}
+	c.pending = 0
+}
+
+// flow grants permits.
+func (s *subscription) flow(c *consumer, n uint32) {
+	s.mu.Lock()
+	c.permits = min(c.permits+int64(n), int64(cap(c.out))-c.pendingOut())
+	s.mu.Unlock()
+	s.kick()
+}
+
+func (c *consumer) pendingOut() int64 { return int64(len(c.out)) }
+
+// redeliverUnacked moves c's delivered-but-unacknowledged entries (all, or
+// those listed) back to the dispatch queue.
+func (s *subscription) redeliverUnacked(c *consumer, ids []*clientv1.MessageId) {
+	s.mu.Lock()
+	if len(ids) == 0 {
+		s.redeliverFromLocked(c)
+	} else {
+		for _, id := range ids {
+			p := pos{id.GetLedgerId(), id.GetEntryId()}
+			if s.pending[p] == c {
+				delete(s.pending, p)
+				c.pending--
+				s.redeliver[p] = struct{}{}
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.kick()
+}
+
+// ack applies an acknowledgement.
+func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cumulative {
+		if s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && len(s.consumers) > 0 {
+			return fmt.Errorf("%w: cumulative ack on Shared subscription %s; use individual acks", ErrNotAllowed, s.name)
+		}
+		if len(ids) != 1 {
+			return fmt.Errorf("%w: cumulative ack needs exactly 1 message ID, got %d", ErrInvalidArgument, len(ids))
+		}
+	}
+	ml := s.t.ml
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	for _, id := range ids {
+		p := pos{id.GetLedgerId(), id.GetEntryId()}
+		if _, ok := ml.seqOf[p.L]; !ok {
+			continue // a ledger already trimmed (or never ours): nothing to ack
+		}
+		if p.E < 0 || ml.lessLocked(ml.lastPosLocked(), p) {
+			return fmt.Errorf("%w: message ID %d:%d is not a stored entry", ErrInvalidArgument, p.L, p.E)
+		}
+		if !ml.lessLocked(s.markDelete, p) {
+			continue
+		}
+		if cumulative {
+			s.markDelete = p
+			for q := range s.acked {
+				if !ml.lessLocked(p, q) {
+					delete(s.acked, q)
+				}
+			}
+			for q, c := range s.pending {
+				if !ml.lessLocked(p, q) {
+					delete(s.pending, q)
+					c.pending--
+				}
+			}
+			for q := range s.redeliver {
+				if !ml.lessLocked(p, q) {
+					delete(s.redeliver, q)
+				}
+			}
+		} else {
+			s.acked[p] = struct{}{}
+			if c, ok := s.pending[p]; ok {
+				delete(s.pending, p)
+				c.pending--
+			}
+			delete(s.redeliver, p)
+			delete(s.redelivers, p)
+		}
+	}
+	s.compactLocked()
+	s.dirty = true
+	return nil
+}
+
+// compactLocked advances mark-delete over individually acknowledged
+// entries. Needs ml.mu held too.
+func (s *subscription) compactLocked() {
+	ml := s.t.ml
+	for {
+		n, ok := ml.nextLocked(s.markDelete)
+		if !ok {
+			return
+		}
+		if _, acked := s.acked[n]; !acked {
+			return
+		}
+		delete(s.acked, n)
+		delete(s.redelivers, n)
+		s.markDelete = n
+	}
+}
+
+// reset moves the cursor so that the next entry delivered is after md.
+func (s *subscription) reset(md pos) {
+	s.mu.Lock()
+	ml := s.t.ml
+	ml.mu.Lock()
+	s.markDelete = md
+	s.lastRead = md
+	s.acked = map[pos]struct{}{}
+	s.redeliver = map[pos]struct{}{}
+	for p, c := range s.pending {
+		delete(s.pending, p)
+		c.pending--
+	}
+	s.readEpoch++
+	s.dirty = true
+	ml.mu.Unlock()
+	s.mu.Unlock()
+	s.kick()
+}
+
+// backlog counts entries after mark-delete not acknowledged individually.
+func (s *subscription) backlog() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ml := s.t.ml
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	n := ml.countAfterLocked(s.markDelete) - int64(len(s.acked))
+	return max(n, 0)
+}
+
+func (s *subscription) dispatchLoop() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			progressed, err := s.dispatchOnce()
+			if err != nil {
+				s.log.Warn("dispatch", "err", err)
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				continue
+			}
+			if !progressed {
+				break
+			}
+		}
+	}
+}
+
+// permitsLocked sums the permits of consumers that may receive now.
+func (s *subscription) permitsLocked() int64 {
+	var n int64
+	for _, c := range s.consumers {
+		if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && !c.active {
+			continue
+		}
+		n += c.permits
+	}
+	return n
+}
+
+// pickLocked chooses the consumer for the next entry (nil: none has permits).
+func (s *subscription) pickLocked() *consumer {
+	if len(s.consumers) == 0 {
+		return nil
+	}
+	if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED {
+		for _, c := range s.consumers {
+			if c.active && c.permits > 0 {
+				return c
+			}
+		}
+		return nil
+	}
+	for i := 0; i < len(s.consumers); i++ {
+		c := s.consumers[(s.rr+i)%len(s.consumers)]
+		if c.permits > 0 {
+			s.rr = (s.rr + i + 1) % len(s.consumers)
+			return c
+		}
+	}
+	return nil
+}
+
+func (s *subscription) dispatchOnce() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.t.b.cfg.OperationTimeout)
+	defer cancel()
+	ml := s.t.ml
+	s.mu.Lock()
+	permits := s.permitsLocked()
+	if permits == 0 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	epoch := s.readEpoch
+	// Redeliveries first, oldest first.
+	if len(s.redeliver) > 0 {
+		ml.mu.Lock()
+		ps := make([]pos, 0, len(s.redeliver))
+		for p := range s.redeliver {
+			ps = append(ps, p)
+		}
+		sort.Slice(ps, func(i, j int) bool { return ml.lessLocked(ps[i], ps[j]) })
+		ml.mu.Unlock()
+		if int64(len(ps)) > permits {
+			ps = ps[:permits]
+		}
+		s.mu.Unlock()
+		var ents []LedgerEntry
+		for _, p := range ps {
+			e, err := ml.read(ctx, p, 1)
+			if errors.Is(err, ErrNotFound) || err == nil && len(e) == 0 {
+				s.mu.Lock()
+				delete(s.redeliver, p)
+				s.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			ents = append(ents, e...)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.readEpoch != epoch {
+			return true, nil
+		}
+		sent := false
+		for _, e := range ents {
+			p := pos{e.LedgerID, e.EntryID}
+			if _, ok := s.redeliver[p]; !ok {
+				continue
+			}
+			c := s.pickLocked()
+			if c == nil {
+				break
+			}
+			delete(s.redeliver, p)
+			s.redelivers[p]++
+			s.deliverLocked(c, e, s.redelivers[p])
+			sent = true
+		}
+		return sent || len(ents) == 0 && len(ps) > 0, nil
+	}
+	ml.mu.Lock()
+	next, ok := ml.nextLocked(s.lastRead)
+	ml.mu.Unlock()
+	s.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	ents, err := ml.read(ctx, next, int(min(permits, maxReadBatch)))
+	if errors.Is(err, ErrNotFound) {
+		// The ledger was trimmed under us: skip to what is retained.
+		s.mu.Lock()
+		if s.readEpoch == epoch {
+			ml.mu.Lock()
+			if _, ok := ml.seqOf[s.lastRead.L]; !ok {
+				s.lastRead = ml.beforeFirstLocked()
+			}
+			ml.mu.Unlock()
+		}
+		s.mu.Unlock()
+		return true, nil
+	}
+	if err != nil || len(ents) == 0 {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readEpoch != epoch {
+		return true, nil
+	}
+	sent := false
+	for _, e := range ents {
+		p := pos{e.LedgerID, e.EntryID}
+		c := s.pickLocked()
+		if c == nil {
+			break
+		}
+		s.lastRead = p
+		sent = true
+		ml.mu.Lock()
+		done := !ml.lessLocked(s.markDelete, p)
+		ml.mu.Unlock()
+		if _, acked := s.acked[p]; acked || done {
+			continue
+		}
+		s.deliverLocked(c, e, 0)
+	}
+	return sent, nil
+}
+
+// deliverLocked pushes one entry to c under one of its permits.
+func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries int32) {
+	p := pos{e.LedgerID, e.EntryID}
+	md, payload, err := wire.DecodeEntry(e.Data)
+	if err != nil {
+		// Not a Meridian entry: it cannot be delivered; count it consumed so
+		// the subscription does not stall on it.
+		s.log.Error("undecodable entry skipped", "ledger", p.L, "entry", p.E, "err", err)
+		s.acked[p] = struct{}{}
+		return
+	}
+	if !md.GetReplicated() && md.GetOriginLedgerId() == 0 && md.GetOriginEntryId() == 0 {
+		// Locally produced: the origin position is the local position (it
+		// is only known after the add, so it is filled in here).
+		md.OriginLedgerId, md.OriginEntryId = p.L, p.E
+	}
+	msg := &clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Message{Message: &clientv1.Message{
+		MessageId:       &clientv1.MessageId{LedgerId: p.L, EntryId: p.E},
+		Metadata:        md,
+		Payload:         payload,
+		RedeliveryCount: redeliveries,
+	}}}
+	if !c.send(msg) {
+		s.redeliver[p] = struct{}{}
+		c.permits = 0
+		return
+	}
+	c.permits--
+	c.pending++
+	c.msgsOut += int64(md.GetNumMessages())
+	c.bytesOut += int64(len(payload))
+	s.pending[p] = c
+	s.t.countOut(md.GetNumMessages(), len(payload))
+}
+
+// persist writes the cursor if it changed (or force).
+func (s *subscription) persist(ctx context.Context, force bool) error {
+	s.mu.Lock()
+	if s.deleted || (!s.dirty && !force) {
+		s.mu.Unlock()
+		return nil
+	}
+	val := encodeCursor(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks)
+	version := s.version
+	s.dirty = false
+	s.mu.Unlock()
+	kv, err := s.t.b.cfg.Regional.Put(ctx, s.key, val, version, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.dirty = true
+		if errors.Is(err, metadata.ErrVersionMismatch) {
+			return fmt.Errorf("%w: cursor %s changed by another broker", ErrTopicFenced, s.key)
+		}
+		return err
+	}
+	s.version = kv.Version
+	s.lastPersist = time.Now()
+	return nil
+}
+
+// slowestMarkDelete is read by retention.
+func (s *subscription) markDeletePos() pos {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.markDelete
+}
+
+// close stops dispatch; consumers are told by their streams ending.
+func (s *subscription) close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	s.mu.Lock()
+	cs := append([]*consumer(nil), s.consumers...)
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.closeDone()
+	}
+}

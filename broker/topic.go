@@ -1,0 +1,402 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
+)
+
+// producer is one connected producer.
+type producer struct {
+	name string
+	addr string
+	out  chan *clientv1.ProduceResponse
+	done chan struct{}
+	once sync.Once
+	msgs atomic.Int64
+}
+
+func (p *producer) close() { p.once.Do(func() { close(p.done) }) }
+
+// topic is a topic owned by this broker.
+type topic struct {
+	b    *Server
+	name TopicName
+	log  *slog.Logger
+	ml   *managedLedger
+
+	stop     chan struct{}
+	loopDone chan struct{}
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	producers map[string]*producer
+	subs      map[string]*subscription
+	closing   bool
+	policies  *clientv1.NamespacePolicies
+
+	// killed marks a topic stopped by Server.Kill: nothing more is written.
+	killed atomic.Bool
+
+	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
+	rateMu                             sync.Mutex
+	rateAt                             time.Time
+	rateBase                           [4]int64
+	rates                              [4]float64
+}
+
+func newTopic(b *Server, name TopicName, pol *clientv1.NamespacePolicies) *topic {
+	t := &topic{
+		b: b, name: name, log: b.log.With("topic", name.String()),
+		stop: make(chan struct{}), loopDone: make(chan struct{}),
+		producers: map[string]*producer{}, subs: map[string]*subscription{}, policies: pol,
+		rateAt: time.Now(),
+	}
+	t.ml = newManagedLedger(&b.cfg, name.String(), t.log, t.ledgerOptions, t.notify, t.onLedgerFailed)
+	return t
+}
+
+func (t *topic) ledgerOptions() LedgerOptions {
+	t.mu.Lock()
+	pol := t.policies
+	t.mu.Unlock()
+	e, w, a := t.b.quorums(pol)
+	return LedgerOptions{Ensemble: e, WriteQuorum: w, AckQuorum: a}
+}
+
+// load recovers the managed ledger and the cursors.
+func (t *topic) load(ctx context.Context, create bool) error {
+	if err := t.ml.load(ctx, create); err != nil {
+		return err
+	}
+	prefix := cursorPrefix + t.name.String() + "/"
+	page := metadata.Page{}
+	for {
+		res, err := t.b.cfg.Regional.List(ctx, prefix, page, metadata.ReadOptions{})
+		if err != nil {
+			t.ml.close(ctx, false, false)
+			return fmt.Errorf("%w: list cursors: %v", ErrUnavailable, err)
+		}
+		for _, kv := range res.KVs {
+			name := kv.Key[len(prefix):]
+			md, acked, created, err := decodeCursor(kv.Value)
+			if err != nil {
+				t.log.Error("cursor skipped", "subscription", name, "err", err)
+				continue
+			}
+			t.subs[name] = newSubscription(t, name, md, acked, created, kv.Version)
+		}
+		if !res.More || len(res.KVs) == 0 {
+			break
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
+	// Cursors whose mark-delete ledger is unknown are before everything.
+	go t.loop()
+	return nil
+}
+
+func (t *topic) notify() {
+	t.mu.Lock()
+	subs := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.kick()
+	}
+}
+
+func (t *topic) onLedgerFailed(err error) {
+	t.b.unloadTopic(t, false, err)
+}
+
+func (t *topic) countOut(msgs int32, bytes int) {
+	t.msgsOut.Add(int64(msgs))
+	t.bytesOut.Add(int64(bytes))
+	t.b.metrics.out(t.name.NamespaceName(), int(msgs), bytes)
+}
+
+// loop persists cursors and runs retention until the topic closes.
+func (t *topic) loop() {
+	defer close(t.loopDone)
+	persist := time.NewTicker(t.b.cfg.CursorPersistInterval)
+	defer persist.Stop()
+	retention := time.NewTicker(t.b.cfg.RetentionInterval)
+	defer retention.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-persist.C:
+			t.persistCursors(false)
+			t.updateRates()
+		case <-retention.C:
+			ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+			t.refreshPolicies(ctx)
+			if err := t.runRetention(ctx); err != nil {
+				t.log.Warn("retention", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (t *topic) persistCursors(force bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+	defer cancel()
+	t.mu.Lock()
+	subs := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		if err := s.persist(ctx, force); err != nil {
+			t.log.Warn("persist cursor", "subscription", s.name, "err", err)
+			if errors.Is(err, ErrTopicFenced) {
+				go t.b.unloadTopic(t, false, err)
+				return
+			}
+		}
+	}
+}
+
+func (t *topic) updateRates() {
+	t.rateMu.Lock()
+	defer t.rateMu.Unlock()
+	now := time.Now()
+	dt := now.Sub(t.rateAt).Seconds()
+	if dt < 1 {
+		return
+	}
+	cur := [4]int64{t.msgsIn.Load(), t.bytesIn.Load(), t.msgsOut.Load(), t.bytesOut.Load()}
+	for i := range cur {
+		t.rates[i] = float64(cur[i]-t.rateBase[i]) / dt
+	}
+	t.rateBase = cur
+	t.rateAt = now
+}
+
+func (t *topic) refreshPolicies(ctx context.Context) {
+	pol, err := t.b.getPolicies(ctx, t.name.NamespaceName())
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	t.policies = pol
+	t.mu.Unlock()
+}
+
+// runRetention deletes whole ledgers that every cursor has passed and that
+// are outside the namespace's retention (time and size). The ledger being
+// written is never deleted.
+func (t *topic) runRetention(ctx context.Context) error {
+	t.mu.Lock()
+	pol := t.policies
+	subs := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	mds := make([]pos, 0, len(subs))
+	for _, s := range subs {
+		mds = append(mds, s.markDeletePos())
+	}
+	retTime := time.Duration(pol.GetRetentionTimeSeconds()) * time.Second
+	retSize := pol.GetRetentionSizeBytes()
+	ml := t.ml
+	ml.mu.Lock()
+	if ml.failed != nil || ml.writer == nil {
+		ml.mu.Unlock()
+		return nil
+	}
+	now := time.Now()
+	var remaining int64
+	for i, li := range ml.rec.Ledgers {
+		if li.ID == ml.writer.ID() {
+			remaining += ml.curSize
+		} else if i >= 0 {
+			remaining += li.Size
+		}
+	}
+	var drop []ledgerInfo
+	for _, li := range ml.rec.Ledgers {
+		if li.ID == ml.writer.ID() || li.Entries < 0 {
+			break
+		}
+		consumed := true
+		if li.Entries > 0 {
+			last := pos{li.ID, li.Entries - 1}
+			for _, md := range mds {
+				if ml.lessLocked(md, last) {
+					consumed = false
+					break
+				}
+			}
+		}
+		if !consumed {
+			break
+		}
+		withinTime := pol.GetRetentionTimeSeconds() < 0 || now.Sub(time.UnixMilli(li.ClosedMs)) < retTime
+		withinSize := retSize < 0 || remaining <= retSize
+		if withinTime || withinSize {
+			break
+		}
+		drop = append(drop, li)
+		remaining -= li.Size
+	}
+	if len(drop) == 0 {
+		ml.mu.Unlock()
+		return nil
+	}
+	rec := ml.cloneRecLocked()
+	rec.Ledgers = rec.Ledgers[len(drop):]
+	version := ml.version
+	ml.mu.Unlock()
+	val, _ := json.Marshal(&rec)
+	kv, err := t.b.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	if err != nil {
+		if errors.Is(err, metadata.ErrVersionMismatch) {
+			go t.b.unloadTopic(t, false, fmt.Errorf("%w: ledger list changed during retention", ErrTopicFenced))
+		}
+		return err
+	}
+	ml.mu.Lock()
+	// Ledgers appended meanwhile (rollover) are impossible: rollover also
+	// CASes the version, so ours would have failed.
+	ml.rec = rec
+	ml.version = kv.Version
+	ml.rebuildSeqLocked()
+	ml.mu.Unlock()
+	for _, li := range drop {
+		ml.dropReader(li.ID)
+		if err := t.b.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
+			t.log.Warn("delete ledger", "ledger", li.ID, "err", err)
+		}
+		t.log.Info("retention deleted ledger", "ledger", li.ID, "entries", li.Entries, "bytes", li.Size)
+	}
+	t.b.metrics.ledgersDeleted.Add(float64(len(drop)))
+	return nil
+}
+
+// getOrCreateSub returns the subscription, creating it at the initial
+// position when absent.
+func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv1.InitialPosition, mustCreate bool) (*subscription, bool, error) {
+	t.mu.Lock()
+	if s, ok := t.subs[name]; ok {
+		t.mu.Unlock()
+		if mustCreate {
+			return nil, false, fmt.Errorf("%w: subscription %s on %s", ErrAlreadyExists, name, t.name)
+		}
+		return s, false, nil
+	}
+	t.mu.Unlock()
+	t.ml.mu.Lock()
+	var md pos
+	if initial == clientv1.InitialPosition_INITIAL_POSITION_EARLIEST {
+		md = t.ml.beforeFirstLocked()
+	} else {
+		md = t.ml.lastPosLocked()
+	}
+	t.ml.mu.Unlock()
+	created := time.Now().UnixMilli()
+	key := cursorPrefix + t.name.String() + "/" + name
+	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursor(md, nil, created, 1), metadata.MustNotExist, 0)
+	if err != nil {
+		if errors.Is(err, metadata.ErrVersionMismatch) {
+			return nil, false, fmt.Errorf("%w: subscription %s is being created concurrently; retry", ErrUnavailable, name)
+		}
+		return nil, false, fmt.Errorf("%w: create cursor: %v", ErrUnavailable, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		return nil, false, ErrTopicNotOwned
+	}
+	s := newSubscription(t, name, md, nil, created, kv.Version)
+	t.subs[name] = s
+	t.b.metrics.subscriptions.WithLabelValues(t.name.NamespaceName()).Inc()
+	return s, true, nil
+}
+
+// deleteSub removes a subscription and its cursor.
+func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
+	t.mu.Lock()
+	s, ok := t.subs[name]
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: subscription %s on %s", ErrNotFound, name, t.name)
+	}
+	s.mu.Lock()
+	n := len(s.consumers)
+	s.mu.Unlock()
+	if n > 0 && !force {
+		return fmt.Errorf("%w: subscription %s has %d connected consumers", ErrNotAllowed, name, n)
+	}
+	if err := t.b.cfg.Regional.Delete(ctx, s.key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
+		return fmt.Errorf("%w: delete cursor: %v", ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	s.deleted = true
+	s.mu.Unlock()
+	t.mu.Lock()
+	delete(t.subs, name)
+	t.mu.Unlock()
+	s.close()
+	t.b.metrics.subscriptions.WithLabelValues(t.name.NamespaceName()).Dec()
+	return nil
+}
+
+// close stops everything; graceful persists cursors and closes the ledger.
+func (t *topic) close(ctx context.Context, graceful bool) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return
+	}
+	t.closing = true
+	prods := make([]*producer, 0, len(t.producers))
+	for _, p := range t.producers {
+		prods = append(prods, p)
+	}
+	t.mu.Unlock()
+	close(t.stop)
+	for _, p := range prods {
+		p.close()
+	}
+	t.ml.close(ctx, graceful, t.killed.Load())
+	if graceful {
+		t.persistCursors(true)
+	}
+	t.mu.Lock()
+	subs := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.close()
+	}
+	<-t.loopDone
+}
+
+// subList returns the topic's subscriptions.
+func (t *topic) subList() []*subscription {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		out = append(out, s)
+	}
+	return out
+}
