@@ -67,4 +67,3 @@ func formatRanges(r [][3]int64) []string {
 	}
 	return out
 }
-

@@ -1,0 +1,249 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/ledger"
+	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StandaloneConfig configures a whole region in one process.
+type StandaloneConfig struct {
+	// DataDir holds everything (metadata Raft log, bookie journal and
+	// ledgers); default "./data".
+	DataDir string
+	// GRPCAddr is the broker's client/admin gRPC address (default
+	// 127.0.0.1:6650; port 0 picks a free port).
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz, /readyz and the admin JSON API
+	// (default 127.0.0.1:8080; port 0 picks a free port).
+	HTTPAddr string
+	// Region names the region (default "standalone").
+	Region string
+	// Logger receives every component's logs (default: discard).
+	Logger *slog.Logger
+	// Broker, if set, edits the broker config before it starts (tests use
+	// it for short intervals).
+	Broker func(*broker.Config)
+}
+
+// Standalone is metadata (one Dragonboat replica), one bookie (E=Qw=Qa=1)
+// and one broker running in this process.
+type Standalone struct {
+	meta    *metadata.Node
+	bookie  *bookie.Server
+	ledgers *ledger.Client
+	broker  *broker.Server
+	log     *slog.Logger
+}
+
+// StartStandalone starts the region and returns once it can take writes.
+func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./data"
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:6650"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:8080"
+	}
+	if cfg.Region == "" {
+		cfg.Region = "standalone"
+	}
+	if err := broker.ValidateName("region", cfg.Region); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("region: data dir: %w", err)
+	}
+	sa := &Standalone{log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			sa.Close()
+		}
+	}()
+	reg := prometheus.NewRegistry()
+
+	raftAddr, err := stickyAddr(filepath.Join(cfg.DataDir, "raft-address"))
+	if err != nil {
+		return nil, err
+	}
+	mcfg := metadata.SingleNodeConfig(filepath.Join(cfg.DataDir, "metadata"), raftAddr, metadata.GlobalShard, cfg.Region)
+	mcfg.Logger = log.With("component", "metadata")
+	mcfg.Registerer = reg
+	sa.meta, err = metadata.NewNode(mcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := sa.meta.Start(ctx); err != nil {
+		sa.meta = nil
+		return nil, err
+	}
+	if err := sa.meta.WaitReady(ctx); err != nil {
+		return nil, fmt.Errorf("region: metadata not ready: %w", err)
+	}
+	global, err := sa.meta.Store(metadata.GlobalShard)
+	if err != nil {
+		return nil, err
+	}
+	regional, err := sa.meta.Store(cfg.Region)
+	if err != nil {
+		return nil, err
+	}
+
+	bcfg := bookie.DefaultConfig()
+	bcfg.ID = "bookie-0"
+	bcfg.Region = cfg.Region
+	bcfg.Rack = "rack-0"
+	bcfg.ListenAddr = "127.0.0.1:0"
+	bcfg.HTTPAddr = ""
+	bcfg.JournalDir = filepath.Join(cfg.DataDir, "bookie", "journal")
+	bcfg.LedgerDir = filepath.Join(cfg.DataDir, "bookie", "ledgers")
+	bcfg.MaxEntryBytes = 6 << 20 // a 5 MiB message plus its metadata
+	bcfg.Metadata = regional
+	bcfg.SessionTTL = 5 * time.Second
+	bcfg.Logger = log.With("component", "bookie")
+	bcfg.Registerer = reg
+	sa.bookie, err = bookie.NewServer(bcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := sa.bookie.Start(ctx); err != nil {
+		sa.bookie = nil
+		return nil, err
+	}
+
+	pcfg := topology.DefaultRackAwareConfig()
+	pcfg.MinRacksPerWriteQuorum = 1
+	placement, err := topology.NewRackAwarePlacement(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	lcfg := ledger.DefaultConfig()
+	lcfg.Store = regional
+	lcfg.Placement = placement
+	lcfg.Region = cfg.Region
+	lcfg.Logger = log.With("component", "ledger")
+	lcfg.Registerer = reg
+	lcfg.MaxEntryBytes = 6 << 20
+	sa.ledgers, err = ledger.NewClient(lcfg)
+	if err != nil {
+		return nil, err
+	}
+	// The bookie registers asynchronously; wait until placement can see it.
+	for {
+		bs, err := sa.ledgers.Bookies(ctx)
+		if err == nil && len(bs) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("region: bookie did not register: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	brcfg := broker.DefaultConfig()
+	brcfg.BrokerID = "broker-0"
+	brcfg.Region = cfg.Region
+	brcfg.GRPCAddress = cfg.GRPCAddr
+	brcfg.HTTPAddress = cfg.HTTPAddr
+	brcfg.Global = global
+	brcfg.Regional = regional
+	brcfg.Ledgers = broker.NewLedgerStore(sa.ledgers)
+	brcfg.Logger = log.With("component", "broker")
+	brcfg.Registerer = reg
+	brcfg.Gatherer = reg
+	brcfg.DefaultEnsembleSize, brcfg.DefaultWriteQuorum, brcfg.DefaultAckQuorum = 1, 1, 1
+	// One broker: a restart should not wait long for its old claims.
+	brcfg.SessionTTL = 3 * time.Second
+	if cfg.Broker != nil {
+		cfg.Broker(&brcfg)
+	}
+	sa.broker, err = broker.NewServer(brcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := sa.broker.Start(ctx); err != nil {
+		sa.broker = nil
+		return nil, err
+	}
+	if err := sa.broker.EnsureDefaultNamespace(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	return sa, nil
+}
+
+// stickyAddr returns the loopback Raft address recorded in path, or picks a
+// free one and records it: the Raft log remembers its address, so a
+// restarted standalone must use the same one.
+func stickyAddr(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	if err := os.WriteFile(path, []byte(addr+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+// GRPCAddr is the broker's gRPC address.
+func (s *Standalone) GRPCAddr() string { return s.broker.Addr() }
+
+// HTTPAddr is the broker's HTTP address.
+func (s *Standalone) HTTPAddr() string { return s.broker.HTTPAddr() }
+
+// Broker returns the broker.
+func (s *Standalone) Broker() *broker.Server { return s.broker }
+
+// Close stops the broker (flushing and closing ledgers, persisting cursors),
+// then the bookie and metadata.
+func (s *Standalone) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.broker != nil {
+		_ = s.broker.Stop(ctx)
+		s.broker = nil
+	}
+	if s.ledgers != nil {
+		_ = s.ledgers.Close()
+		s.ledgers = nil
+	}
+	if s.bookie != nil {
+		s.bookie.Stop()
+		s.bookie = nil
+	}
+	if s.meta != nil {
+		s.meta.Stop()
+		s.meta = nil
+	}
+	return nil
+}
