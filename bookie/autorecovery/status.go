@@ -1,0 +1,145 @@
+package autorecovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
+)
+
+// MaxStatusLedgers bounds the under-replicated ledgers Status lists; the
+// count beyond it is still reported in Report.UnderReplicatedCount.
+const MaxStatusLedgers = 10_000
+
+// BookieStatus is one bookie as autorecovery sees it.
+type BookieStatus struct {
+	topology.BookieInfo
+	// Live: the bookie is in the registry (ReadOnly then is its current
+	// state). A bookie that is not live appears because it is
+	// decommissioned or named by an under-replicated mark; its other
+	// fields are then only what is known (ID at least).
+	Live bool `json:"live"`
+	// Decommissioned: an operator asked to drain it (Decommission).
+	Decommissioned bool `json:"decommissioned"`
+	// UnderReplicatedLedgers counts marks naming this bookie as missing.
+	UnderReplicatedLedgers int `json:"under_replicated_ledgers"`
+}
+
+// UnderReplicatedLedger is one under-replicated mark.
+type UnderReplicatedLedger struct {
+	LedgerID int64 `json:"ledger_id"`
+	// Missing lists the lost bookie IDs.
+	Missing []string `json:"missing"`
+	// MarkedAt is when the auditor first marked the ledger.
+	MarkedAt time.Time `json:"marked_at"`
+	// Worker is the worker repairing it now, "" if none.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Report is the autorecovery state of a region.
+type Report struct {
+	// Bookies are the registered bookies plus the decommissioned ones and
+	// the ones named by marks, sorted by ID.
+	Bookies []BookieStatus `json:"bookies"`
+	// UnderReplicated lists the marks in ledger order, at most
+	// MaxStatusLedgers of them.
+	UnderReplicated []UnderReplicatedLedger `json:"under_replicated"`
+	// UnderReplicatedCount is the number of marks (all of them).
+	UnderReplicatedCount int `json:"under_replicated_count"`
+	// Paused and PausedReason reflect PausedKey.
+	Paused       bool   `json:"paused"`
+	PausedReason string `json:"paused_reason,omitempty"`
+	// Auditor is the ID of the elected auditor, "" if none.
+	Auditor string `json:"auditor,omitempty"`
+}
+
+// Status reads the region's autorecovery state from its metadata shard
+// (linearizable reads; no auditor or worker needs to run in the caller).
+func Status(ctx context.Context, store metadata.Store) (Report, error) {
+	var r Report
+	var err error
+	if r.Paused, r.PausedReason, err = paused(ctx, store); err != nil {
+		return Report{}, err
+	}
+	kv, err := store.Get(ctx, AuditorKey, metadata.ReadOptions{})
+	switch {
+	case err == nil:
+		var v auditorValue
+		if json.Unmarshal(kv.Value, &v) == nil {
+			r.Auditor = v.ID
+		}
+	case !errors.Is(err, metadata.ErrNotFound):
+		return Report{}, fmt.Errorf("autorecovery: read %s: %w", AuditorKey, err)
+	}
+	live, err := registry(ctx, store)
+	if err != nil {
+		return Report{}, err
+	}
+	decom, err := decommissioned(ctx, store)
+	if err != nil {
+		return Report{}, err
+	}
+	locks := map[int64]string{}
+	err = listAll(ctx, store, LockPrefix, 0, func(kv metadata.KV) error {
+		if id, ok := parseIDKey(LockPrefix, kv.Key); ok {
+			var v lockValue
+			_ = json.Unmarshal(kv.Value, &v)
+			locks[id] = v.Worker
+		}
+		return nil
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	missingCount := map[string]int{}
+	err = listAll(ctx, store, UnderReplicatedPrefix, 0, func(kv metadata.KV) error {
+		id, ok := parseIDKey(UnderReplicatedPrefix, kv.Key)
+		if !ok {
+			return nil
+		}
+		r.UnderReplicatedCount++
+		m, _ := decodeMark(kv)
+		for _, b := range m.Missing {
+			missingCount[b]++
+		}
+		if len(r.UnderReplicated) < MaxStatusLedgers {
+			r.UnderReplicated = append(r.UnderReplicated, UnderReplicatedLedger{
+				LedgerID: id, Missing: m.Missing, MarkedAt: time.UnixMilli(m.MarkedUnixMs), Worker: locks[id],
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	byID := map[string]*BookieStatus{}
+	get := func(id string) *BookieStatus {
+		if b := byID[id]; b != nil {
+			return b
+		}
+		b := &BookieStatus{BookieInfo: topology.BookieInfo{ID: id}}
+		byID[id] = b
+		return b
+	}
+	for id, info := range live {
+		b := get(id)
+		b.BookieInfo, b.Live = info, true
+	}
+	for id := range decom {
+		get(id).Decommissioned = true
+	}
+	for id, n := range missingCount {
+		get(id).UnderReplicatedLedgers = n
+	}
+	for _, b := range byID {
+		r.Bookies = append(r.Bookies, *b)
+	}
+	sort.Slice(r.Bookies, func(i, j int) bool { return strings.Compare(r.Bookies[i].ID, r.Bookies[j].ID) < 0 })
+	return r, nil
+}
