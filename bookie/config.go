@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -89,6 +90,13 @@ type Config struct {
 	Metadata metadata.Store
 	// SessionTTL is the registration session's TTL. Default 10s.
 	SessionTTL time.Duration
+
+	// Gossip, when set, makes the bookie join the region's memberlist
+	// cluster (liveness within seconds for placement and autorecovery). The
+	// bookie fills NodeName (= ID), Region, Rack, Role (bookie), Meta
+	// ("addr" = gRPC address, "read_only"), Logger and Registerer; BindAddr,
+	// Seeds and timings come from here.
+	Gossip *topology.MembershipConfig
 
 	// Logger receives the bookie's logs (nil = slog.Default()).
 	Logger *slog.Logger

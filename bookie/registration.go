@@ -20,12 +20,22 @@ type registration struct {
 	s     *Server
 	store metadata.Store
 
+	notify chan struct{} // a read-only change to publish
+
 	mu      sync.Mutex // guards session
 	session metadata.SessionID
 }
 
 func newRegistration(s *Server) *registration {
-	return &registration{s: s, store: s.cfg.Metadata}
+	return &registration{s: s, store: s.cfg.Metadata, notify: make(chan struct{}, 1)}
+}
+
+// markDirty asks the keep-alive loop to rewrite the key now.
+func (r *registration) markDirty() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
 }
 
 // Key returns the bookie's registry key.
@@ -82,7 +92,7 @@ func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.s.st.roNotify:
+		case <-r.notify:
 			dirty = true
 		case <-t.C:
 		}

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -39,6 +41,7 @@ type Server struct {
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
 	regState *registration
+	members  *topology.Membership
 }
 
 // NewServer validates cfg and builds a Server; nothing touches disk or the
@@ -132,6 +135,23 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 		}()
 	}
+	if s.cfg.Gossip != nil {
+		gc := *s.cfg.Gossip
+		gc.NodeName, gc.Region, gc.Rack, gc.Role = s.cfg.ID, s.cfg.Region, s.cfg.Rack, topology.RoleBookie
+		gc.Meta = s.gossipMeta()
+		gc.Logger = s.log
+		gc.Registerer = s.reg
+		m, err := topology.NewMembership(gc)
+		if err != nil {
+			s.grpc.Stop()
+			if s.httpSrv != nil {
+				s.httpSrv.Close()
+			}
+			st.close(true)
+			return fmt.Errorf("bookie: join gossip: %w", err)
+		}
+		s.members = m
+	}
 	bgCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.bg.Add(1)
@@ -166,6 +186,8 @@ func (s *Server) maintain(ctx context.Context) {
 			return
 		case <-disk.C:
 			s.st.checkDisk()
+		case <-s.st.roNotify:
+			s.publishReadOnly(ctx)
 		case <-ckpt.C:
 			if err := s.Checkpoint(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("periodic checkpoint failed", "err", err)
@@ -206,6 +228,17 @@ func (s *Server) stopLocked(graceful bool) {
 	}
 	if s.regState != nil && graceful {
 		s.regState.leave()
+	}
+	if s.members != nil {
+		if graceful {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			if err := s.members.Leave(ctx); err != nil {
+				s.log.Warn("gossip leave failed", "err", err)
+			}
+			cancel()
+		} else {
+			s.members.Shutdown()
+		}
 	}
 	if graceful {
 		done := make(chan struct{})
@@ -253,6 +286,29 @@ func (s *Server) advertised() string {
 	}
 	return s.lis.Addr().String()
 }
+
+// gossipMeta is the metadata published with the bookie's gossip node.
+func (s *Server) gossipMeta() map[string]string {
+	ro, _ := s.st.readOnly()
+	return map[string]string{"addr": s.advertised(), "read_only": strconv.FormatBool(ro)}
+}
+
+// publishReadOnly pushes a read-only change to the registry and gossip.
+func (s *Server) publishReadOnly(ctx context.Context) {
+	if s.regState != nil {
+		s.regState.markDirty()
+	}
+	if s.members != nil {
+		uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := s.members.UpdateMeta(uctx, s.gossipMeta()); err != nil && ctx.Err() == nil {
+			s.log.Warn("gossip metadata update failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Membership returns the bookie's gossip membership (nil without Config.Gossip).
+func (s *Server) Membership() *topology.Membership { return s.members }
 
 // Gatherer returns the gatherer serving the bookie's metrics (nil when the
 // configured Registerer is not a Gatherer and Config.Gatherer is unset).

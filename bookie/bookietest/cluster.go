@@ -32,6 +32,8 @@ type options struct {
 	store    metadata.Store
 	tweak    func(i int, cfg *bookie.Config)
 	logLevel slog.Level
+	gossip   bool
+	seeds    []string
 }
 
 // Option configures StartCluster.
@@ -51,6 +53,13 @@ func WithMetadata(store metadata.Store) Option { return func(o *options) { o.sto
 // before each restart).
 func WithConfig(f func(i int, cfg *bookie.Config)) Option { return func(o *options) { o.tweak = f } }
 
+// WithGossip makes every bookie join a memberlist cluster on loopback with
+// fast failure detection (a killed bookie is declared dead in about a
+// second). Bookies seed from each other and from extra seeds.
+func WithGossip(seeds ...string) Option {
+	return func(o *options) { o.gossip, o.seeds = true, seeds }
+}
+
 // WithLogLevel sets the level of bookie logs routed to t.Log (default Warn).
 func WithLogLevel(l slog.Level) Option { return func(o *options) { o.logLevel = l } }
 
@@ -69,6 +78,7 @@ type node struct {
 	fs      *faultfs.FaultFS
 	srv     *bookie.Server // nil while stopped
 	addr    string
+	gossip  string // gossip address, kept across restarts (memberlist rejects a name at a new address)
 	conn    *grpc.ClientConn
 	running bool
 }
@@ -81,9 +91,14 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	for _, o := range opts {
 		o(&c.opts)
 	}
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	// Registered after the TempDirs so it runs before they are removed.
 	t.Cleanup(c.Close)
 	for i := range n {
-		dir := t.TempDir()
+		dir := dirs[i]
 		cfg := bookie.DefaultConfig()
 		cfg.ID = fmt.Sprintf("bookie-%d", i)
 		cfg.Region = c.opts.region
@@ -137,6 +152,16 @@ func (c *Cluster) startNode(i int) error {
 	c.mu.Unlock()
 	cfg.Logger = c.logger(i)
 	cfg.Testing.FS = nd.fs
+	if c.opts.gossip {
+		gc := topology.DefaultMembershipConfig().WithFastFailureDetection()
+		gc.Seeds = append(append([]string(nil), c.opts.seeds...), c.gossipSeeds(i)...)
+		c.mu.Lock()
+		if nd.gossip != "" {
+			gc.BindAddr = nd.gossip
+		}
+		c.mu.Unlock()
+		cfg.Gossip = &gc
+	}
 	if c.opts.tweak != nil {
 		c.opts.tweak(i, &cfg)
 	}
@@ -165,9 +190,29 @@ func (c *Cluster) startNode(i int) error {
 	defer c.mu.Unlock()
 	nd.srv = srv
 	nd.addr = srv.Addr()
+	if m := srv.Membership(); m != nil {
+		nd.gossip = m.Addr()
+	}
 	nd.running = true
 	return nil
 }
+
+// gossipSeeds returns the gossip addresses of the running bookies other than i.
+func (c *Cluster) gossipSeeds(i int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for j, nd := range c.bookies {
+		if j != i && nd.srv != nil && nd.srv.Membership() != nil {
+			out = append(out, nd.srv.Membership().Addr())
+		}
+	}
+	return out
+}
+
+// GossipAddrs returns the gossip addresses of the running bookies (for
+// other nodes to seed from); empty without WithGossip.
+func (c *Cluster) GossipAddrs() []string { return c.gossipSeeds(-1) }
 
 // N returns the number of bookies.
 func (c *Cluster) N() int { return len(c.bookies) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 )
@@ -44,7 +45,15 @@ type bookieFileConfig struct {
 	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
 	SessionTTL          *time.Duration `yaml:"session_ttl"`
 	LogLevel            *string        `yaml:"log_level"`
-	Metadata            struct {
+	Gossip              *struct {
+		// BindAddr is the memberlist address (host:port); required to enable gossip.
+		BindAddr      string   `yaml:"bind_addr"`
+		AdvertiseAddr string   `yaml:"advertise_addr"`
+		Seeds         []string `yaml:"seeds"`
+		// Profile is "lan" (default) or "wan".
+		Profile string `yaml:"profile"`
+	} `yaml:"gossip"`
+	Metadata struct {
 		// Endpoints of metadata nodes; empty = run without registration.
 		Endpoints []string `yaml:"endpoints"`
 		// Shard is the regional shard to register in ("" = the region).
@@ -95,6 +104,17 @@ func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 		if err := l.UnmarshalText([]byte(*fc.LogLevel)); err != nil {
 			return cfg, fc, fmt.Errorf("bookie config: log_level: %w", err)
 		}
+	}
+	if g := fc.Gossip; g != nil && g.BindAddr != "" {
+		mc := topology.DefaultMembershipConfig()
+		mc.BindAddr, mc.AdvertiseAddr, mc.Seeds = g.BindAddr, g.AdvertiseAddr, g.Seeds
+		if g.Profile != "" {
+			mc.Profile = topology.Profile(g.Profile)
+		}
+		if mc.Profile != topology.ProfileLAN && mc.Profile != topology.ProfileWAN {
+			return cfg, fc, fmt.Errorf("bookie config: gossip.profile must be lan or wan, got %q", g.Profile)
+		}
+		cfg.Gossip = &mc
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fc, fmt.Errorf("bookie config: %w", err)
