@@ -1,0 +1,185 @@
+// Package regiontest starts a region on loopback for tests: one metadata
+// node (global and regional shards), M bookies on distinct racks and N
+// brokers, each broker with its own ledger client, and lets tests kill or
+// pause (zombify) brokers.
+package regiontest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/bookietest"
+	"github.com/meridianmq/meridian/bookie/ledger"
+	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/metadata/metadatatest"
+	"github.com/meridianmq/meridian/topology"
+)
+
+// Region is the name of the test region.
+const Region = "test"
+
+// Options tune a test region.
+type Options struct {
+	// Brokers and Bookies count the servers (defaults 2 and 3).
+	Brokers, Bookies int
+	// Broker edits each broker's config before it starts.
+	Broker func(i int, cfg *broker.Config)
+}
+
+// Cluster is a running test region.
+type Cluster struct {
+	t        testing.TB
+	opts     Options
+	Global   metadata.Store
+	Regional metadata.Store
+	Bookies  *bookietest.Cluster
+
+	mu      sync.Mutex
+	brokers []*brokerNode
+}
+
+type brokerNode struct {
+	srv     *broker.Server
+	ledgers *ledger.Client
+}
+
+// Start starts a region and stops it in t.Cleanup.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Brokers == 0 {
+		opts.Brokers = 2
+	}
+	if opts.Bookies == 0 {
+		opts.Bookies = 3
+	}
+	mc := metadatatest.StartClusterWith(t, 1, metadatatest.Options{Shards: []string{metadata.GlobalShard, Region}})
+	c := &Cluster{t: t, opts: opts, Global: mc.Store(0, metadata.GlobalShard), Regional: mc.Store(0, Region)}
+	c.Bookies = bookietest.StartCluster(t, opts.Bookies, bookietest.WithRegion(Region), bookietest.WithMetadata(c.Regional),
+		bookietest.WithConfig(func(_ int, cfg *bookie.Config) { cfg.MaxEntryBytes = 6 << 20 }))
+	t.Cleanup(c.Close)
+	for i := range opts.Brokers {
+		c.startBroker(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Broker(0).EnsureDefaultNamespace(ctx); err != nil {
+		t.Fatalf("regiontest: default namespace: %v", err)
+	}
+	return c
+}
+
+func (c *Cluster) startBroker(i int) {
+	t := c.t
+	pcfg := topology.DefaultRackAwareConfig()
+	pcfg.MinRacksPerWriteQuorum = 1
+	placement, err := topology.NewRackAwarePlacement(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcfg := ledger.DefaultConfig()
+	lcfg.Store = c.Regional
+	lcfg.Placement = placement
+	lcfg.Region = Region
+	lcfg.MaxEntryBytes = 6 << 20
+	lcfg.AddTimeout = 3 * time.Second
+	lc, err := ledger.NewClient(lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		bs, err := lc.Bookies(ctx)
+		if err == nil && len(bs) >= c.opts.Bookies {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("regiontest: bookies not registered: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cfg := broker.DefaultConfig()
+	cfg.BrokerID = fmt.Sprintf("broker-%d", i)
+	cfg.Region = Region
+	cfg.GRPCAddress = "127.0.0.1:0"
+	cfg.HTTPAddress = "127.0.0.1:0"
+	cfg.Global, cfg.Regional = c.Global, c.Regional
+	cfg.Ledgers = broker.NewLedgerStore(lc)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.SessionTTL = 2 * time.Second
+	cfg.CursorPersistInterval = 100 * time.Millisecond
+	e := min(3, c.opts.Bookies)
+	cfg.DefaultEnsembleSize, cfg.DefaultWriteQuorum, cfg.DefaultAckQuorum = e, min(2, e), min(2, e)
+	if c.opts.Broker != nil {
+		c.opts.Broker(i, &cfg)
+	}
+	srv, err := broker.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	for len(c.brokers) <= i {
+		c.brokers = append(c.brokers, nil)
+	}
+	c.brokers[i] = &brokerNode{srv: srv, ledgers: lc}
+	c.mu.Unlock()
+}
+
+// Broker returns broker i.
+func (c *Cluster) Broker(i int) *broker.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.brokers[i].srv
+}
+
+// Addrs returns the brokers' gRPC addresses.
+func (c *Cluster) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.brokers))
+	for i, b := range c.brokers {
+		out[i] = b.srv.Addr()
+	}
+	return out
+}
+
+// Kill crashes broker i: its gRPC server stops at once, nothing is flushed
+// or released, its ledger client is closed; its session expires later.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	b := c.brokers[i]
+	c.mu.Unlock()
+	b.srv.Kill()
+	_ = b.ledgers.Close()
+}
+
+// Pause turns broker i into a zombie: it stops renewing its metadata
+// session but keeps serving the topics it believes it owns.
+func (c *Cluster) Pause(i int) { c.Broker(i).SuspendSessionForTesting() }
+
+// Close stops every broker.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	bs := c.brokers
+	c.brokers = nil
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, b := range bs {
+		if b == nil {
+			continue
+		}
+		_ = b.srv.Stop(ctx)
+		_ = b.ledgers.Close()
+	}
+}
