@@ -1,5 +1,19 @@
-// Package bookie is Meridian's storage node: a journal with group commit,
-// entry storage with an index, per-ledger fencing, garbage collection and
-// the bookie gRPC service. A bookie acknowledges an add only after the entry
-// is fsynced in its journal.
+// Package bookie is Meridian's storage node: a journal with group commit
+// that is also the entry log, an in-memory index checkpointed to disk,
+// per-ledger fencing, garbage collection and the bookie gRPC service
+// (api/bookie/v1).
+//
+// Invariants:
+//   - an add is acknowledged only after its journal record is fdatasync'ed;
+//     a failed write or fsync fails every add of its group and makes the
+//     bookie read-only until restarted;
+//   - the index never points at unsynced data, so reads never return an
+//     entry that was not durable;
+//   - a fence is persisted before it is answered, and every add ordered
+//     after it (by the single journal goroutine) is refused unless it is a
+//     recovery add;
+//   - a stored entry whose CRC32C fails is reported corrupt, never missing.
+//
+// It does not replicate: quorum writes, ensembles and recovery live in the
+// ledger client (bookie/ledger). See docs/parts/bookie.md for the design.
 package bookie
