@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
@@ -128,6 +129,7 @@ func (c *Client) fenceSegment(ctx context.Context, md *Metadata, seg Segment) (i
 	fenced := make([]bool, len(seg.Ensemble))
 	lac := int64(-1)
 	var errs []error
+	need := md.WriteQuorum - md.AckQuorum + 1
 	for range seg.Ensemble {
 		x := <-ch
 		if x.err != nil {
@@ -136,8 +138,23 @@ func (c *Client) fenceSegment(ctx context.Context, md *Metadata, seg Segment) (i
 		}
 		fenced[x.pos] = true
 		lac = max(lac, x.lac)
+		// Enough fenced: go on without waiting for slow bookies (the LAC
+		// is only where reading forward starts; the tail is found by
+		// fencing reads anyway).
+		if ok, _, _ := fenceCovers(fenced, md, need); ok {
+			return lac, nil
+		}
 	}
-	need := md.WriteQuorum - md.AckQuorum + 1
+	if ok, start, n := fenceCovers(fenced, md, need); !ok {
+		return -1, fmt.Errorf("%w: ledger %d: fenced %d of the write set at position %d, need %d: %w",
+			ErrLedgerRecovering, md.ID, n, start, need, errors.Join(errs...))
+	}
+	return lac, nil
+}
+
+// fenceCovers reports whether every write set has at least need fenced
+// bookies, else the first write set (by start position) that has not.
+func fenceCovers(fenced []bool, md *Metadata, need int) (bool, int, int) {
 	for start := 0; start < md.Ensemble; start++ {
 		n := 0
 		for _, pos := range writeSet(int64(start), md.Ensemble, md.WriteQuorum) {
@@ -146,11 +163,10 @@ func (c *Client) fenceSegment(ctx context.Context, md *Metadata, seg Segment) (i
 			}
 		}
 		if n < need {
-			return -1, fmt.Errorf("%w: ledger %d: fenced %d of the write set at position %d, need %d: %w",
-				ErrLedgerRecovering, md.ID, n, start, need, errors.Join(errs...))
+			return false, start, n
 		}
 	}
-	return lac, nil
+	return true, 0, 0
 }
 
 // recoverTail reads forward from lac+1 with fencing reads. An entry is
@@ -257,13 +273,20 @@ func (c *Client) recoveryRead(ctx context.Context, md *Metadata, seg Segment, e 
 func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byte, done func(error)) {
 	ws := writeSet(e, md.Ensemble, md.WriteQuorum)
 	var (
-		mu   sync.Mutex
-		left = len(ws)
-		ok   int
-		errs []error
+		mu       sync.Mutex
+		left     = len(ws)
+		ok       int
+		errs     []error
+		answered = make([]bool, len(ws))
+		timer    *time.Timer
 	)
-	finish := func(err error) {
+	finish := func(i int, err error) {
 		mu.Lock()
+		if answered[i] {
+			mu.Unlock()
+			return
+		}
+		answered[i] = true
 		if err == nil {
 			ok++
 		} else {
@@ -275,17 +298,29 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 		if !last {
 			return
 		}
+		if timer != nil {
+			timer.Stop()
+		}
 		if ok >= md.AckQuorum {
 			done(nil)
 			return
 		}
 		done(fmt.Errorf("entry %d: %d of %d replicas confirmed, need %d: %w", e, ok, len(ws), md.AckQuorum, errors.Join(errs...)))
 	}
-	for _, pos := range ws {
+	// A bookie that keeps its stream open but never answers must not hang
+	// recovery: after AddTimeout its answer counts as a failure.
+	mu.Lock()
+	timer = time.AfterFunc(c.cfg.AddTimeout, func() {
+		for i := range ws {
+			finish(i, fmt.Errorf("recovery add to %s: no answer after %v", seg.Ensemble[ws[i]].ID, c.cfg.AddTimeout))
+		}
+	})
+	mu.Unlock()
+	for i, pos := range ws {
 		b := seg.Ensemble[pos]
 		bc, err := c.conn(b)
 		if err != nil {
-			finish(err)
+			finish(i, err)
 			continue
 		}
 		bc.add(&bookiev1.AddEntryRequest{
@@ -294,6 +329,6 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 			Payload:          data,
 			LastAddConfirmed: lac,
 			RecoveryAdd:      true,
-		}, finish)
+		}, func(err error) { finish(i, err) })
 	}
 }

@@ -157,10 +157,20 @@ func (w *Writer) appendAsync(ctx context.Context, data []byte, cb func(int64, er
 	}
 	w.mu.Lock()
 	if err := w.unusableLocked(); err != nil {
+		if w.closed {
+			// Every earlier callback has run (Close drained them).
+			w.mu.Unlock()
+			<-w.slots
+			return err
+		}
+		// Report through the callback goroutine so this error comes after
+		// the callbacks of every earlier entry.
+		w.c.m.inFlight.Inc()
+		w.completions <- &pendingAdd{entry: -1, data: data, cb: cb, err: err, done: true}
 		w.mu.Unlock()
-		<-w.slots
-		return err
+		return nil
 	}
+	w.c.m.inFlight.Inc()
 	now := time.Now()
 	ws := writeSet(w.next, w.md.Ensemble, w.md.WriteQuorum)
 	p := &pendingAdd{
@@ -179,7 +189,6 @@ func (w *Writer) appendAsync(ctx context.Context, data []byte, cb func(int64, er
 		sends = w.sendsForLocked(p, nil)
 	}
 	w.mu.Unlock()
-	w.c.m.inFlight.Inc()
 	w.send(sends)
 	return nil
 }
