@@ -171,6 +171,24 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
+// StartEmbedded creates, starts and waits for a node: the embedded store of
+// a single process (see SingleNodeConfig). Use Node.Store for each shard and
+// Node.Stop when done.
+func StartEmbedded(ctx context.Context, cfg NodeConfig) (*Node, error) {
+	n, err := NewNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.WaitReady(ctx); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	return n, nil
+}
+
 // Stop stops the servers and the NodeHost. It is safe to call more than once.
 func (n *Node) Stop() {
 	n.mu.Lock()

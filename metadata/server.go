@@ -189,11 +189,17 @@ func kvToPB(kv KV) *metadatav1.KeyValue {
 		ModRevision: kv.ModRevision, Session: uint64(kv.Session)}
 }
 
+// kvFromPB converts a KeyValue; an empty value comes back as an empty,
+// non-nil slice, as the in-process store returns it.
 func kvFromPB(p *metadatav1.KeyValue) KV {
 	if p == nil {
 		return KV{}
 	}
-	return KV{Key: p.Key, Value: p.Value, Version: p.Version, CreateRevision: p.CreateRevision,
+	v := p.Value
+	if v == nil {
+		v = []byte{}
+	}
+	return KV{Key: p.Key, Value: v, Version: p.Version, CreateRevision: p.CreateRevision,
 		ModRevision: p.ModRevision, Session: SessionID(p.Session)}
 }
 
@@ -201,6 +207,11 @@ func eventToPB(ev Event) *metadatav1.Event {
 	return &metadatav1.Event{Type: metadatav1.EventType(ev.Type), Revision: ev.Revision, Kv: kvToPB(ev.KV)}
 }
 
+// eventFromPB converts an Event; deletes carry a nil Value.
 func eventFromPB(p *metadatav1.Event) Event {
-	return Event{Type: EventType(p.Type), Revision: p.Revision, KV: kvFromPB(p.Kv)}
+	ev := Event{Type: EventType(p.Type), Revision: p.Revision, KV: kvFromPB(p.Kv)}
+	if ev.Type == EventDelete {
+		ev.KV.Value = nil
+	}
+	return ev
 }

@@ -296,6 +296,14 @@ func (s *shardStore) Watch(ctx context.Context, prefix string, afterRevision int
 		scanned := afterRevision
 		for {
 			v, err := s.node.nh.StaleRead(s.shardID, histQuery{Prefix: prefix, After: scanned, Limit: watchPage})
+			if errors.Is(err, dragonboat.ErrShardNotInitialized) {
+				// The replica is still loading its snapshot after a start.
+				if !wait(ctx, 20*time.Millisecond) {
+					fail(nil)
+					return
+				}
+				continue
+			}
 			if err != nil {
 				fail(fmt.Errorf("%w: shard %q: %v", ErrUnavailable, s.name, err))
 				return

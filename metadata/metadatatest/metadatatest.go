@@ -59,16 +59,55 @@ func StartClusterWith(t testing.TB, n int, opts Options) *Cluster {
 		opts.Shards = []string{metadata.GlobalShard}
 	}
 	logger := slog.New(newTestHandler(t))
+	c := &Cluster{t: t, nodes: make([]*metadata.Node, n), configs: make([]metadata.NodeConfig, n)}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, nd := range c.nodes {
+			if nd != nil {
+				nd.Stop()
+			}
+		}
+	})
+	// A free port can be taken by another process between FreeAddr and
+	// Dragonboat's bind: start over on fresh ports and dirs a few times.
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		c.configure(n, opts, logger)
+		err = nil
+		for i := range n {
+			if _, err = c.startNode(i); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			break
+		}
+		for i := range n {
+			c.StopNode(i)
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("metadatatest: %v", err)
+	}
+	c.WaitReady()
+	return c
+}
+
+// configure builds the node configs on fresh ports and data dirs.
+func (c *Cluster) configure(n int, opts Options, logger *slog.Logger) {
 	raft := make([]string, n)
 	for i := range raft {
-		raft[i] = FreeAddr(t)
+		raft[i] = FreeAddr(c.t)
 	}
-	c := &Cluster{t: t, nodes: make([]*metadata.Node, n), configs: make([]metadata.NodeConfig, n)}
 	for i := range n {
 		cfg := metadata.DefaultNodeConfig()
 		cfg.NodeID = uint64(i + 1)
 		cfg.RaftAddress = raft[i]
-		cfg.DataDir = filepath.Join(t.TempDir(), fmt.Sprintf("meta%d", i+1))
+		cfg.DataDir = filepath.Join(c.t.TempDir(), fmt.Sprintf("meta%d", i+1))
 		cfg.Logger = logger.With("node", i+1)
 		if opts.GRPC {
 			cfg.GRPCAddress = "127.0.0.1:0"
@@ -88,33 +127,27 @@ func StartClusterWith(t testing.TB, n int, opts Options) *Cluster {
 		}
 		c.configs[i] = cfg
 	}
-	t.Cleanup(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, nd := range c.nodes {
-			if nd != nil {
-				nd.Stop()
-			}
-		}
-	})
-	for i := range n {
-		c.StartNode(i)
-	}
-	c.WaitReady()
-	return c
 }
 
 // StartNode starts (or restarts, on the same data dir and addresses) node i.
 func (c *Cluster) StartNode(i int) *metadata.Node {
 	c.t.Helper()
+	nd, err := c.startNode(i)
+	if err != nil {
+		c.t.Fatalf("metadatatest: %v", err)
+	}
+	return nd
+}
+
+func (c *Cluster) startNode(i int) (*metadata.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	nd, err := metadata.NewNode(c.configs[i])
 	if err != nil {
-		c.t.Fatalf("metadatatest: node %d config: %v", i+1, err)
+		return nil, fmt.Errorf("node %d config: %w", i+1, err)
 	}
 	if err := nd.Start(context.Background()); err != nil {
-		c.t.Fatalf("metadatatest: start node %d: %v", i+1, err)
+		return nil, fmt.Errorf("start node %d: %w", i+1, err)
 	}
 	// Keep the ports chosen on first start so clients' endpoints stay valid.
 	if nd.GRPCAddr() != "" {
@@ -124,7 +157,7 @@ func (c *Cluster) StartNode(i int) *metadata.Node {
 		c.configs[i].HTTPAddress = nd.HTTPAddr()
 	}
 	c.nodes[i] = nd
-	return nd
+	return nd, nil
 }
 
 // StopNode stops node i (its data stays for a restart).
