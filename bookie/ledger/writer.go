@@ -257,6 +257,11 @@ func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 		w.c.m.fenced.Inc()
 		w.failLocked(fmt.Errorf("%w: ledger %d fenced on bookie %s", ErrLedgerFenced, w.id, bookieID))
 		return
+	case kindInvalid:
+		// Another bookie would refuse it too (e.g. its entry size limit is
+		// below ours): changing ensemble would not help.
+		w.failLocked(fmt.Errorf("%w: bookie %s refused entry %d: %v", ErrInvalidArgument, bookieID, p.entry, err))
+		return
 	}
 	if !w.failed[bookieID] {
 		w.log.Warn("bookie failed an add; changing ensemble", "bookie", bookieID, "entry", p.entry, "err", err)
