@@ -97,7 +97,14 @@ var versionedKV = porcupine.Model{
 // compare-and-sets on a three-node cluster while the leader is repeatedly
 // stopped and restarted, and checks it with porcupine.
 func TestLinearizability(t *testing.T) {
-	c := metadatatest.StartCluster(t, 3)
+	t.Run("local", func(t *testing.T) { runLinearizability(t, false) })
+	t.Run("grpc", func(t *testing.T) { runLinearizability(t, true) })
+}
+
+// runLinearizability uses either the nodes' in-process stores (a random
+// running node per operation) or one gRPC client per worker.
+func runLinearizability(t *testing.T, viaGRPC bool) {
+	c := metadatatest.StartClusterWith(t, 3, metadatatest.Options{GRPC: viaGRPC})
 	const workers = 5
 	keys := []string{"lin/x", "lin/y"}
 	start := time.Now()
@@ -114,20 +121,30 @@ func TestLinearizability(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			lastVersion := map[string]int64{}
+			var client metadata.Store
+			if viaGRPC {
+				eps := c.Endpoints()
+				eps = append(eps[w%3:], eps[:w%3]...)
+				client = newClient(t, eps, metadata.GlobalShard)
+			}
 			for seq := 0; ; seq++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				nd := c.Node(rng.IntN(3))
-				if nd == nil {
-					continue
+				st := client
+				if st == nil {
+					nd := c.Node(rng.IntN(3))
+					if nd == nil {
+						continue
+					}
+					var err error
+					if st, err = nd.Store(metadata.GlobalShard); err != nil {
+						continue
+					}
 				}
-				st, err := nd.Store(metadata.GlobalShard)
-				if err != nil {
-					continue
-				}
+				var err error
 				key := keys[rng.IntN(len(keys))]
 				in := linInput{Key: key, Value: fmt.Sprintf("w%d-%d", w, seq)}
 				var out linOutput
