@@ -265,13 +265,13 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	}
 	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
 		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{})}
-	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created}}}); err != nil {
-		return err
-	}
 	if err := s.addConsumer(c, sub.GetType()); err != nil {
 		return GRPCError(err)
 	}
 	defer s.removeConsumer(c)
+	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created}}}); err != nil {
+		return err
+	}
 	reqs := make(chan *clientv1.ConsumeRequest)
 	recvErr := make(chan error, 1)
 	go func() {
