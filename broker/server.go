@@ -369,7 +369,7 @@ func (s *Server) releaseOwnership(ctx context.Context, topic string, sid metadat
 // owns it. It fails with a notOwnedError naming the owner otherwise.
 func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*topic, error) {
 	key := name.String()
-	for {
+	{
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
@@ -425,7 +425,6 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 	}
 	okey := ownerPrefix + name.String()
 	val, _ := json.Marshal(s.self)
-	claimed := false
 	kv, err := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
 	switch {
 	case err == nil && kv.Session == sid:
@@ -442,7 +441,6 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 			}
 			return nil, fmt.Errorf("%w: claim topic %s: %v", ErrUnavailable, name, err)
 		}
-		claimed = true
 	default:
 		return nil, fmt.Errorf("%w: read owner of %s: %v", ErrUnavailable, name, err)
 	}
@@ -450,9 +448,9 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 	lctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	if err := t.load(lctx, true); err != nil {
-		if claimed || true {
-			s.releaseOwnership(context.Background(), name.String(), sid)
-		}
+		// Release the claim (ours, new or from before) so another try or
+		// another broker can take the topic.
+		s.releaseOwnership(context.Background(), name.String(), sid)
 		return nil, err
 	}
 	return t, nil

@@ -77,7 +77,11 @@ type MeridianClient interface {
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
 	// Produce opens a producer: the first request must be `open`; the first
 	// response is `opened` (or the stream ends with an error status). Then
-	// each `send` gets exactly one `receipt`, in send order.
+	// each `send` gets exactly one `receipt`. Receipts of stored sends come in
+	// send order; the receipt of a refused send (error or duplicate) may come
+	// before those of earlier sends still in flight: match by sequence_id.
+	// When the topic moves away, pending sends get error receipts and the
+	// stream ends with TOPIC_NOT_OWNED: Lookup and reconnect.
 	Produce(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProduceRequest, ProduceResponse], error)
 	// Consume opens a consumer: the first request must be `subscribe`; the
 	// first response is `subscribed`. The broker then pushes `message`s while
@@ -140,7 +144,11 @@ type MeridianServer interface {
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
 	// Produce opens a producer: the first request must be `open`; the first
 	// response is `opened` (or the stream ends with an error status). Then
-	// each `send` gets exactly one `receipt`, in send order.
+	// each `send` gets exactly one `receipt`. Receipts of stored sends come in
+	// send order; the receipt of a refused send (error or duplicate) may come
+	// before those of earlier sends still in flight: match by sequence_id.
+	// When the topic moves away, pending sends get error receipts and the
+	// stream ends with TOPIC_NOT_OWNED: Lookup and reconnect.
 	Produce(grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]) error
 	// Consume opens a consumer: the first request must be `subscribe`; the
 	// first response is `subscribed`. The broker then pushes `message`s while
