@@ -19,6 +19,7 @@ import (
 	"github.com/meridianmq/meridian/bookie/bookietest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 const childEnv = "MERIDIAN_BOOKIE_TEST_CHILD_DIR"
@@ -27,6 +28,9 @@ const childEnv = "MERIDIAN_BOOKIE_TEST_CHILD_DIR"
 // test: with childEnv set it runs a bookie on that directory and prints its
 // address.
 func TestMain(m *testing.M) {
+	// The bookie's non-zeroing pool for gRPC's global (de)serialization
+	// buffers, as `meridian bookie` sets it (see bookie.BufferPool).
+	experimental.SetDefaultBufferPool(bookie.BufferPool())
 	if dir := os.Getenv(childEnv); dir != "" {
 		runChild(dir)
 		return

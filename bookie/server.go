@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 )
 
 // Server is one bookie: storage engine, gRPC service, HTTP endpoints
@@ -100,7 +101,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.lis = lis
 	// Entries up to MaxEntryBytes plus protobuf framing.
 	maxMsg := s.cfg.MaxEntryBytes + 64<<10
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10))
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10),
+		experimental.BufferPool(BufferPool()))
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {

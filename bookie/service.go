@@ -47,13 +47,15 @@ func (s *Server) addAsync(r *bookiev1.AddEntryRequest, done func(error)) {
 		done(ErrReadOnly)
 		return
 	}
+	buf := recordPool.Get(recHeaderSize + len(r.Payload))
 	o := &op{
 		kind: recEntry, ledger: r.LedgerId, entry: r.EntryId, lac: r.LastAddConfirmed,
-		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload),
-		rec:  encodeRecord(make([]byte, 0, recHeaderSize+len(r.Payload)), recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload),
+		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload), pooled: buf,
+		rec:  encodeRecord((*buf)[:0], recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload),
 		done: func(res opResult) { done(res.err) },
 	}
 	if err := s.st.submit(o); err != nil {
+		recordPool.Put(buf)
 		s.metrics.addErrors.WithLabelValues(codes.ResourceExhausted.String()).Inc()
 		done(err)
 	}

@@ -95,6 +95,7 @@ type op struct {
 	lac      int64
 	recovery bool
 	rec      []byte
+	pooled   *[]byte // rec's buffer, returned to recordPool once written
 	oldLoc   loc
 	start    time.Time
 	payload  int
@@ -519,6 +520,12 @@ func (s *storage) processGroup(batch []*op) {
 	}
 	if cap(buf) <= 4*s.cfg.GroupMaxBytes {
 		s.wbuf = buf[:0]
+	}
+	for _, o := range batch {
+		if o.pooled != nil {
+			recordPool.Put(o.pooled)
+			o.pooled, o.rec = nil, nil
+		}
 	}
 
 	results := make([]opResult, len(batch))

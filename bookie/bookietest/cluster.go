@@ -24,6 +24,7 @@ import (
 	"github.com/meridianmq/meridian/topology"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 type options struct {
@@ -292,7 +293,8 @@ func (c *Cluster) Client(i int) bookiev1.BookieClient {
 	nd := c.bookies[i]
 	if nd.conn == nil {
 		conn, err := grpc.NewClient(nd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+			experimental.WithBufferPool(bookie.BufferPool()))
 		if err != nil {
 			c.t.Fatalf("bookietest: dial %s: %v", nd.addr, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/experimental"
 	"gopkg.in/yaml.v3"
 )
 
@@ -161,6 +162,9 @@ func init() {
 				defer mc.Close()
 				cfg.Metadata = mc
 			}
+			// Large entries: gRPC's default pool zeroes a 1 MiB buffer per
+			// 64 KiB message; the bookie's pool does not (see bookie.BufferPool).
+			experimental.SetDefaultBufferPool(bookie.BufferPool())
 			srv, err := bookie.NewServer(cfg)
 			if err != nil {
 				return err
