@@ -118,7 +118,9 @@ func (s *service) Watch(req *metadatav1.WatchRequest, stream grpc.ServerStreamin
 	if err != nil {
 		return err
 	}
-	evc, errc := st.Watch(stream.Context(), req.Prefix, req.AfterRevision)
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	evc, errc := st.Watch(ctx, req.Prefix, req.AfterRevision)
 	for ev := range evc {
 		resp := &metadatav1.WatchResponse{Events: []*metadatav1.Event{eventToPB(ev)}}
 	batch:
@@ -134,7 +136,8 @@ func (s *service) Watch(req *metadatav1.WatchRequest, stream grpc.ServerStreamin
 			}
 		}
 		if err := stream.Send(resp); err != nil {
-			// Drain so the watch goroutine ends with the stream's context.
+			// Stop and drain the watch so its goroutine ends.
+			cancel()
 			for range evc {
 			}
 			<-errc
