@@ -87,6 +87,15 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("bookie: server already started")
 	}
 	s.started = true
+	err := s.startLocked(ctx)
+	if err != nil {
+		// Everything started so far was undone; the server cannot be reused.
+		s.stopped = true
+	}
+	return err
+}
+
+func (s *Server) startLocked(ctx context.Context) error {
 	st, err := openStorage(s.cfg, s.fs, s.log, s.metrics)
 	if err != nil {
 		return err
@@ -247,7 +256,8 @@ func (s *Server) stopLocked(graceful bool) {
 		go func() { s.grpc.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Second):
+			// Long-lived AddEntries streams never end on their own.
 			s.grpc.Stop()
 		}
 	} else {
