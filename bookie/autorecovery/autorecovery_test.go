@@ -181,7 +181,9 @@ func TestDecommissionMovesLedgersOffLiveBookie(t *testing.T) {
 	t.Logf("decommissioning %s, used by %v", victimID, affected)
 	e.startAuditor("auditor", nil)
 	reg := prometheus.NewRegistry()
-	e.startWorker(e.workerConfig("worker", reg))
+	wcfg := e.workerConfig("worker", reg)
+	wcfg.MaxMarksPerPoll = 2 // several pages of marks
+	e.startWorker(wcfg)
 	if err := autorecovery.Decommission(e.ctx(), e.store, victimID); err != nil {
 		t.Fatal(err)
 	}

@@ -33,9 +33,10 @@ type Worker struct {
 	started bool
 	cancel  context.CancelFunc
 
-	// backoff is used by the run goroutine only: ledgers this worker
-	// failed on, and when it may try them again.
+	// Used by the run goroutine only: ledgers this worker failed on and
+	// when it may try them again, and where the next page of marks starts.
 	backoff map[int64]time.Time
+	cursor  string
 }
 
 // NewWorker validates cfg and returns a Worker; Start runs it.
@@ -101,12 +102,12 @@ func (w *Worker) run(ctx context.Context) {
 	defer wg.Wait()
 	t := time.NewTicker(w.cfg.PollInterval)
 	defer t.Stop()
-	for {
-		n, err := w.round(ctx)
+	for ctx.Err() == nil {
+		more, err := w.round(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("autorecovery round failed; will retry", "err", err)
 		}
-		if n > 0 {
+		if more && err == nil {
 			continue // there may be more work: look again at once
 		}
 		select {
@@ -122,19 +123,32 @@ type lockValue struct {
 	UnixMs int64  `json:"unix_ms"`
 }
 
-// round reads a page of marks and repairs the ones it can claim; it returns
-// how many it resolved.
-func (w *Worker) round(ctx context.Context) (int, error) {
+// round reads a page of marks and repairs the ones it can claim; it
+// reports whether another round should follow at once (it resolved some,
+// or more pages remain).
+func (w *Worker) round(ctx context.Context) (bool, error) {
+	n, err := w.roundOnce(ctx)
+	return n > 0 || w.cursor != "", err
+}
+
+func (w *Worker) roundOnce(ctx context.Context) (int, error) {
 	opCtx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 	isPaused, _, err := paused(opCtx, w.cfg.Store)
 	if err != nil || isPaused {
 		cancel()
+		w.cursor = ""
 		return 0, err
 	}
-	res, err := w.cfg.Store.List(opCtx, UnderReplicatedPrefix, metadata.Page{Limit: w.cfg.MaxMarksPerPoll}, metadata.ReadOptions{})
+	res, err := w.cfg.Store.List(opCtx, UnderReplicatedPrefix, metadata.Page{After: w.cursor, Limit: w.cfg.MaxMarksPerPoll}, metadata.ReadOptions{})
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("autorecovery: list marks: %w", err)
+	}
+	// Walk the marks page by page across rounds, so marks beyond the first
+	// page are reached even while the first page is locked or backing off.
+	w.cursor = ""
+	if res.More && len(res.KVs) > 0 {
+		w.cursor = res.KVs[len(res.KVs)-1].Key
 	}
 	now := time.Now()
 	for id, until := range w.backoff {
@@ -159,6 +173,7 @@ func (w *Worker) round(ctx context.Context) (int, error) {
 		}
 		done, err := w.claimAndRepair(ctx, id)
 		if errors.Is(err, ErrPaused) {
+			w.cursor = ""
 			return resolved, nil
 		}
 		if err != nil {
