@@ -1,0 +1,240 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// maxGRPCMessageBytes bounds one gRPC message in either direction: the
+// broker's default entry limit (5 MiB) plus framing headroom, so that an
+// oversize batch reaches the broker and comes back as ErrMessageTooLarge
+// with the broker's limit rather than as a transport error.
+const maxGRPCMessageBytes = 16 << 20
+
+// Client is a connection to a Meridian region. It holds one gRPC
+// connection per broker, shared by every producer, consumer and lookup.
+// Safe for concurrent use; Close it when done.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn // by broker address
+	known  []string                    // broker addresses to try lookups on; [0] is opts.URL
+	owned  map[closer]struct{}         // open producers and consumers
+	closed bool
+}
+
+// closer is a producer or consumer the client closes on Close.
+type closer interface {
+	Close(ctx context.Context) error
+}
+
+// New connects to the broker at opts.URL and returns a Client. It fails
+// when the broker cannot be reached within ConnectTimeout (or ctx).
+func New(ctx context.Context, opts Options) (*Client, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		opts:  opts,
+		log:   opts.Logger,
+		conns: map[string]*grpc.ClientConn{},
+		known: []string{opts.URL},
+		owned: map[closer]struct{}{},
+	}
+	cc, err := c.conn(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	if err := waitReady(cctx, cc); err != nil {
+		_ = c.closeConns()
+		return nil, fmt.Errorf("%w: cannot reach broker at %s: %v", ErrUnavailable, opts.URL, err)
+	}
+	return c, nil
+}
+
+// waitReady blocks until cc is READY or ctx ends.
+func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
+	cc.Connect()
+	for {
+		s := cc.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			if s == connectivity.TransientFailure {
+				return fmt.Errorf("connection refused or failing (%v)", ctx.Err())
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// conn returns the shared connection to addr, dialing lazily.
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClientClosed
+	}
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(maxGRPCMessageBytes),
+			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes)),
+		grpc.WithConnectParams(connectParams(c.opts)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: broker address %q: %v", ErrInvalidArgument, addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// api returns the client-protocol stub for addr.
+func (c *Client) api(addr string) (clientv1.MeridianClient, error) {
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return clientv1.NewMeridianClient(cc), nil
+}
+
+// lookup asks a broker which broker owns topic. It tries the service URL
+// first, then every broker address learned so far, so that losing the
+// broker named by URL does not stop a multi-broker region's clients.
+func (c *Client) lookup(ctx context.Context, topic string) (string, error) {
+	c.mu.Lock()
+	cands := append([]string(nil), c.known...)
+	c.mu.Unlock()
+	var last error
+	for _, addr := range cands {
+		api, err := c.api(addr)
+		if err != nil {
+			return "", err
+		}
+		lctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
+		resp, err := api.Lookup(lctx, &clientv1.LookupRequest{Topic: topic})
+		cancel()
+		if err != nil {
+			err = mapError(err)
+			if !retryable(err) {
+				return "", err
+			}
+			last = err
+			continue
+		}
+		owner := resp.GetBrokerUrl()
+		if owner == "" {
+			owner = addr
+		}
+		c.learn(owner)
+		return owner, nil
+	}
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	return "", fmt.Errorf("lookup %s: %w", topic, last)
+}
+
+// learn remembers a broker address for later lookups (bounded list).
+func (c *Client) learn(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.known {
+		if a == addr {
+			return
+		}
+	}
+	if len(c.known) < 64 {
+		c.known = append(c.known, addr)
+	}
+}
+
+// noteFailure is a hook for a failed stream; lookups are never cached, so
+// the next connect asks again. It logs redirects.
+func (c *Client) noteFailure(topic string, err error) {
+	c.log.Debug("topic connection failed", "topic", topic, "err", err)
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	return nil
+}
+
+func (c *Client) track(x closer) {
+	c.mu.Lock()
+	c.owned[x] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *Client) untrack(x closer) {
+	c.mu.Lock()
+	delete(c.owned, x)
+	c.mu.Unlock()
+}
+
+// Close closes every producer and consumer of the client (bounded by ctx)
+// and then the connections.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	owned := make([]closer, 0, len(c.owned))
+	for x := range c.owned {
+		owned = append(owned, x)
+	}
+	c.mu.Unlock()
+	for _, x := range owned {
+		_ = x.Close(ctx)
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.closeConns()
+}
+
+func (c *Client) closeConns() error {
+	c.mu.Lock()
+	conns := c.conns
+	c.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+	var first error
+	for _, cc := range conns {
+		if err := cc.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// opTimeout derives a context bounded by OperationTimeout when ctx has no
+// deadline of its own.
+func (c *Client) opTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.OperationTimeout)
+}
+

@@ -1,0 +1,678 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
+// Consumer receives messages of one subscription. The broker pushes whole
+// entries (batches) under flow-control permits; the consumer splits them
+// into messages, buffers at most ReceiverQueueSize entries and grants new
+// permits as Receive drains the buffer. Safe for concurrent use.
+//
+// Delivery: at least once. Unacknowledged messages are delivered again
+// after a reconnect or to another consumer after Close. When the stream
+// breaks, the consumer looks the topic up again and resubscribes with
+// backoff; buffered, not yet received messages of the old stream are
+// dropped (the broker sends them again).
+type Consumer struct {
+	c    *Client
+	opts ConsumerOptions
+	log  *slog.Logger
+
+	ctx     context.Context // lives until Close
+	cancel  context.CancelFunc
+	queue   chan *delivery // at most ReceiverQueueSize entries
+	doneCh  chan struct{}  // closed when the run loop exits
+	nextReq atomic.Uint64
+	active  atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+
+	// recvMu serializes Receive; it guards cur and flowDue.
+	recvMu  sync.Mutex
+	cur     *delivery
+	flowDue uint32 // entries fully received since the last Flow
+
+	// sendMu serializes Send on the current stream.
+	sendMu sync.Mutex
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	name      string
+	epoch     uint64                          // incremented on every (re)connect
+	stream    clientv1.Meridian_ConsumeClient // nil while disconnected
+	connected chan struct{}                   // closed while stream != nil
+	ackWait   map[uint64]chan error           // ack request ID -> answer
+	unsubWait chan error
+	batches   map[entryKey]*batchAcks // partially acknowledged batches
+	lastEntry MessageID               // last entry delivered on this stream
+	fatal     error
+}
+
+// delivery is one entry split into messages.
+type delivery struct {
+	epoch uint64
+	msgs  []*ReceivedMessage
+	next  int
+}
+
+type entryKey struct{ ledger, entry int64 }
+
+// batchAcks tracks acknowledgements inside one multi-message entry; the
+// broker acknowledges whole entries, so the entry is acked only when every
+// message of it is.
+type batchAcks struct {
+	acked []bool
+	left  int
+	prev  MessageID // entry delivered before this one (for cumulative acks)
+	hasPv bool
+}
+
+// maxTrackedBatches bounds partially acknowledged batches kept in memory;
+// beyond it the oldest are forgotten (their messages are then redelivered
+// after a reconnect rather than acknowledged: at-least-once holds).
+const maxTrackedBatches = 100_000
+
+// Subscribe looks the topic up, subscribes on its owner and grants the
+// initial permits. It fails at once on bad options or a permanent broker
+// error (invalid name, Exclusive subscription busy) and retries transient
+// ones until ctx ends.
+func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	co := &Consumer{
+		c:         c,
+		opts:      opts,
+		log:       c.log.With("topic", opts.Topic, "subscription", opts.Subscription),
+		ctx:       cctx,
+		cancel:    cancel,
+		queue:     make(chan *delivery, opts.ReceiverQueueSize),
+		doneCh:    make(chan struct{}),
+		name:      opts.Name,
+		connected: make(chan struct{}),
+		ackWait:   map[uint64]chan error{},
+		batches:   map[entryKey]*batchAcks{},
+	}
+	stream, err := co.connectRetry(ctx, true)
+	if err != nil {
+		cancel()
+		return nil, userError(err)
+	}
+	c.track(co)
+	go co.run(stream)
+	return co, nil
+}
+
+// Topic returns the consumer's topic.
+func (co *Consumer) Topic() string { return co.opts.Topic }
+
+// Subscription returns the subscription name.
+func (co *Consumer) Subscription() string { return co.opts.Subscription }
+
+// Name returns the consumer name (given or assigned by the broker).
+func (co *Consumer) Name() string {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.name
+}
+
+// IsActive reports, for a Failover subscription, whether the broker made
+// this consumer the active one (false until told).
+func (co *Consumer) IsActive() bool { return co.active.Load() }
+
+func (co *Consumer) connectRetry(ctx context.Context, first bool) (clientv1.Meridian_ConsumeClient, error) {
+	bo := newBackoff(co.c.opts.InitialBackoff, co.c.opts.MaxBackoff)
+	var last error
+	for attempt := 0; ; attempt++ {
+		stream, err := co.connect(ctx)
+		if err == nil {
+			return stream, nil
+		}
+		if !retryable(err) && (first || !transientAfterOpen(err)) {
+			return nil, err
+		}
+		last = err
+		co.log.Debug("consumer connect failed; retrying", "attempt", attempt, "err", err)
+		if werr := bo.wait(ctx); werr != nil {
+			return nil, fmt.Errorf("%w: subscribe %s on %s: %v (last error: %v)", ErrUnavailable, co.opts.Subscription, co.opts.Topic, werr, last)
+		}
+		if co.ctx.Err() != nil {
+			return nil, ErrConsumerClosed
+		}
+	}
+}
+
+func subTypeToProto(t SubscriptionType) clientv1.SubscriptionType {
+	switch t {
+	case Shared:
+		return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED
+	case Failover:
+		return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER
+	}
+	return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE
+}
+
+func positionToProto(p InitialPosition) clientv1.InitialPosition {
+	if p == Earliest {
+		return clientv1.InitialPosition_INITIAL_POSITION_EARLIEST
+	}
+	return clientv1.InitialPosition_INITIAL_POSITION_LATEST
+}
+
+// connect does one lookup + subscribe; on success the stream is returned
+// with the subscribe answered (permits are granted by run).
+func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClient, error) {
+	addr, err := co.c.lookup(ctx, co.opts.Topic)
+	if err != nil {
+		return nil, err
+	}
+	api, err := co.c.api(addr)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(co.ctx)
+	stream, err := api.Consume(sctx)
+	if err != nil {
+		cancel()
+		return nil, mapError(err)
+	}
+	co.mu.Lock()
+	name := co.name
+	co.mu.Unlock()
+	if err := stream.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{
+		Topic:           co.opts.Topic,
+		Subscription:    co.opts.Subscription,
+		Type:            subTypeToProto(co.opts.Type),
+		InitialPosition: positionToProto(co.opts.InitialPosition),
+		ConsumerName:    name,
+		Priority:        co.opts.Priority,
+	}}}); err != nil {
+		cancel()
+		return nil, mapError(err)
+	}
+	type recvd struct {
+		r   *clientv1.ConsumeResponse
+		err error
+	}
+	ch := make(chan recvd, 1)
+	go func() { r, err := stream.Recv(); ch <- recvd{r, err} }()
+	timer := time.NewTimer(co.c.opts.ConnectTimeout)
+	defer timer.Stop()
+	var rv recvd
+	select {
+	case rv = <-ch:
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	case <-timer.C:
+		cancel()
+		return nil, fmt.Errorf("%w: subscribe on %s: no answer from %s within %v", ErrUnavailable, co.opts.Topic, addr, co.c.opts.ConnectTimeout)
+	}
+	if rv.err != nil {
+		cancel()
+		return nil, mapError(rv.err)
+	}
+	if e := rv.r.GetError(); e != nil {
+		cancel()
+		return nil, errorFromProto(e)
+	}
+	sub := rv.r.GetSubscribed()
+	if sub == nil {
+		cancel()
+		return nil, fmt.Errorf("client: subscribe: unexpected first response %T", rv.r.GetKind())
+	}
+	co.mu.Lock()
+	if co.name == "" {
+		co.name = sub.GetConsumerName()
+	}
+	co.mu.Unlock()
+	co.log.Debug("consumer connected", "broker", addr, "created", sub.GetCreated())
+	return &cancelConsume{Meridian_ConsumeClient: stream, cancel: cancel}, nil
+}
+
+type cancelConsume struct {
+	clientv1.Meridian_ConsumeClient
+	cancel context.CancelFunc
+}
+
+// run serves streams until Close, reconnecting with a new lookup.
+func (co *Consumer) run(stream clientv1.Meridian_ConsumeClient) {
+	defer close(co.doneCh)
+	for {
+		err := co.serve(stream)
+		stream.(*cancelConsume).cancel()
+		if co.ctx.Err() != nil {
+			return
+		}
+		co.log.Info("consumer stream broken; reconnecting", "err", err)
+		var cerr error
+		stream, cerr = co.connectRetry(co.ctx, false)
+		if cerr != nil {
+			if co.ctx.Err() != nil {
+				return
+			}
+			co.log.Warn("consumer cannot reconnect", "err", cerr)
+			co.mu.Lock()
+			co.fatal = userError(cerr)
+			co.mu.Unlock()
+			return
+		}
+	}
+}
+
+// serve runs one stream: it grants the full window, then reads entries
+// into the queue until the stream fails.
+func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
+	// Drop what the previous stream buffered: the broker redelivers it.
+	for {
+		select {
+		case <-co.queue:
+			continue
+		default:
+		}
+		break
+	}
+	co.mu.Lock()
+	co.epoch++
+	co.stream = stream
+	co.lastEntry = MessageID{LedgerID: -1}
+	close(co.connected)
+	co.mu.Unlock()
+	co.recvMu.Lock()
+	co.flowDue = 0
+	co.recvMu.Unlock()
+
+	err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: uint32(co.opts.ReceiverQueueSize)}}})
+	if err == nil {
+		err = co.readLoop(stream)
+	}
+
+	co.mu.Lock()
+	co.stream = nil
+	co.connected = make(chan struct{})
+	for id, ch := range co.ackWait {
+		ch <- errStreamBroken
+		delete(co.ackWait, id)
+	}
+	if co.unsubWait != nil {
+		co.unsubWait <- fmt.Errorf("%w: stream broke before the broker answered", ErrUnavailable)
+		co.unsubWait = nil
+	}
+	co.mu.Unlock()
+	return err
+}
+
+var errStreamBroken = errors.New("client: consumer stream broken")
+
+func (co *Consumer) sendReq(stream clientv1.Meridian_ConsumeClient, req *clientv1.ConsumeRequest) error {
+	co.sendMu.Lock()
+	defer co.sendMu.Unlock()
+	if err := stream.Send(req); err != nil {
+		return mapError(err)
+	}
+	return nil
+}
+
+func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
+	co.mu.Lock()
+	epoch := co.epoch
+	co.mu.Unlock()
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return mapError(err)
+		}
+		switch k := resp.GetKind().(type) {
+		case *clientv1.ConsumeResponse_Message:
+			msgs, err := decodeEntryMessage(k.Message)
+			if err != nil {
+				// Unreadable entry: report it, do not ack it, and give
+				// the permit back so delivery continues.
+				co.log.Error("dropping undecodable entry", "err", err)
+				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
+				continue
+			}
+			co.noteDelivered(idFromProto(k.Message.GetMessageId()), len(msgs))
+			select {
+			case co.queue <- &delivery{epoch: epoch, msgs: msgs}:
+			case <-co.ctx.Done():
+				return co.ctx.Err()
+			}
+		case *clientv1.ConsumeResponse_AckResponse:
+			co.mu.Lock()
+			if ch, ok := co.ackWait[k.AckResponse.GetRequestId()]; ok {
+				delete(co.ackWait, k.AckResponse.GetRequestId())
+				ch <- errorFromProto(k.AckResponse.GetError())
+			}
+			co.mu.Unlock()
+		case *clientv1.ConsumeResponse_ActiveChange:
+			co.active.Store(k.ActiveChange.GetIsActive())
+			co.log.Debug("active consumer change", "active", k.ActiveChange.GetIsActive())
+		case *clientv1.ConsumeResponse_Error:
+			err := errorFromProto(k.Error)
+			co.mu.Lock()
+			if co.unsubWait != nil {
+				co.unsubWait <- err
+				co.unsubWait = nil
+			}
+			co.mu.Unlock()
+			co.log.Warn("broker reported a consumer error", "err", err)
+		case *clientv1.ConsumeResponse_Unsubscribed:
+			co.mu.Lock()
+			if co.unsubWait != nil {
+				co.unsubWait <- nil
+				co.unsubWait = nil
+			}
+			co.mu.Unlock()
+		}
+	}
+}
+
+// noteDelivered records a delivered entry for batch-level ack tracking.
+func (co *Consumer) noteDelivered(id MessageID, n int) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	prev, hasPrev := co.lastEntry, co.lastEntry.LedgerID >= 0
+	co.lastEntry = MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
+	if n <= 1 {
+		return
+	}
+	k := entryKey{id.LedgerID, id.EntryID}
+	if _, ok := co.batches[k]; ok {
+		return // redelivery: keep what was acked already
+	}
+	if len(co.batches) >= maxTrackedBatches {
+		for old := range co.batches {
+			delete(co.batches, old)
+			break
+		}
+	}
+	co.batches[k] = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
+}
+
+// Receive returns the next message, waiting until one arrives, ctx ends
+// (ctx.Err()) or the consumer closes (ErrConsumerClosed).
+func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
+	co.recvMu.Lock()
+	defer co.recvMu.Unlock()
+	for {
+		co.mu.Lock()
+		epoch, fatal := co.epoch, co.fatal
+		co.mu.Unlock()
+		if d := co.cur; d != nil {
+			if d.epoch == epoch && d.next < len(d.msgs) {
+				m := d.msgs[d.next]
+				d.next++
+				if d.next == len(d.msgs) {
+					co.cur = nil
+					co.entryDoneLocked(epoch)
+				}
+				return m, nil
+			}
+			co.cur = nil
+		}
+		if fatal != nil {
+			return nil, fatal
+		}
+		select {
+		case d := <-co.queue:
+			if d.epoch == epoch {
+				co.cur = d
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-co.ctx.Done():
+			return nil, ErrConsumerClosed
+		case <-co.doneCh:
+			// The run loop gave up; report why on the next turn.
+			co.mu.Lock()
+			f := co.fatal
+			co.mu.Unlock()
+			if f == nil {
+				f = ErrConsumerClosed
+			}
+			return nil, f
+		}
+	}
+}
+
+// entryDoneLocked counts a fully received entry and grants permits back
+// once half the window is free (fewer, larger Flow messages). recvMu held.
+func (co *Consumer) entryDoneLocked(epoch uint64) {
+	co.flowDue++
+	threshold := uint32(max(1, co.opts.ReceiverQueueSize/2))
+	if co.flowDue < threshold {
+		return
+	}
+	co.mu.Lock()
+	stream := co.stream
+	same := co.epoch == epoch
+	co.mu.Unlock()
+	if stream == nil || !same {
+		return
+	}
+	n := co.flowDue
+	co.flowDue = 0
+	if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: n}}}); err != nil {
+		co.log.Debug("flow not sent; the reconnect grants a full window", "err", err)
+	}
+}
+
+// Ack acknowledges one message. A message of a batch is recorded locally;
+// the entry is acknowledged on the broker once every message of its batch
+// is. Ack waits for the broker to apply the acknowledgement, resending it
+// after a reconnect, until ctx ends.
+func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
+	if err := co.checkOpen(); err != nil {
+		return err
+	}
+	co.mu.Lock()
+	k := entryKey{id.LedgerID, id.EntryID}
+	if b, ok := co.batches[k]; ok {
+		if int(id.BatchIndex) >= 0 && int(id.BatchIndex) < len(b.acked) && !b.acked[id.BatchIndex] {
+			b.acked[id.BatchIndex] = true
+			b.left--
+		}
+		if b.left > 0 {
+			co.mu.Unlock()
+			return nil
+		}
+		delete(co.batches, k)
+	}
+	co.mu.Unlock()
+	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
+}
+
+// AckCumulative acknowledges every message up to and including id. It is
+// refused (ErrNotAllowed) on Shared subscriptions. When id is inside a
+// batch that is not fully covered, the entry before it is acknowledged
+// cumulatively and the batch's first messages are recorded locally.
+func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
+	if err := co.checkOpen(); err != nil {
+		return err
+	}
+	if co.opts.Type == Shared {
+		return fmt.Errorf("%w: cumulative ack on Shared subscription %q", ErrNotAllowed, co.opts.Subscription)
+	}
+	co.mu.Lock()
+	target := MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
+	k := entryKey{id.LedgerID, id.EntryID}
+	if b, ok := co.batches[k]; ok && int(id.BatchIndex) < len(b.acked)-1 {
+		for i := 0; i <= int(id.BatchIndex) && i < len(b.acked); i++ {
+			if !b.acked[i] {
+				b.acked[i] = true
+				b.left--
+			}
+		}
+		if b.left > 0 {
+			if !b.hasPv {
+				co.mu.Unlock()
+				return nil
+			}
+			target = b.prev
+		}
+	}
+	for bk := range co.batches {
+		if (MessageID{LedgerID: bk.ledger, EntryID: bk.entry}).Compare(target) <= 0 {
+			delete(co.batches, bk)
+		}
+	}
+	co.mu.Unlock()
+	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
+}
+
+// sendAck sends ack with a request ID and waits for the broker's answer,
+// resending on the next stream when the current one breaks first.
+func (co *Consumer) sendAck(ctx context.Context, ack *clientv1.Ack) error {
+	for {
+		stream, err := co.waitStream(ctx)
+		if err != nil {
+			return err
+		}
+		req := co.nextReq.Add(1)
+		ch := make(chan error, 1)
+		co.mu.Lock()
+		if co.stream != stream {
+			co.mu.Unlock()
+			continue
+		}
+		co.ackWait[req] = ch
+		co.mu.Unlock()
+		ack.RequestId = req
+		if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: ack}}); err != nil {
+			co.mu.Lock()
+			delete(co.ackWait, req)
+			co.mu.Unlock()
+			// The stream is broken; serve notices and reconnects.
+			if werr := sleepCtx(ctx, 10*time.Millisecond); werr != nil {
+				return werr
+			}
+			continue
+		}
+		select {
+		case err := <-ch:
+			if errors.Is(err, errStreamBroken) {
+				continue
+			}
+			return userError(err)
+		case <-ctx.Done():
+			co.mu.Lock()
+			delete(co.ackWait, req)
+			co.mu.Unlock()
+			return ctx.Err()
+		case <-co.ctx.Done():
+			return ErrConsumerClosed
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitStream returns the current stream, waiting for a reconnect.
+func (co *Consumer) waitStream(ctx context.Context) (clientv1.Meridian_ConsumeClient, error) {
+	for {
+		co.mu.Lock()
+		s, conn, fatal := co.stream, co.connected, co.fatal
+		co.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		if fatal != nil {
+			return nil, fatal
+		}
+		select {
+		case <-conn:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-co.ctx.Done():
+			return nil, ErrConsumerClosed
+		case <-co.doneCh:
+			co.mu.Lock()
+			f := co.fatal
+			co.mu.Unlock()
+			if f == nil {
+				f = ErrConsumerClosed
+			}
+			return nil, f
+		}
+	}
+}
+
+func (co *Consumer) checkOpen() error {
+	if co.ctx.Err() != nil {
+		return ErrConsumerClosed
+	}
+	return nil
+}
+
+// Unsubscribe deletes the subscription (refused while other consumers are
+// connected) and closes the consumer.
+func (co *Consumer) Unsubscribe(ctx context.Context) error {
+	stream, err := co.waitStream(ctx)
+	if err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	co.mu.Lock()
+	co.unsubWait = ch
+	co.mu.Unlock()
+	if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Unsubscribe{Unsubscribe: &clientv1.Unsubscribe{}}}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			return userError(err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return co.Close(ctx)
+}
+
+// Close closes the stream; the broker redelivers unacknowledged messages
+// to the subscription's other (or next) consumers. Idempotent.
+func (co *Consumer) Close(ctx context.Context) error {
+	co.closeOnce.Do(func() {
+		co.mu.Lock()
+		s := co.stream
+		co.mu.Unlock()
+		if s != nil {
+			co.sendMu.Lock()
+			_ = s.CloseSend()
+			co.sendMu.Unlock()
+		}
+		co.cancel()
+		select {
+		case <-co.doneCh:
+		case <-ctx.Done():
+			co.closeErr = ctx.Err()
+		}
+		co.c.untrack(co)
+	})
+	return co.closeErr
+}

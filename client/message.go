@@ -1,0 +1,107 @@
+package client
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Message is what a producer sends.
+type Message struct {
+	// Key is the optional routing/compaction key.
+	Key string
+	// Payload is the message body. The producer does not copy it: do not
+	// modify it until the send is resolved.
+	Payload []byte
+	// Properties are optional application headers.
+	Properties map[string]string
+	// EventTime is an optional application timestamp (zero = unset).
+	EventTime time.Time
+}
+
+// size is the message's contribution to a batch's byte budget.
+func (m *Message) size() int {
+	n := len(m.Payload) + len(m.Key)
+	for k, v := range m.Properties {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// MessageID identifies a message in one region's copy of a topic: the
+// ledger, the entry (one producer batch) and the index inside the batch.
+// Its text form is "ledger:entry:batchIndex".
+type MessageID struct {
+	LedgerID   int64
+	EntryID    int64
+	BatchIndex int32
+}
+
+// String returns "L:E:B".
+func (id MessageID) String() string {
+	return fmt.Sprintf("%d:%d:%d", id.LedgerID, id.EntryID, id.BatchIndex)
+}
+
+// Compare orders IDs: -1 if id < o, 0 if equal, +1 if id > o.
+func (id MessageID) Compare(o MessageID) int {
+	switch {
+	case id.LedgerID != o.LedgerID:
+		return cmp3(id.LedgerID, o.LedgerID)
+	case id.EntryID != o.EntryID:
+		return cmp3(id.EntryID, o.EntryID)
+	default:
+		return cmp3(int64(id.BatchIndex), int64(o.BatchIndex))
+	}
+}
+
+func cmp3(a, b int64) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return 0
+}
+
+// ParseMessageID parses the "L:E:B" text form (also accepts "L:E", batch 0).
+func ParseMessageID(s string) (MessageID, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 2 && len(parts) != 3 {
+		return MessageID{}, fmt.Errorf("%w: message ID %q (want ledger:entry:batchIndex)", ErrInvalidArgument, s)
+	}
+	l, err1 := strconv.ParseInt(parts[0], 10, 64)
+	e, err2 := strconv.ParseInt(parts[1], 10, 64)
+	var b int64
+	var err3 error
+	if len(parts) == 3 {
+		b, err3 = strconv.ParseInt(parts[2], 10, 32)
+	}
+	if err1 != nil || err2 != nil || err3 != nil || l < 0 || e < 0 || b < 0 {
+		return MessageID{}, fmt.Errorf("%w: message ID %q (want non-negative ledger:entry:batchIndex)", ErrInvalidArgument, s)
+	}
+	return MessageID{LedgerID: l, EntryID: e, BatchIndex: int32(b)}, nil
+}
+
+// ReceivedMessage is a message delivered to a consumer.
+type ReceivedMessage struct {
+	// ID is the message's ID; pass it to Ack or AckCumulative.
+	ID MessageID
+	// Key, Payload, Properties and EventTime are as the producer sent them
+	// (EventTime zero when unset).
+	Key        string
+	Payload    []byte
+	Properties map[string]string
+	EventTime  time.Time
+	// PublishTime is when the broker stored the batch.
+	PublishTime time.Time
+	// ProducerName and SequenceID identify the send.
+	ProducerName string
+	SequenceID   int64
+	// OriginRegion is the region where the message was produced.
+	OriginRegion string
+	// RedeliveryCount is how many times the broker delivered it before
+	// (0 when the broker does not report it).
+	RedeliveryCount int32
+}

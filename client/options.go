@@ -1,0 +1,355 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Compression selects how a producer compresses its batches. Batches are
+// stored and delivered as they were sent; consumers decompress.
+type Compression int
+
+const (
+	// CompressionNone sends batches uncompressed.
+	CompressionNone Compression = iota
+	// CompressionZstd compresses batches with zstd (klauspost/compress).
+	CompressionZstd
+	// CompressionS2 compresses batches with s2 (klauspost/compress).
+	CompressionS2
+)
+
+// String returns the lower-case codec name ("none", "zstd", "s2").
+func (c Compression) String() string {
+	switch c {
+	case CompressionNone:
+		return "none"
+	case CompressionZstd:
+		return "zstd"
+	case CompressionS2:
+		return "s2"
+	}
+	return fmt.Sprintf("compression(%d)", int(c))
+}
+
+// ParseCompression parses "none", "zstd" or "s2".
+func ParseCompression(s string) (Compression, error) {
+	switch s {
+	case "", "none":
+		return CompressionNone, nil
+	case "zstd":
+		return CompressionZstd, nil
+	case "s2":
+		return CompressionS2, nil
+	}
+	return 0, fmt.Errorf("%w: compression %q (want none, zstd or s2)", ErrInvalidArgument, s)
+}
+
+// SubscriptionType selects how a subscription spreads messages over its
+// consumers.
+type SubscriptionType int
+
+const (
+	// Exclusive allows one consumer; another Subscribe fails.
+	Exclusive SubscriptionType = iota
+	// Shared delivers round-robin to every consumer with permits.
+	Shared
+	// Failover has one active consumer (by priority, then name); the next
+	// one takes over when it disconnects.
+	Failover
+)
+
+// String returns the lower-case type name.
+func (t SubscriptionType) String() string {
+	switch t {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Failover:
+		return "failover"
+	}
+	return fmt.Sprintf("subscription-type(%d)", int(t))
+}
+
+// ParseSubscriptionType parses "exclusive", "shared" or "failover".
+func ParseSubscriptionType(s string) (SubscriptionType, error) {
+	switch s {
+	case "", "exclusive":
+		return Exclusive, nil
+	case "shared":
+		return Shared, nil
+	case "failover":
+		return Failover, nil
+	}
+	return 0, fmt.Errorf("%w: subscription type %q (want exclusive, shared or failover)", ErrInvalidArgument, s)
+}
+
+// InitialPosition is where a NEW subscription starts; an existing one
+// resumes from its cursor.
+type InitialPosition int
+
+const (
+	// Latest starts after the last message published so far.
+	Latest InitialPosition = iota
+	// Earliest starts at the oldest retained message.
+	Earliest
+)
+
+// String returns "latest" or "earliest".
+func (p InitialPosition) String() string {
+	if p == Earliest {
+		return "earliest"
+	}
+	return "latest"
+}
+
+// ParseInitialPosition parses "earliest" or "latest".
+func ParseInitialPosition(s string) (InitialPosition, error) {
+	switch s {
+	case "", "latest":
+		return Latest, nil
+	case "earliest":
+		return Earliest, nil
+	}
+	return 0, fmt.Errorf("%w: initial position %q (want earliest or latest)", ErrInvalidArgument, s)
+}
+
+// Options configures a Client.
+type Options struct {
+	// URL is host:port of any broker of the region (gRPC port). Required.
+	URL string
+	// Logger receives client logs; nil discards them.
+	Logger *slog.Logger
+	// ConnectTimeout bounds one connection attempt plus lookup. Default 10s.
+	ConnectTimeout time.Duration
+	// OperationTimeout bounds lookups and admin calls when the caller's
+	// context has no deadline. Default 30s.
+	OperationTimeout time.Duration
+	// InitialBackoff is the first reconnect delay. Default 100ms.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the exponential reconnect delay. Default 5s.
+	MaxBackoff time.Duration
+	// MaxLookupRedirects bounds how many times one lookup follows a
+	// redirect to another broker. Default 8.
+	MaxLookupRedirects int
+}
+
+// DefaultOptions returns Options with every default filled in (URL empty).
+func DefaultOptions() Options {
+	return Options{
+		ConnectTimeout:     10 * time.Second,
+		OperationTimeout:   30 * time.Second,
+		InitialBackoff:     100 * time.Millisecond,
+		MaxBackoff:         5 * time.Second,
+		MaxLookupRedirects: 8,
+	}
+}
+
+// withDefaults fills zero fields from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = d.ConnectTimeout
+	}
+	if o.OperationTimeout == 0 {
+		o.OperationTimeout = d.OperationTimeout
+	}
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = d.InitialBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = d.MaxBackoff
+	}
+	if o.MaxLookupRedirects == 0 {
+		o.MaxLookupRedirects = d.MaxLookupRedirects
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Validate reports the first invalid field.
+func (o Options) Validate() error {
+	if o.URL == "" {
+		return fmt.Errorf("%w: URL is required (host:port of a broker)", ErrInvalidArgument)
+	}
+	if o.ConnectTimeout < 0 || o.OperationTimeout < 0 || o.InitialBackoff < 0 || o.MaxBackoff < 0 {
+		return fmt.Errorf("%w: timeouts and backoffs must be >= 0", ErrInvalidArgument)
+	}
+	if o.MaxBackoff > 0 && o.InitialBackoff > o.MaxBackoff {
+		return fmt.Errorf("%w: InitialBackoff %v > MaxBackoff %v", ErrInvalidArgument, o.InitialBackoff, o.MaxBackoff)
+	}
+	if o.MaxLookupRedirects < 0 {
+		return fmt.Errorf("%w: MaxLookupRedirects %d must be >= 0", ErrInvalidArgument, o.MaxLookupRedirects)
+	}
+	return nil
+}
+
+// Limits on producer options: they bound client memory.
+const (
+	// MaxBatchingMaxMessages is the largest allowed BatchingMaxMessages.
+	MaxBatchingMaxMessages = 100_000
+	// MaxBatchingMaxBytes is the largest allowed BatchingMaxBytes (4 MiB,
+	// below the broker's default 5 MiB entry limit).
+	MaxBatchingMaxBytes = 4 << 20
+	// MaxMaxPendingMessages is the largest allowed MaxPendingMessages.
+	MaxMaxPendingMessages = 1_000_000
+	// MaxReceiverQueueSize is the largest allowed ReceiverQueueSize.
+	MaxReceiverQueueSize = 100_000
+)
+
+// ProducerOptions configures a Producer.
+type ProducerOptions struct {
+	// Topic is "tenant/namespace/topic". Required.
+	Topic string
+	// Name is the producer name, the key of broker-side deduplication;
+	// empty lets the client generate a unique one.
+	Name string
+	// BatchingMaxMessages closes a batch at this many messages. Default
+	// 1000; 1 disables batching.
+	BatchingMaxMessages int
+	// BatchingMaxBytes closes a batch at this many payload bytes. Default
+	// 128 KiB. A single larger message is sent alone.
+	BatchingMaxBytes int
+	// BatchingMaxDelay closes a non-empty batch this long after its first
+	// message. Default 10ms.
+	BatchingMaxDelay time.Duration
+	// Compression is the batch codec. Default none.
+	Compression Compression
+	// SendTimeout fails a message with ErrSendTimeout when it is not
+	// acknowledged this long after SendAsync accepted it. Default 30s;
+	// negative disables it. A timed-out message may still have been stored.
+	SendTimeout time.Duration
+	// MaxPendingMessages bounds messages accepted but not yet resolved
+	// (batching, in flight, awaiting resend). Default 1000.
+	MaxPendingMessages int
+	// BlockIfQueueFull makes Send/SendAsync wait for room instead of
+	// failing with ErrProducerQueueFull.
+	BlockIfQueueFull bool
+	// MaxMessageSize rejects larger payloads client-side with
+	// ErrMessageTooLarge. Default 5 MiB (the broker default).
+	MaxMessageSize int
+}
+
+// DefaultProducerOptions returns ProducerOptions with defaults (Topic empty).
+func DefaultProducerOptions() ProducerOptions {
+	return ProducerOptions{
+		BatchingMaxMessages: 1000,
+		BatchingMaxBytes:    128 << 10,
+		BatchingMaxDelay:    10 * time.Millisecond,
+		SendTimeout:         30 * time.Second,
+		MaxPendingMessages:  1000,
+		MaxMessageSize:      5 << 20,
+	}
+}
+
+func (o ProducerOptions) withDefaults() ProducerOptions {
+	d := DefaultProducerOptions()
+	if o.BatchingMaxMessages == 0 {
+		o.BatchingMaxMessages = d.BatchingMaxMessages
+	}
+	if o.BatchingMaxBytes == 0 {
+		o.BatchingMaxBytes = d.BatchingMaxBytes
+	}
+	if o.BatchingMaxDelay == 0 {
+		o.BatchingMaxDelay = d.BatchingMaxDelay
+	}
+	if o.SendTimeout == 0 {
+		o.SendTimeout = d.SendTimeout
+	}
+	if o.MaxPendingMessages == 0 {
+		o.MaxPendingMessages = d.MaxPendingMessages
+	}
+	if o.MaxMessageSize == 0 {
+		o.MaxMessageSize = d.MaxMessageSize
+	}
+	return o
+}
+
+// Validate reports the first invalid field, naming it and its limit.
+func (o ProducerOptions) Validate() error {
+	if err := ValidateTopicName(o.Topic); err != nil {
+		return err
+	}
+	if o.BatchingMaxMessages < 0 || o.BatchingMaxMessages > MaxBatchingMaxMessages {
+		return fmt.Errorf("%w: BatchingMaxMessages %d out of range [1, %d]", ErrInvalidArgument, o.BatchingMaxMessages, MaxBatchingMaxMessages)
+	}
+	if o.BatchingMaxBytes < 0 || o.BatchingMaxBytes > MaxBatchingMaxBytes {
+		return fmt.Errorf("%w: BatchingMaxBytes %d out of range [1, %d]", ErrInvalidArgument, o.BatchingMaxBytes, MaxBatchingMaxBytes)
+	}
+	if o.BatchingMaxDelay < 0 {
+		return fmt.Errorf("%w: BatchingMaxDelay %v must be >= 0", ErrInvalidArgument, o.BatchingMaxDelay)
+	}
+	if o.Compression < CompressionNone || o.Compression > CompressionS2 {
+		return fmt.Errorf("%w: Compression %d unknown (want None, Zstd or S2)", ErrInvalidArgument, int(o.Compression))
+	}
+	if o.MaxPendingMessages < 0 || o.MaxPendingMessages > MaxMaxPendingMessages {
+		return fmt.Errorf("%w: MaxPendingMessages %d out of range [1, %d]", ErrInvalidArgument, o.MaxPendingMessages, MaxMaxPendingMessages)
+	}
+	if o.MaxMessageSize < 0 {
+		return fmt.Errorf("%w: MaxMessageSize %d must be >= 0", ErrInvalidArgument, o.MaxMessageSize)
+	}
+	if len(o.Name) > maxNameLen {
+		return fmt.Errorf("%w: producer Name is %d bytes, limit %d", ErrInvalidArgument, len(o.Name), maxNameLen)
+	}
+	return nil
+}
+
+// ConsumerOptions configures a Consumer.
+type ConsumerOptions struct {
+	// Topic is "tenant/namespace/topic". Required.
+	Topic string
+	// Subscription names the durable cursor. Required.
+	Subscription string
+	// Type is the subscription type. Default Exclusive.
+	Type SubscriptionType
+	// InitialPosition applies when the subscription is created. Default Latest.
+	InitialPosition InitialPosition
+	// Name is the consumer name (Failover ordering); empty = generated.
+	Name string
+	// Priority orders Failover consumers: lower is preferred. Default 0.
+	Priority int32
+	// ReceiverQueueSize bounds messages buffered in the client; it is the
+	// flow-control window granted to the broker. Default 1000.
+	ReceiverQueueSize int
+}
+
+// DefaultConsumerOptions returns ConsumerOptions with defaults.
+func DefaultConsumerOptions() ConsumerOptions {
+	return ConsumerOptions{ReceiverQueueSize: 1000}
+}
+
+func (o ConsumerOptions) withDefaults() ConsumerOptions {
+	if o.ReceiverQueueSize == 0 {
+		o.ReceiverQueueSize = DefaultConsumerOptions().ReceiverQueueSize
+	}
+	return o
+}
+
+// Validate reports the first invalid field.
+func (o ConsumerOptions) Validate() error {
+	if err := ValidateTopicName(o.Topic); err != nil {
+		return err
+	}
+	if o.Subscription == "" {
+		return fmt.Errorf("%w: Subscription is required", ErrInvalidArgument)
+	}
+	if len(o.Subscription) > maxNameLen {
+		return fmt.Errorf("%w: Subscription is %d bytes, limit %d", ErrInvalidArgument, len(o.Subscription), maxNameLen)
+	}
+	if o.Type < Exclusive || o.Type > Failover {
+		return fmt.Errorf("%w: Type %d unknown (want Exclusive, Shared or Failover)", ErrInvalidArgument, int(o.Type))
+	}
+	if o.InitialPosition != Latest && o.InitialPosition != Earliest {
+		return fmt.Errorf("%w: InitialPosition %d unknown (want Earliest or Latest)", ErrInvalidArgument, int(o.InitialPosition))
+	}
+	if o.ReceiverQueueSize < 0 || o.ReceiverQueueSize > MaxReceiverQueueSize {
+		return fmt.Errorf("%w: ReceiverQueueSize %d out of range [1, %d]", ErrInvalidArgument, o.ReceiverQueueSize, MaxReceiverQueueSize)
+	}
+	if len(o.Name) > maxNameLen {
+		return fmt.Errorf("%w: consumer Name is %d bytes, limit %d", ErrInvalidArgument, len(o.Name), maxNameLen)
+	}
+	return nil
+}
