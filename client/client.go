@@ -237,4 +237,3 @@ func (c *Client) opTimeout(ctx context.Context) (context.Context, context.Cancel
 	}
 	return context.WithTimeout(ctx, c.opts.OperationTimeout)
 }
-

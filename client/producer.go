@@ -26,7 +26,7 @@ type Producer struct {
 	log  *slog.Logger
 
 	limiter *pendingLimiter
-	disp    *dispatcher // runs callbacks in resolution order
+	disp    *dispatcher   // runs callbacks in resolution order
 	closeCh chan struct{} // closed when Close starts: no more sends
 	doneCh  chan struct{} // closed when the run loop has exited
 	ctx     context.Context
@@ -44,11 +44,11 @@ type Producer struct {
 	name     string
 	nextSeq  int64
 	builder  *batchBuilder
-	timerGen uint64      // generation of the open batch's delay timer
-	inflight []*batch    // closed batches awaiting a receipt, in send order
-	toSend   int         // inflight[toSend:] are not yet sent on the current stream
+	timerGen uint64   // generation of the open batch's delay timer
+	inflight []*batch // closed batches awaiting a receipt, in send order
+	toSend   int      // inflight[toSend:] are not yet sent on the current stream
 	wake     chan struct{}
-	maxBytes int64       // broker's max entry payload
+	maxBytes int64 // broker's max entry payload
 	waiters  []flushWaiter
 	closing  bool
 	fatal    error // set when the producer can no longer send
