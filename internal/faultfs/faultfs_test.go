@@ -110,3 +110,44 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("counters: ops %d hits %d", ffs.Ops(OpSync), ffs.Hits(OpSync))
 	}
 }
+
+func TestCommand(t *testing.T) {
+	dir := t.TempDir()
+	ffs := New(nil)
+	f, err := ffs.Create(filepath.Join(dir, "journal.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ffs.Command("fail sync journal 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); !errors.Is(err, ErrInjected) {
+		t.Fatalf("sync: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("count 1 not honoured: %v", err)
+	}
+	if _, err := ffs.Command("usage 0.97"); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := ffs.DiskUsage(dir); u.Fraction() < 0.969 || u.Fraction() > 0.971 {
+		t.Fatalf("usage %v", u.Fraction())
+	}
+	if _, err := ffs.Command("full on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("x")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write: %v", err)
+	}
+	if _, err := ffs.Command("clear"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "explode", "fail frobnicate", "fail sync x -1", "usage 2", "full maybe"} {
+		if _, err := ffs.Command(bad); !errors.Is(err, ErrBadCommand) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
