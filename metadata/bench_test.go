@@ -14,19 +14,28 @@ import (
 )
 
 // BenchmarkStore measures Put (any version) and CAS (Put with the exact
-// current version) through the leader's in-process Store on 1 and 3 nodes,
-// one client after another (latency) and 16 clients at once (throughput).
+// current version) on 1 and 3 nodes, through the leader's in-process Store
+// and through the gRPC client (endpoints list starting at the leader), one
+// writer (latency) and 16 concurrent writers (throughput).
 //
 //	go test -run '^$' -bench Store -benchtime 2000x ./metadata/
 func BenchmarkStore(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
-		c := metadatatest.StartCluster(b, nodes)
-		st := c.Store(c.Leader(metadata.GlobalShard), metadata.GlobalShard)
-		for _, op := range []string{"Put", "CAS"} {
-			for _, clients := range []int{1, 16} {
-				b.Run(fmt.Sprintf("%s/nodes=%d/clients=%d", op, nodes, clients), func(b *testing.B) {
-					benchWrites(b, st, op == "CAS", clients)
-				})
+		c := metadatatest.StartClusterWith(b, nodes, metadatatest.Options{GRPC: true})
+		leader := c.Leader(metadata.GlobalShard)
+		eps := c.Endpoints()
+		eps = append(eps[leader:], eps[:leader]...)
+		stores := map[string]metadata.Store{
+			"local": c.Store(leader, metadata.GlobalShard),
+			"grpc":  newClient(b, eps, metadata.GlobalShard),
+		}
+		for _, via := range []string{"local", "grpc"} {
+			for _, op := range []string{"Put", "CAS"} {
+				for _, clients := range []int{1, 16} {
+					b.Run(fmt.Sprintf("%s/nodes=%d/via=%s/clients=%d", op, nodes, via, clients), func(b *testing.B) {
+						benchWrites(b, stores[via], op == "CAS", clients)
+					})
+				}
 			}
 		}
 	}
