@@ -6,5 +6,11 @@
 //
 // Invariants: every change is a Raft proposal; time inside the state machine
 // comes only from proposals; reads are linearizable unless stale reads are
-// asked for. It does not know what the keys mean.
+// asked for; a write that failed with anything but ErrUnknownOutcome was not
+// applied. It does not know what the keys mean, and it does not change its
+// membership at run time (replica sets come from configuration).
+//
+// Entry points: NewNode / StartEmbedded (a server hosting shards),
+// Node.Store (in-process Store of one shard), NewClient (Store over gRPC),
+// and metadatatest.Start / StartCluster for tests.
 package metadata

@@ -138,6 +138,11 @@ type Store interface {
 	// greater than afterRevision, in revision order, exactly once, until ctx
 	// ends or an error occurs; the error (nil after ctx ends) is sent on the
 	// returned error channel after the event channel is closed.
+	// Every key change has its own revision (a transaction of n changes
+	// uses n consecutive revisions), so resuming after the last revision
+	// seen never skips or repeats a change. A revision older than the
+	// retained history ends the watch with ErrCompacted: List, then watch
+	// after the list's Revision.
 	Watch(ctx context.Context, prefix string, afterRevision int64) (<-chan Event, <-chan error)
 	// CreateSession opens a session that expires ttl after its last keep-alive.
 	CreateSession(ctx context.Context, ttl time.Duration) (SessionID, error)
