@@ -175,6 +175,10 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: compression %d is not NONE, ZSTD or S2", ErrInvalidArgument, sd.GetCompression()))
 		return
 	}
+	if u := sd.GetUncompressedSize(); u < 0 || u > wire.MaxUncompressedBytes {
+		fail(fmt.Errorf("%w: uncompressed_size %d must be in [0, %d]", ErrMessageTooLarge, u, wire.MaxUncompressedBytes))
+		return
+	}
 	if sd.GetSequenceId() < 0 {
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
