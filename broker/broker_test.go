@@ -1,8 +1,8 @@
 package broker_test
 
 import (
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"testing"
