@@ -116,6 +116,10 @@ type Config struct {
 type TestingConfig struct {
 	// FS replaces the real file system (e.g. a *faultfs.FaultFS).
 	FS faultfs.FS
+	// FaultHTTP serves POST /debug/faults on HTTPAddr when FS is a
+	// *faultfs.FaultFS: the body is a faultfs.FaultFS.Command ("fail sync
+	// journal", "full on", "clear", ...). For chaos tests only.
+	FaultHTTP bool
 }
 
 // DefaultConfig returns a config with every default set; ID and JournalDir

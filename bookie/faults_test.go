@@ -2,6 +2,8 @@ package bookie_test
 
 import (
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +139,41 @@ func TestDiskFullGoesReadOnly(t *testing.T) {
 		if _, err := read(ctx, cl, 1, e); err != nil {
 			t.Fatalf("acked entry %d: %v", e, err)
 		}
+	}
+}
+
+// POST /debug/faults drives the fault layer of a running bookie.
+func TestFaultHTTPEndpoint(t *testing.T) {
+	c := bookietest.StartCluster(t, 1, bookietest.WithConfig(func(i int, cfg *bookie.Config) {
+		cfg.Testing.FaultHTTP = true
+	}))
+	ctx := ctxT(t)
+	url := "http://" + c.Server(0).HTTPAddr() + "/debug/faults"
+	resp, err := http.Post(url, "text/plain", strings.NewReader("fail sync journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if err := add(ctx, c.Client(0), 1, 0, []byte("x")); !errors.Is(err, bookie.ErrIO) {
+		t.Fatalf("add with failing fsync: %v", err)
+	}
+	resp, err = http.Post(url, "text/plain", strings.NewReader("explode"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad command status %d", resp.StatusCode)
+	}
+	r, err := http.Get("http://" + c.Server(0).HTTPAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz of a read-only bookie: %d", r.StatusCode)
 	}
 }

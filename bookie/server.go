@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -139,6 +140,22 @@ func (s *Server) startLocked(ctx context.Context) error {
 			}
 			fmt.Fprintln(w, "ready")
 		})
+		if ffs, ok := s.fs.(*faultfs.FaultFS); ok && s.cfg.Testing.FaultHTTP {
+			mux.HandleFunc("POST /debug/faults", func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				id, err := ffs.Command(string(body))
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				s.log.Warn("fault injection command applied", "cmd", string(body), "id", id)
+				fmt.Fprintln(w, id)
+			})
+		}
 		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := s.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {

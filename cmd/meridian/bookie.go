@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/spf13/cobra"
@@ -46,7 +47,10 @@ type bookieFileConfig struct {
 	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
 	SessionTTL          *time.Duration `yaml:"session_ttl"`
 	LogLevel            *string        `yaml:"log_level"`
-	Gossip              *struct {
+	// FaultInjection writes through a fault-injecting file layer and serves
+	// POST /debug/faults on http_addr (chaos testing only).
+	FaultInjection bool `yaml:"fault_injection"`
+	Gossip         *struct {
 		// BindAddr is the memberlist address (host:port); required to enable gossip.
 		BindAddr      string   `yaml:"bind_addr"`
 		AdvertiseAddr string   `yaml:"advertise_addr"`
@@ -105,6 +109,10 @@ func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 		if err := l.UnmarshalText([]byte(*fc.LogLevel)); err != nil {
 			return cfg, fc, fmt.Errorf("bookie config: log_level: %w", err)
 		}
+	}
+	if fc.FaultInjection {
+		cfg.Testing.FS = faultfs.New(nil)
+		cfg.Testing.FaultHTTP = true
 	}
 	if g := fc.Gossip; g != nil && g.BindAddr != "" {
 		mc := topology.DefaultMembershipConfig()
