@@ -289,3 +289,30 @@ func TestClientWatchAcrossServerRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestClientSkipsDeadEndpoint: a refused connection means nothing was sent,
+// so even an unguarded write or a new session moves on to the next endpoint.
+func TestClientSkipsDeadEndpoint(t *testing.T) {
+	c := metadatatest.StartClusterWith(t, 1, metadatatest.Options{GRPC: true})
+	dead := metadatatest.FreeAddr(t)
+	cl := newClient(t, append([]string{dead}, c.Endpoints()...), metadata.GlobalShard)
+	ctx := ctxT(t)
+	if _, err := cl.Put(ctx, "k", []byte("v"), metadata.AnyVersion, 0); err != nil {
+		t.Fatalf("unguarded put past a dead endpoint: %v", err)
+	}
+	if _, err := cl.CreateSession(ctx, time.Second); err != nil {
+		t.Fatalf("create session past a dead endpoint: %v", err)
+	}
+	// With every endpoint dead a read reports unavailable, not a hang.
+	c.StopNode(0)
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := cl.Get(short, "k", metadata.ReadOptions{}); !errors.Is(err, metadata.ErrUnavailable) {
+		t.Fatalf("get with no live endpoint: %v", err)
+	}
+	short2, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	if _, err := cl.Put(short2, "k", nil, metadata.AnyVersion, 0); !errors.Is(err, metadata.ErrUnavailable) {
+		t.Fatalf("unguarded put with no live endpoint (nothing sent): %v", err)
+	}
+}
