@@ -53,10 +53,13 @@ func (p *bufferPool) Put(b *[]byte) {
 
 var _ mem.BufferPool = (*bufferPool)(nil)
 
-// BufferPool returns the gRPC buffer pool the bookie serves with. Clients
-// sending large entries benefit from dialing with
-// experimental.WithBufferPool(bookie.BufferPool()).
-var BufferPool = sync.OnceValue(func() mem.BufferPool { return &bufferPool{} })
+// BufferPool returns the gRPC buffer pool the bookie serves with (one
+// shared instance). Clients sending large entries benefit from dialing with
+// experimental.WithBufferPool(bookie.BufferPool()); a process may install it
+// globally with experimental.SetDefaultBufferPool, as `meridian bookie` does.
+func BufferPool() mem.BufferPool { return sharedPool }
+
+var sharedPool = &bufferPool{}
 
 // recordPool recycles the buffers journal records are encoded into.
 var recordPool = &bufferPool{}

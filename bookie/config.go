@@ -100,12 +100,12 @@ type Config struct {
 
 	// Logger receives the bookie's logs (nil = slog.Default()).
 	Logger *slog.Logger
-	// Registerer receives the bookie's metrics (nil = a private registry,
-	// served on HTTPAddr).
+	// Registerer receives the bookie's metrics (nil = a private registry).
+	// Several bookies in one process need distinct registerers, e.g.
+	// prometheus.WrapRegistererWith(prometheus.Labels{"bookie": id}, reg).
 	Registerer prometheus.Registerer
-	// Gatherer serves /metrics (nil = the private registry when Registerer
-	// is nil, else prometheus.DefaultGatherer is NOT used: /metrics then
-	// serves only if Registerer is also a Gatherer).
+	// Gatherer is what /metrics serves (nil = the private registry, or
+	// Registerer itself when it is also a Gatherer).
 	Gatherer prometheus.Gatherer
 
 	// Testing holds test-only injection points.

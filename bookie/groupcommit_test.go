@@ -3,7 +3,9 @@ package bookie_test
 import (
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/bookietest"
 )
 
@@ -50,5 +52,38 @@ func TestGroupCommitBatches(t *testing.T) {
 				t.Fatalf("read %d/%d: %v", s, e, err)
 			}
 		}
+	}
+}
+
+// With FlushWhenIdle off, a group waits up to GroupMaxWait for company:
+// concurrent unary adds share fsyncs and each waits about GroupMaxWait.
+func TestGroupCommitMaxWait(t *testing.T) {
+	c := bookietest.StartCluster(t, 1, bookietest.WithConfig(func(i int, cfg *bookie.Config) {
+		cfg.FlushWhenIdle = false
+		cfg.GroupMaxWait = 20 * time.Millisecond
+		cfg.GroupMaxEntries = 1000
+	}))
+	ctx := ctxT(t)
+	const n = 64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := add(ctx, c.Client(0), 1, int64(i), []byte("x")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	fsyncs := metricValue(t, c.Server(0), "meridian_bookie_journal_fsyncs_total")
+	t.Logf("%d adds in %s with %v fsyncs", n, el, fsyncs)
+	if fsyncs >= n/2 {
+		t.Fatalf("%v fsyncs for %d adds", fsyncs, n)
+	}
+	if el < 20*time.Millisecond {
+		t.Fatalf("adds completed in %s, before GroupMaxWait", el)
 	}
 }
