@@ -18,6 +18,10 @@ type Message struct {
 	Properties map[string]string
 	// EventTime is an optional application timestamp (zero = unset).
 	EventTime time.Time
+	// SequenceID is an output: the producer sets it when it accepts the
+	// message (before the callback runs). Do not reuse a Message for
+	// another send until its send is resolved.
+	SequenceID int64
 }
 
 // size is the message's contribution to a batch's byte budget.

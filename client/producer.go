@@ -193,6 +193,7 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 		return
 	}
 	pm := pendingMsg{msg: m, seq: p.nextSeq, callback: cb, accepted: time.Now()}
+	m.SequenceID = pm.seq
 	p.nextSeq++
 	wasEmpty := p.builder.empty()
 	closed, full := p.builder.add(pm)

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/meridianmq/meridian/client"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// adminOpts are the persistent flags of `meridian admin`.
+type adminOpts struct {
+	url, output string
+	timeout     time.Duration
+	verbose     bool
+}
+
+// adminRun wraps an admin action: validate --output, connect, run, close.
+func adminRun(o *adminOpts, nargs int, fn func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(o.output); err != nil {
+			return err
+		}
+		if len(args) != nargs {
+			return fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", cmd.CommandPath(), nargs, len(args), cmd.UseLine())
+		}
+		ctx, stop := signalContext(cmd.Context())
+		defer stop()
+		c, err := connect(ctx, o.url, o.timeout, o.verbose)
+		if err != nil {
+			return err
+		}
+		defer closeQuietly(c)
+		a, err := c.Admin()
+		if err != nil {
+			return err
+		}
+		return fn(ctx, a, &adminOut{w: cmd.OutOrStdout(), json: o.output == "json"}, args)
+	}
+}
+
+// adminOut prints admin results as text or one JSON object per line.
+type adminOut struct {
+	w    io.Writer
+	json bool
+}
+
+func (o *adminOut) list(field string, items []string) {
+	if o.json {
+		(&lineWriter{w: o.w}).json(map[string][]string{field: nonNil(items)})
+		return
+	}
+	for _, it := range items {
+		fmt.Fprintln(o.w, it)
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (o *adminOut) done(action, what string) {
+	if o.json {
+		(&lineWriter{w: o.w}).json(map[string]string{"result": "ok", "action": action, "name": what})
+		return
+	}
+	fmt.Fprintf(o.w, "%s %s\n", action, what)
+}
+
+// message prints a protocol message: protojson on one line, or multi-line
+// protojson for text (readable, and stable for scripts either way).
+func (o *adminOut) message(m proto.Message) {
+	if o.json {
+		b, _ := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+		fmt.Fprintln(o.w, string(b))
+		return
+	}
+	b, _ := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	fmt.Fprintln(o.w, string(b))
+}
+
+func newAdminCmd() *cobra.Command {
+	o := &adminOpts{}
+	root := &cobra.Command{
+		Use:   "admin",
+		Short: "Manage tenants, namespaces, topics and subscriptions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fmt.Errorf("admin: missing resource (tenants, namespaces, topics, subscriptions or brokers)")
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.url, "url", defaultURL, "broker gRPC address (host:port)")
+	pf.StringVar(&o.output, "output", "text", "output format: text or json")
+	pf.DurationVar(&o.timeout, "connect-timeout", 10*time.Second, "connection timeout")
+	pf.BoolVar(&o.verbose, "verbose", false, "debug logs on stderr")
+
+	group := func(name, short string, subs ...*cobra.Command) *cobra.Command {
+		g := &cobra.Command{Use: name, Short: short, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return fmt.Errorf("admin %s: missing action (%s)", name, subNames(cmd))
+			}}
+		g.AddCommand(subs...)
+		return g
+	}
+	leaf := func(use, short string, nargs int, fn func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, RunE: adminRun(o, nargs, fn)}
+	}
+
+	// tenants
+	tenants := group("tenants", "Tenants",
+		leaf("list", "List tenants", 0, func(ctx context.Context, a *client.Admin, out *adminOut, _ []string) error {
+			ts, err := a.ListTenants(ctx)
+			if err == nil {
+				out.list("tenants", ts)
+			}
+			return err
+		}),
+		leaf("create TENANT", "Create a tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.CreateTenant(ctx, args[0]); err != nil {
+				return err
+			}
+			out.done("created tenant", args[0])
+			return nil
+		}),
+		leaf("delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.DeleteTenant(ctx, args[0]); err != nil {
+				return err
+			}
+			out.done("deleted tenant", args[0])
+			return nil
+		}),
+	)
+
+	// namespaces
+	pol := &policyFlags{}
+	setPolicies := leaf("set-policies TENANT/NS", "Set namespace policies (unset flags keep their current value)", 1,
+		func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			cur, err := a.GetNamespacePolicies(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if err := pol.apply(cur); err != nil {
+				return err
+			}
+			if err := a.SetNamespacePolicies(ctx, args[0], cur); err != nil {
+				return err
+			}
+			out.done("set policies of", args[0])
+			return nil
+		})
+	pol.register(setPolicies)
+	namespaces := group("namespaces", "Namespaces and their policies",
+		leaf("list TENANT", "List a tenant's namespaces", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			ns, err := a.ListNamespaces(ctx, args[0])
+			if err == nil {
+				out.list("namespaces", ns)
+			}
+			return err
+		}),
+		leaf("create TENANT/NS", "Create a namespace", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.CreateNamespace(ctx, args[0], nil); err != nil {
+				return err
+			}
+			out.done("created namespace", args[0])
+			return nil
+		}),
+		leaf("delete TENANT/NS", "Delete a namespace without topics", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.DeleteNamespace(ctx, args[0]); err != nil {
+				return err
+			}
+			out.done("deleted namespace", args[0])
+			return nil
+		}),
+		leaf("policies TENANT/NS", "Show namespace policies", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			p, err := a.GetNamespacePolicies(ctx, args[0])
+			if err == nil {
+				out.message(p)
+			}
+			return err
+		}),
+		setPolicies,
+	)
+
+	// topics
+	var force bool
+	del := leaf("delete TOPIC", "Delete a topic and its data", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		if err := a.DeleteTopic(ctx, args[0], force); err != nil {
+			return err
+		}
+		out.done("deleted topic", args[0])
+		return nil
+	})
+	del.Flags().BoolVar(&force, "force", false, "disconnect producers and consumers first")
+	topics := group("topics", "Topics",
+		leaf("list TENANT/NS", "List a namespace's topics", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			ts, err := a.ListTopics(ctx, args[0])
+			if err == nil {
+				out.list("topics", ts)
+			}
+			return err
+		}),
+		leaf("create TOPIC", "Create a topic", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.CreateTopic(ctx, args[0]); err != nil {
+				return err
+			}
+			out.done("created topic", args[0])
+			return nil
+		}),
+		del,
+		leaf("stats TOPIC", "Show topic stats", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			s, err := a.TopicStats(ctx, args[0])
+			if err == nil {
+				out.message(s)
+			}
+			return err
+		}),
+		leaf("internal-stats TOPIC", "Show a topic's ledgers and cursors", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			s, err := a.TopicInternalStats(ctx, args[0])
+			if err == nil {
+				out.message(s)
+			}
+			return err
+		}),
+		leaf("unload TOPIC", "Make the owner release the topic", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			if err := a.UnloadTopic(ctx, args[0]); err != nil {
+				return err
+			}
+			out.done("unloaded topic", args[0])
+			return nil
+		}),
+	)
+
+	// subscriptions
+	var subFrom string
+	var subForce bool
+	create := leaf("create TOPIC SUBSCRIPTION", "Create a subscription", 2, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		pos, err := client.ParseInitialPosition(subFrom)
+		if err != nil {
+			return fmt.Errorf("--from %q: want earliest or latest", subFrom)
+		}
+		if err := a.CreateSubscription(ctx, args[0], args[1], pos); err != nil {
+			return err
+		}
+		out.done("created subscription", args[0]+" "+args[1])
+		return nil
+	})
+	create.Flags().StringVar(&subFrom, "from", "latest", "start position: earliest or latest")
+	sdel := leaf("delete TOPIC SUBSCRIPTION", "Delete a subscription", 2, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		if err := a.DeleteSubscription(ctx, args[0], args[1], subForce); err != nil {
+			return err
+		}
+		out.done("deleted subscription", args[0]+" "+args[1])
+		return nil
+	})
+	sdel.Flags().BoolVar(&subForce, "force", false, "disconnect consumers first")
+	subscriptions := group("subscriptions", "Subscriptions",
+		leaf("list TOPIC", "List a topic's subscriptions", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			ss, err := a.ListSubscriptions(ctx, args[0])
+			if err == nil {
+				out.list("subscriptions", ss)
+			}
+			return err
+		}),
+		create, sdel,
+		leaf("reset TOPIC SUBSCRIPTION POSITION", "Move a cursor to earliest, latest, L:E:B or @<unix-ms>", 3,
+			func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+				pos, err := client.ParseResetPosition(args[2])
+				if err != nil {
+					return fmt.Errorf("POSITION: %w", err)
+				}
+				if err := a.ResetSubscription(ctx, args[0], args[1], pos); err != nil {
+					return err
+				}
+				out.done("reset subscription", args[0]+" "+args[1]+" to "+args[2])
+				return nil
+			}),
+	)
+
+	brokers := group("brokers", "Brokers",
+		leaf("list", "List live brokers", 0, func(ctx context.Context, a *client.Admin, out *adminOut, _ []string) error {
+			bs, err := a.ListBrokers(ctx)
+			if err != nil {
+				return err
+			}
+			if out.json {
+				lw := &lineWriter{w: out.w}
+				for _, b := range bs {
+					lw.json(map[string]any{"broker_id": b.GetBrokerId(), "grpc_address": b.GetGrpcAddress(), "http_address": b.GetHttpAddress(), "owned_topics": b.GetOwnedTopics()})
+				}
+				return nil
+			}
+			for _, b := range bs {
+				fmt.Fprintf(out.w, "%s grpc=%s http=%s topics=%d\n", b.GetBrokerId(), b.GetGrpcAddress(), b.GetHttpAddress(), b.GetOwnedTopics())
+			}
+			return nil
+		}),
+	)
+	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers)
+	return root
+}
+
+func subNames(cmd *cobra.Command) string {
+	var n []string
+	for _, c := range cmd.Commands() {
+		n = append(n, c.Name())
+	}
+	return strings.Join(n, ", ")
+}
+
+func init() { rootCmd.AddCommand(newAdminCmd()) }
+
+// policyFlags are the flags of `namespaces set-policies`.
+type policyFlags struct {
+	retentionTime     time.Duration
+	retentionSize     int64
+	e, qw, qa         int32
+	replicationRegion []string
+	cmd               *cobra.Command
+}
+
+func (p *policyFlags) register(cmd *cobra.Command) {
+	p.cmd = cmd
+	f := cmd.Flags()
+	f.DurationVar(&p.retentionTime, "retention-time", 0, "keep acknowledged data this long (-1s = forever)")
+	f.Int64Var(&p.retentionSize, "retention-size", 0, "keep at most this many bytes of acknowledged data (-1 = unlimited)")
+	f.Int32Var(&p.e, "ensemble", 0, "ensemble size E (1..64)")
+	f.Int32Var(&p.qw, "write-quorum", 0, "write quorum Qw (<= E)")
+	f.Int32Var(&p.qa, "ack-quorum", 0, "ack quorum Qa (<= Qw)")
+	f.StringSliceVar(&p.replicationRegion, "replication-regions", nil, "regions to replicate to (comma-separated)")
+}
+
+// apply overwrites the fields whose flags were given; the broker
+// validates the result (E >= Qw >= Qa >= 1) and names the field on error.
+func (p *policyFlags) apply(cur *client.NamespacePolicies) error {
+	fl := p.cmd.Flags()
+	if fl.Changed("retention-time") {
+		if p.retentionTime < 0 {
+			cur.RetentionTimeSeconds = -1
+		} else {
+			cur.RetentionTimeSeconds = int64(p.retentionTime / time.Second)
+		}
+	}
+	if fl.Changed("retention-size") {
+		if p.retentionSize < -1 {
+			return fmt.Errorf("--retention-size %d: must be >= -1", p.retentionSize)
+		}
+		cur.RetentionSizeBytes = p.retentionSize
+	}
+	for _, q := range []struct {
+		name string
+		v    int32
+		dst  *int32
+	}{{"ensemble", p.e, &cur.EnsembleSize}, {"write-quorum", p.qw, &cur.WriteQuorum}, {"ack-quorum", p.qa, &cur.AckQuorum}} {
+		if fl.Changed(q.name) {
+			if q.v < 0 || q.v > 64 {
+				return fmt.Errorf("--%s %d: must be in [0, 64]", q.name, q.v)
+			}
+			*q.dst = q.v
+		}
+	}
+	if fl.Changed("replication-regions") {
+		cur.ReplicationRegions = p.replicationRegion
+	}
+	return nil
+}

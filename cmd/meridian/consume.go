@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meridianmq/meridian/client"
+	"github.com/spf13/cobra"
+)
+
+type consumeFlags struct {
+	url, topic, sub, typ, from, output, name string
+	count, queue                             int
+	idle, timeout                            time.Duration
+	verbose                                  bool
+}
+
+func newConsumeCmd() *cobra.Command {
+	f := &consumeFlags{}
+	cmd := &cobra.Command{
+		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest] [--count N] [--output text|json]",
+		Short: "Receive and acknowledge messages of a subscription",
+		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
+
+Exits after --count messages (0 = until interrupted, or until --idle passes
+without a message). With --output json, one line per message:
+{"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",...}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", defaultURL, "broker gRPC address (host:port)")
+	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
+	fl.StringVar(&f.sub, "subscription", "", "subscription name (required)")
+	fl.StringVar(&f.typ, "type", "exclusive", "subscription type: exclusive, shared or failover")
+	fl.StringVar(&f.from, "from", "latest", "where a new subscription starts: earliest or latest")
+	fl.IntVar(&f.count, "count", 0, "exit after this many messages (0 = run until interrupted)")
+	fl.StringVar(&f.output, "output", "text", "output format: text or json")
+	fl.StringVar(&f.name, "consumer-name", "", "consumer name (default: assigned by the broker)")
+	fl.IntVar(&f.queue, "receiver-queue", 1000, "entries buffered in the client (flow-control window)")
+	fl.DurationVar(&f.idle, "idle", 0, "exit with an error when no message arrives for this long (0 = wait forever)")
+	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
+	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newConsumeCmd()) }
+
+// consumedJSON is one --output json line.
+type consumedJSON struct {
+	ID              string            `json:"id"`
+	Key             string            `json:"key"`
+	Payload         *string           `json:"payload,omitempty"`
+	PayloadB64      *string           `json:"payload_b64,omitempty"`
+	PublishTime     string            `json:"publish_time"`
+	Producer        string            `json:"producer"`
+	Seq             int64             `json:"seq"`
+	OriginRegion    string            `json:"origin_region,omitempty"`
+	Properties      map[string]string `json:"properties,omitempty"`
+	RedeliveryCount int32             `json:"redelivery_count,omitempty"`
+	EventTime       string            `json:"event_time,omitempty"`
+}
+
+func toConsumedJSON(m *client.ReceivedMessage) consumedJSON {
+	j := consumedJSON{
+		ID: m.ID.String(), Key: m.Key, Producer: m.ProducerName, Seq: m.SequenceID,
+		OriginRegion: m.OriginRegion, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
+	}
+	if !m.PublishTime.IsZero() {
+		j.PublishTime = m.PublishTime.UTC().Format(time.RFC3339Nano)
+	}
+	if !m.EventTime.IsZero() {
+		j.EventTime = m.EventTime.UTC().Format(time.RFC3339Nano)
+	}
+	if utf8.Valid(m.Payload) {
+		s := string(m.Payload)
+		j.Payload = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(m.Payload)
+		j.PayloadB64 = &s
+	}
+	return j
+}
+
+func (f *consumeFlags) validate() error {
+	if err := checkOutput(f.output); err != nil {
+		return err
+	}
+	if f.topic == "" {
+		return errors.New("--topic is required (tenant/namespace/topic)")
+	}
+	if err := client.ValidateTopicName(f.topic); err != nil {
+		return fmt.Errorf("--topic: %w", err)
+	}
+	if f.sub == "" {
+		return errors.New("--subscription is required")
+	}
+	if _, err := client.ParseSubscriptionType(f.typ); err != nil {
+		return fmt.Errorf("--type %q: want exclusive, shared or failover", f.typ)
+	}
+	if _, err := client.ParseInitialPosition(f.from); err != nil {
+		return fmt.Errorf("--from %q: want earliest or latest", f.from)
+	}
+	if f.count < 0 {
+		return fmt.Errorf("--count %d: must be >= 0", f.count)
+	}
+	if f.queue < 1 || f.queue > client.MaxReceiverQueueSize {
+		return fmt.Errorf("--receiver-queue %d: must be in [1, %d]", f.queue, client.MaxReceiverQueueSize)
+	}
+	if f.idle < 0 {
+		return fmt.Errorf("--idle %v: must be >= 0", f.idle)
+	}
+	return nil
+}
+
+func runConsume(cmd *cobra.Command, f *consumeFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	typ, _ := client.ParseSubscriptionType(f.typ)
+	from, _ := client.ParseInitialPosition(f.from)
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	c, err := connect(ctx, f.url, f.timeout, f.verbose)
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(c)
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{
+		Topic: f.topic, Subscription: f.sub, Type: typ, InitialPosition: from,
+		Name: f.name, ReceiverQueueSize: f.queue,
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s on %s: %w", f.sub, f.topic, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = co.Close(cctx)
+	}()
+	out := &lineWriter{w: cmd.OutOrStdout()}
+	n := 0
+	for f.count == 0 || n < f.count {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if f.idle > 0 {
+			rctx, cancel = context.WithTimeout(ctx, f.idle)
+		}
+		m, err := co.Receive(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				if f.count > 0 {
+					return fmt.Errorf("interrupted after %d of %d messages", n, f.count)
+				}
+				return nil // interrupted: a normal end without --count
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("no message for --idle %v (received %d)", f.idle, n)
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		if f.output == "json" {
+			out.json(toConsumedJSON(m))
+		} else {
+			out.printf("%s key=%q %s\n", m.ID, m.Key, printable(m.Payload))
+		}
+		if err := co.Ack(ctx, m.ID); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ack %s: %w", m.ID, err)
+		}
+		n++
+	}
+	return nil
+}
+
+// printable renders a payload for text output.
+func printable(p []byte) string {
+	if utf8.Valid(p) {
+		return string(p)
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(p)
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/meridianmq/meridian/client"
+	"github.com/spf13/cobra"
+)
+
+// ---- helpers shared by produce, consume, admin and perf ----
+
+// defaultURL is the broker address the tools use without --url (the
+// standalone default).
+const defaultURL = "127.0.0.1:6650"
+
+// checkOutput validates an --output value.
+func checkOutput(v string) error {
+	if v != "text" && v != "json" {
+		return fmt.Errorf("--output %q: want text or json", v)
+	}
+	return nil
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+// toolLogger logs warnings and errors to stderr (verbose: debug).
+func toolLogger(verbose bool) *slog.Logger {
+	lvl := slog.LevelWarn
+	if verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// connect opens a client on url, with a clear error when it is unreachable.
+func connect(ctx context.Context, url string, timeout time.Duration, verbose bool) (*client.Client, error) {
+	if url == "" {
+		return nil, errors.New("--url is required (host:port of a broker)")
+	}
+	c, err := client.New(ctx, client.Options{URL: url, ConnectTimeout: timeout, Logger: toolLogger(verbose)})
+	if err != nil {
+		return nil, fmt.Errorf("--url %s: %w", url, err)
+	}
+	return c, nil
+}
+
+// closeQuietly closes c with a bounded context.
+func closeQuietly(c *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// lineWriter serializes output lines from callbacks and goroutines.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) json(v any) {
+	b, _ := json.Marshal(v)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(append(b, '\n'))
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = fmt.Fprintf(l.w, format, args...)
+}
+
+// pacer spaces events at rate per second (rate <= 0: no pacing).
+type pacer struct {
+	start time.Time
+	rate  float64
+	n     int64
+}
+
+func newPacer(rate float64) *pacer { return &pacer{start: time.Now(), rate: rate} }
+
+// wait blocks until the next event is due or ctx ends.
+func (p *pacer) wait(ctx context.Context) error {
+	if p.rate <= 0 {
+		return ctx.Err()
+	}
+	due := p.start.Add(time.Duration(float64(p.n) / p.rate * float64(time.Second)))
+	p.n++
+	if d := time.Until(due); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return ctx.Err()
+}
+
+// stdinIsTerminal reports whether stdin is an interactive terminal (or
+// another character device such as /dev/null): then produce generates
+// payloads instead of reading lines.
+func stdinIsTerminal() bool {
+	fi, err := os.Stdin.Stat()
+	if err != nil {
+		return true
+	}
+	return fi.Mode()&os.ModeCharDevice != 0
+}
+
+// ---- produce ----
+
+type produceFlags struct {
+	url, topic, key, message, output, compression, name string
+	count, size, keys, maxPending, batchMax             int
+	rate                                                float64
+	batchDelay, sendTimeout, timeout                    time.Duration
+	verbose                                             bool
+}
+
+func newProduceCmd() *cobra.Command {
+	f := &produceFlags{}
+	cmd := &cobra.Command{
+		Use:   "produce --topic T [--count N] [--size BYTES] [--key K | --keys N] [--rate R] [--message TEXT] [--output text|json]",
+		Short: "Publish messages to a topic",
+		Long: `Publish messages to a topic.
+
+The messages are --message TEXT (sent --count times, default 1); else the
+lines of stdin when stdin is not a terminal (all lines, or the first --count);
+else --count (default 1) generated payloads of --size bytes.
+With --output json, one line per ACKNOWLEDGED message: {"id":"L:E:B","seq":N,"key":"..."}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", defaultURL, "broker gRPC address (host:port)")
+	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
+	fl.IntVar(&f.count, "count", 0, "number of messages (default: 1, or every stdin line)")
+	fl.IntVar(&f.size, "size", 100, "payload size in bytes of generated messages")
+	fl.StringVar(&f.key, "key", "", "key of every message")
+	fl.IntVar(&f.keys, "keys", 0, "cycle keys k0..k{N-1}")
+	fl.Float64Var(&f.rate, "rate", 0, "messages per second (0 = as fast as possible)")
+	fl.StringVar(&f.message, "message", "", "message text")
+	fl.StringVar(&f.output, "output", "text", "output format: text or json")
+	fl.StringVar(&f.compression, "compression", "none", "batch compression: none, zstd or s2")
+	fl.StringVar(&f.name, "producer-name", "", "producer name (default: assigned by the broker)")
+	fl.IntVar(&f.maxPending, "max-pending", 1000, "maximum unacknowledged messages in flight")
+	fl.IntVar(&f.batchMax, "batch-max-messages", 1000, "maximum messages per batch")
+	fl.DurationVar(&f.batchDelay, "batch-delay", 10*time.Millisecond, "maximum time a batch stays open")
+	fl.DurationVar(&f.sendTimeout, "send-timeout", 30*time.Second, "fail a message not acknowledged within this time")
+	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
+	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newProduceCmd()) }
+
+// validate checks the flags, naming the flag and the limit.
+func (f *produceFlags) validate() error {
+	if err := checkOutput(f.output); err != nil {
+		return err
+	}
+	if f.topic == "" {
+		return errors.New("--topic is required (tenant/namespace/topic)")
+	}
+	if err := client.ValidateTopicName(f.topic); err != nil {
+		return fmt.Errorf("--topic: %w", err)
+	}
+	if f.count < 0 {
+		return fmt.Errorf("--count %d: must be >= 0", f.count)
+	}
+	if f.size < 0 || f.size > 5<<20 {
+		return fmt.Errorf("--size %d: must be in [0, %d]", f.size, 5<<20)
+	}
+	if f.keys < 0 {
+		return fmt.Errorf("--keys %d: must be >= 0", f.keys)
+	}
+	if f.keys > 0 && f.key != "" {
+		return errors.New("--key and --keys are mutually exclusive")
+	}
+	if f.rate < 0 {
+		return fmt.Errorf("--rate %v: must be >= 0", f.rate)
+	}
+	if f.maxPending < 1 || f.maxPending > client.MaxMaxPendingMessages {
+		return fmt.Errorf("--max-pending %d: must be in [1, %d]", f.maxPending, client.MaxMaxPendingMessages)
+	}
+	if f.batchMax < 1 || f.batchMax > client.MaxBatchingMaxMessages {
+		return fmt.Errorf("--batch-max-messages %d: must be in [1, %d]", f.batchMax, client.MaxBatchingMaxMessages)
+	}
+	if f.batchDelay <= 0 {
+		return fmt.Errorf("--batch-delay %v: must be > 0", f.batchDelay)
+	}
+	if _, err := client.ParseCompression(f.compression); err != nil {
+		return fmt.Errorf("--compression %q: want none, zstd or s2", f.compression)
+	}
+	return nil
+}
+
+// messageSource yields the payloads to send.
+type messageSource func() ([]byte, bool, error)
+
+func (f *produceFlags) source() messageSource {
+	n := 0
+	switch {
+	case f.message != "":
+		limit := max(f.count, 1)
+		return func() ([]byte, bool, error) {
+			if n >= limit {
+				return nil, false, nil
+			}
+			n++
+			return []byte(f.message), true, nil
+		}
+	case !stdinIsTerminal():
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 64<<10), 5<<20)
+		return func() ([]byte, bool, error) {
+			if f.count > 0 && n >= f.count {
+				return nil, false, nil
+			}
+			if !sc.Scan() {
+				return nil, false, sc.Err()
+			}
+			n++
+			return append([]byte(nil), sc.Bytes()...), true, nil
+		}
+	default:
+		limit := max(f.count, 1)
+		return func() ([]byte, bool, error) {
+			if n >= limit {
+				return nil, false, nil
+			}
+			p := generatedPayload(n, f.size)
+			n++
+			return p, true, nil
+		}
+	}
+}
+
+// generatedPayload is "message-<i> " padded with 'x' to size bytes (valid
+// UTF-8, so consumers print it as text).
+func generatedPayload(i, size int) []byte {
+	p := []byte(fmt.Sprintf("message-%d ", i))
+	if len(p) >= size {
+		return p[:size]
+	}
+	return append(p, []byte(strings.Repeat("x", size-len(p)))...)
+}
+
+func runProduce(cmd *cobra.Command, f *produceFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	comp, _ := client.ParseCompression(f.compression)
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	c, err := connect(ctx, f.url, f.timeout, f.verbose)
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(c)
+	p, err := c.NewProducer(ctx, client.ProducerOptions{
+		Topic: f.topic, Name: f.name, Compression: comp,
+		BatchingMaxMessages: f.batchMax, BatchingMaxDelay: f.batchDelay,
+		SendTimeout: f.sendTimeout, MaxPendingMessages: f.maxPending, BlockIfQueueFull: true,
+	})
+	if err != nil {
+		return fmt.Errorf("open producer on %s: %w", f.topic, err)
+	}
+	out := &lineWriter{w: cmd.OutOrStdout()}
+	var (
+		mu       sync.Mutex
+		acked    int
+		failed   int
+		firstErr error
+	)
+	next := f.source()
+	pace := newPacer(f.rate)
+	start := time.Now()
+	sent := 0
+	for {
+		payload, ok, err := next()
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		if !ok || pace.wait(ctx) != nil {
+			break
+		}
+		key := f.key
+		if f.keys > 0 {
+			key = fmt.Sprintf("k%d", sent%f.keys)
+		}
+		sent++
+		p.SendAsync(ctx, &client.Message{Key: key, Payload: payload}, func(id client.MessageID, m *client.Message, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			acked++
+			if f.output == "json" {
+				out.json(struct {
+					ID  string `json:"id"`
+					Seq int64  `json:"seq"`
+					Key string `json:"key"`
+				}{id.String(), m.SequenceID, m.Key})
+			}
+		})
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), f.sendTimeout+5*time.Second)
+	defer cancel()
+	if err := p.Close(cctx); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if f.output == "text" {
+		el := time.Since(start)
+		out.printf("produced %d messages to %s in %v (%d failed)\n", acked, f.topic, el.Round(time.Millisecond), failed)
+	}
+	if firstErr != nil {
+		return fmt.Errorf("%d of %d messages not acknowledged: %w", failed+(sent-acked-failed), sent, firstErr)
+	}
+	if ctx.Err() != nil && acked < sent {
+		return fmt.Errorf("interrupted: %d of %d messages acknowledged", acked, sent)
+	}
+	return nil
+}
