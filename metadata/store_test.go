@@ -393,6 +393,13 @@ func TestBadInput(t *testing.T) {
 		if len(res.KVs) != 0 || res.Revision != 0 {
 			t.Fatalf("bad input changed the store: %+v", res)
 		}
+		// The limits themselves are accepted.
+		maxKey := strings.Repeat("m", metadata.MaxKeyBytes)
+		kv := must[metadata.KV](t)(s.Put(ctx, maxKey, big[:1<<20], metadata.MustNotExist, 0))
+		got := must[metadata.KV](t)(s.Get(ctx, maxKey, metadata.ReadOptions{}))
+		if kv.Version != 1 || len(got.Value) != 1<<20 {
+			t.Fatalf("max-size key and value: version %d, %d bytes", kv.Version, len(got.Value))
+		}
 	})
 }
 
