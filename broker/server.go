@@ -429,9 +429,18 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 	switch {
 	case err == nil && kv.Session == sid:
 		// Our own claim from before an unload that could not delete it.
-	case err == nil:
+	case err == nil && !s.ownRecord(kv.Value):
 		return nil, s.notOwned(kv.Value)
-	case errors.Is(err, metadata.ErrNotFound):
+	case err == nil || errors.Is(err, metadata.ErrNotFound):
+		if err == nil {
+			// A claim by this broker ID from an earlier session: this
+			// process restarted (or its session expired and it dropped its
+			// topics). Take it back now instead of waiting for the expiry;
+			// the ledger recovery below fences any writer still around.
+			if derr := s.cfg.Regional.Delete(ctx, okey, kv.Version); derr != nil && !errors.Is(derr, metadata.ErrNotFound) {
+				return nil, fmt.Errorf("%w: release stale claim on %s: %v", ErrUnavailable, name, derr)
+			}
+		}
 		if _, err := s.cfg.Regional.Put(ctx, okey, val, metadata.MustNotExist, sid); err != nil {
 			if errors.Is(err, metadata.ErrVersionMismatch) {
 				kv, gerr := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
@@ -454,6 +463,12 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 		return nil, err
 	}
 	return t, nil
+}
+
+// ownRecord reports whether an ownership record names this broker ID.
+func (s *Server) ownRecord(val []byte) bool {
+	var o ownerRecord
+	return json.Unmarshal(val, &o) == nil && o.BrokerID == s.cfg.BrokerID
 }
 
 func (s *Server) notOwned(val []byte) error {

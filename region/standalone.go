@@ -224,6 +224,29 @@ func (s *Standalone) HTTPAddr() string { return s.broker.HTTPAddr() }
 // Broker returns the broker.
 func (s *Standalone) Broker() *broker.Server { return s.broker }
 
+// Kill stops the region as a crash would: the broker writes nothing more
+// (no ledger close, no cursor persist, no ownership release) and the bookie
+// skips its final checkpoint. A later StartStandalone on the same data dir
+// must still have every acknowledged message. For tests.
+func (s *Standalone) Kill() {
+	if s.broker != nil {
+		s.broker.Kill()
+		s.broker = nil
+	}
+	if s.ledgers != nil {
+		_ = s.ledgers.Close()
+		s.ledgers = nil
+	}
+	if s.bookie != nil {
+		s.bookie.Kill()
+		s.bookie = nil
+	}
+	if s.meta != nil {
+		s.meta.Stop()
+		s.meta = nil
+	}
+}
+
 // Close stops the broker (flushing and closing ledgers, persisting cursors),
 // then the bookie and metadata.
 func (s *Standalone) Close() error {
