@@ -30,9 +30,10 @@ type bookieConn struct {
 	client bookiev1.BookieClient
 	log    *slog.Logger
 
-	sendq chan *queuedAdd // bounded; drained by sendLoop
-	done  chan struct{}
-	wg    sync.WaitGroup
+	sendq        chan *queuedAdd // bounded; drained by sendLoop
+	queueTimeout time.Duration
+	done         chan struct{}
+	wg           sync.WaitGroup
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -96,13 +97,14 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 		return nil, fmt.Errorf("ledger: dial bookie %s at %s: %w", id, addr, err)
 	}
 	c := &bookieConn{
-		id:     id,
-		addr:   addr,
-		cc:     cc,
-		client: bookiev1.NewBookieClient(cc),
-		log:    log.With("bookie", id, "addr", addr),
-		sendq:  make(chan *queuedAdd, cfg.BookieSendQueue),
-		done:   make(chan struct{}),
+		id:           id,
+		addr:         addr,
+		cc:           cc,
+		client:       bookiev1.NewBookieClient(cc),
+		log:          log.With("bookie", id, "addr", addr),
+		sendq:        make(chan *queuedAdd, cfg.BookieSendQueue),
+		queueTimeout: cfg.AddTimeout,
+		done:         make(chan struct{}),
 	}
 	c.wg.Add(1)
 	go c.sendLoop(cfg.AddTimeout)
@@ -111,11 +113,22 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 
 // add queues req for the bookie; cb is called exactly once with the
 // outcome. It blocks while the bookie's send queue is full.
+// A queue that stays full for queueTimeout (a hung bookie) fails the add.
 func (c *bookieConn) add(req *bookiev1.AddEntryRequest, cb addCallback) {
+	q := &queuedAdd{req: req, cb: cb}
 	select {
-	case c.sendq <- &queuedAdd{req: req, cb: cb}:
+	case c.sendq <- q:
+		return
+	default:
+	}
+	t := time.NewTimer(c.queueTimeout)
+	defer t.Stop()
+	select {
+	case c.sendq <- q:
 	case <-c.done:
 		cb(&bookieError{bookie: c.id, code: codes.Unavailable, msg: "ledger client closed"})
+	case <-t.C:
+		cb(&bookieError{bookie: c.id, code: codes.DeadlineExceeded, msg: fmt.Sprintf("send queue full for %v", c.queueTimeout)})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -190,13 +191,101 @@ func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 	if last > lac {
 		return nil, fmt.Errorf("%w: entry %d of ledger %d is beyond last-add-confirmed %d", ErrNoSuchEntry, last, r.id, lac)
 	}
-	return r.c.readEntries(ctx, md, first, last)
+	entries, err := r.c.readEntries(ctx, md, first, last)
+	if err != nil {
+		return nil, err
+	}
+	return entries, nil
 }
 
-// readEntries reads first..last with bounded parallelism.
+// readEntries reads first..last. When every bookie of a segment stores
+// every entry (E == Qw) it streams ranges from one replica; entries it
+// could not get that way are read one by one, in parallel, from any replica.
 func (c *Client) readEntries(ctx context.Context, md *Metadata, first, last int64) ([]Entry, error) {
-	n := int(last - first + 1)
-	out := make([]Entry, n)
+	out := make([]Entry, int(last-first+1))
+	got := make([]bool, len(out))
+	if md.Ensemble == md.WriteQuorum {
+		c.readRanges(ctx, md, first, last, out, got)
+	}
+	return out, c.readEach(ctx, md, first, out, got)
+}
+
+// readRanges fills out/got with ReadRange streams, one segment part at a
+// time, from the segment's bookies in turn; it stops a part at the first
+// error (the caller reads what is missing entry by entry).
+func (c *Client) readRanges(ctx context.Context, md *Metadata, first, last int64, out []Entry, got []bool) {
+	for i, seg := range md.Segments {
+		lo := max(first, seg.FirstEntry)
+		hi := last
+		if i+1 < len(md.Segments) {
+			hi = min(hi, md.Segments[i+1].FirstEntry-1)
+		}
+		if lo > hi {
+			continue
+		}
+		b := seg.Ensemble[int(lo%int64(len(seg.Ensemble)))]
+		next := lo
+		for next <= hi {
+			n, err := c.readRangeFrom(ctx, b, md.ID, next, hi, func(e Entry) {
+				out[e.EntryID-first] = e
+				got[e.EntryID-first] = true
+			})
+			next += n
+			if err != nil || n == 0 {
+				break
+			}
+		}
+	}
+}
+
+// readRangeFrom streams first..last from bookie b and returns how many
+// consecutive entries from first it delivered.
+func (c *Client) readRangeFrom(ctx context.Context, b topology.BookieInfo, id, first, last int64, put func(Entry)) (int64, error) {
+	bc, err := c.conn(b)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	st, err := bc.client.ReadRange(rctx, &bookiev1.ReadRangeRequest{LedgerId: id, FirstEntryId: first, LastEntryId: last})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, err
+		}
+		if resp.LedgerId != id || resp.EntryId != first+n {
+			return n, fmt.Errorf("bookie %s answered entry %d/%d, want %d/%d", b.ID, resp.LedgerId, resp.EntryId, id, first+n)
+		}
+		data := resp.Payload
+		if data == nil {
+			data = []byte{}
+		}
+		put(Entry{LedgerID: id, EntryID: resp.EntryId, Data: data})
+		c.m.reads.WithLabelValues("ok").Inc()
+		n++
+	}
+}
+
+// readEach reads the entries not yet got, one by one with bounded
+// parallelism.
+func (c *Client) readEach(ctx context.Context, md *Metadata, first int64, out []Entry, got []bool) error {
+	var todo []int
+	for i, ok := range got {
+		if !ok {
+			todo = append(todo, i)
+		}
+	}
+	n := len(todo)
+	if n == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -227,7 +316,7 @@ func (c *Client) readEntries(ctx context.Context, md *Metadata, first, last int6
 		}()
 	}
 feed:
-	for i := range n {
+	for _, i := range todo {
 		select {
 		case idx <- i:
 		case <-ctx.Done():
@@ -237,12 +326,9 @@ feed:
 	close(idx)
 	wg.Wait()
 	if firstEr != nil {
-		return nil, firstEr
+		return firstEr
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return ctx.Err()
 }
 
 // readEntry reads entry e, retrying once with a refreshed bookie registry

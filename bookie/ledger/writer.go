@@ -241,16 +241,19 @@ func (w *Writer) send(sends []sendOp) {
 func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p.done || w.err != nil || p.sent[i] != bookieID {
-		return // already reported, writer failed, or a stale answer from a replaced bookie
+	if w.err != nil || p.sent[i] != bookieID {
+		return // writer failed, or a stale answer from a replaced bookie
 	}
 	if err == nil {
-		if !w.failed[bookieID] {
+		if !p.done && !w.failed[bookieID] {
 			p.acked[i] = true
 			w.completeLocked()
 		}
 		return
 	}
+	// A failure counts even for an entry already reported (Qa confirmed
+	// without this bookie): the bookie must still leave the ensemble, and a
+	// fence must still stop the writer.
 	switch classify(err) {
 	case kindFenced:
 		// Never change ensemble around a fence: someone is recovering the ledger.
@@ -498,8 +501,12 @@ func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieIn
 }
 
 // Close waits for outstanding adds, then records the ledger closed at
-// LastAddConfirmed by CAS. After a fence it returns ErrLedgerFenced (the
-// recoverer closes the ledger). Idempotent.
+// LastAddConfirmed by CAS, and stops the Writer's goroutines (always call
+// it). If the Writer failed earlier it returns that error and leaves the
+// ledger's metadata alone: after a fence (ErrLedgerFenced) the recoverer
+// closes it; after any other failure the owner should OpenRecover it. If
+// ctx ends while adds are outstanding, Close returns the ctx error and may
+// be called again.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
