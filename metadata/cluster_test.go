@@ -316,3 +316,50 @@ func TestClientSkipsDeadEndpoint(t *testing.T) {
 		t.Fatalf("unguarded put with no live endpoint (nothing sent): %v", err)
 	}
 }
+
+// TestShardsWithOwnReplicaSets hosts the global shard on three nodes, "eu"
+// on node 1 alone and "us" on nodes 2 and 3: each shard lives or stalls
+// with its own replicas.
+func TestShardsWithOwnReplicaSets(t *testing.T) {
+	c := metadatatest.StartClusterWith(t, 3, metadatatest.Options{Configure: func(i int, cfg *metadata.NodeConfig) {
+		all := cfg.Shards[0].Members
+		if i == 0 {
+			cfg.Shards = append(cfg.Shards, metadata.ShardConfig{Name: "eu", ShardID: 10, Members: map[uint64]string{1: all[1]}})
+		} else {
+			cfg.Shards = append(cfg.Shards, metadata.ShardConfig{Name: "us", ShardID: 20, Members: map[uint64]string{2: all[2], 3: all[3]}})
+		}
+	}})
+	ctx := ctxT(t)
+	must[metadata.KV](t)(c.Store(0, "eu").Put(ctx, "k", []byte("eu"), 0, 0))
+	must[metadata.KV](t)(c.Store(1, "us").Put(ctx, "k", []byte("us"), 0, 0))
+	must[metadata.KV](t)(c.Store(2, metadata.GlobalShard).Put(ctx, "k", []byte("global"), 0, 0))
+	if got := must[metadata.KV](t)(c.Store(2, "us").Get(ctx, "k", metadata.ReadOptions{})); string(got.Value) != "us" {
+		t.Fatalf("us on node 3: %q", got.Value)
+	}
+	if _, err := c.Node(0).Store("us"); !errors.Is(err, metadata.ErrInvalidArgument) {
+		t.Fatalf("node 1 hosts us: %v", err)
+	}
+	// Node 3 down: "us" has 1 of 2 replicas and stalls; global (2 of 3) and
+	// eu (1 of 1) go on.
+	c.StopNode(2)
+	must[metadata.KV](t)(c.Store(0, metadata.GlobalShard).Put(ctx, "k2", nil, metadata.MustNotExist, 0))
+	must[metadata.KV](t)(c.Store(0, "eu").Put(ctx, "k2", nil, metadata.MustNotExist, 0))
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := c.Store(1, "us").Put(short, "k2", nil, metadata.MustNotExist, 0)
+	if !errors.Is(err, metadata.ErrUnavailable) && !errors.Is(err, metadata.ErrUnknownOutcome) {
+		t.Fatalf("us without quorum: %v", err)
+	}
+	c.StartNode(2)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.Store(1, "us").Put(ctx, "k3", nil, metadata.AnyVersion, 0)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("us did not recover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
