@@ -2,12 +2,19 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meridianmq/meridian/bookie/ledger"
+	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/topology"
 )
 
 // TestReadFromOtherReplica reads a closed ledger while one, then two, of
@@ -112,5 +119,159 @@ func TestLedgerKey(t *testing.T) {
 		if _, ok := ledger.ParseLedgerKey(k); ok {
 			t.Errorf("ParseLedgerKey(%q) accepted", k)
 		}
+	}
+}
+
+// TestSpeculativeReadAroundSlowReplica points one ensemble member of a
+// closed ledger at a listener that accepts connections and never answers
+// (a hung bookie): reads must complete from the other replicas long before
+// ReadTimeout, through speculative reads.
+func TestSpeculativeReadAroundSlowReplica(t *testing.T) {
+	e := newEnv(t, 3)
+	reg := prometheus.NewRegistry()
+	c := e.client(func(c *ledger.Config) {
+		c.SpeculativeReadDelay = 20 * time.Millisecond
+		c.ReadTimeout = 20 * time.Second
+		c.Registerer = reg
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAckLog()
+	for i := range 30 {
+		p := fmt.Sprintf("e%d", i)
+		id, err := w.Append(ctx, []byte(p))
+		a.record(id, p, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A black hole: accepts TCP connections, never speaks HTTP/2.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	kv, err := e.store.Get(ctx, ledger.LedgerKey(w.ID()), metadata.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md ledger.Metadata
+	if err := json.Unmarshal(kv.Value, &md); err != nil {
+		t.Fatal(err)
+	}
+	md.Segments[0].Ensemble[0] = topology.BookieInfo{ID: "hung-bookie", Address: ln.Addr().String(), Rack: "rack-x"}
+	val, _ := json.Marshal(&md)
+	if _, err := e.store.Put(ctx, ledger.LedgerKey(w.ID()), val, kv.Version, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := c.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	verify(t, r, a)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("reads took %v with one hung replica: no speculation", d)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "meridian_ledger_speculative_reads_total" {
+			spec = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if spec == 0 {
+		t.Fatal("no speculative read counted")
+	}
+	t.Logf("read 30 entries in %v with one hung replica, %v speculative reads", time.Since(start), spec)
+}
+
+// TestManyWritersShareConnections runs several ledgers at once over the
+// same per-bookie connections and kills a bookie under all of them.
+func TestManyWritersShareConnections(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const n = 6
+	var (
+		ws    [n]*ledger.Writer
+		logs  [n]*ackLog
+		dones [n]<-chan struct{}
+	)
+	stop := make(chan struct{})
+	for i := range n {
+		w, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i], logs[i] = w, newAckLog()
+		dones[i] = appender(w, fmt.Sprintf("l%d", i), logs[i], stop, 100)
+	}
+	total := func() int {
+		s := 0
+		for _, l := range logs {
+			s += l.count()
+		}
+		return s
+	}
+	waitFor(t, 30*time.Second, "600 acks", func() bool { return total() >= 600 })
+	e.bk.Kill(2)
+	before := total()
+	waitFor(t, 60*time.Second, "600 more acks", func() bool { return total() >= before+600 })
+	close(stop)
+	for i := range n {
+		<-dones[i]
+		if len(logs[i].errs) > 0 {
+			t.Fatalf("writer %d failed: %v", i, logs[i].errs[0])
+		}
+		if err := ws[i].Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Open(ctx, ws[i].ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := r.Metadata()
+		for _, b := range md.Segments[0].Ensemble {
+			if b.ID == e.bk.ID(2) && len(md.Segments) < 2 {
+				t.Errorf("ledger %d had the killed bookie and no ensemble change", md.ID)
+			}
+		}
+		for _, b := range md.Segments[len(md.Segments)-1].Ensemble {
+			if b.ID == e.bk.ID(2) {
+				t.Errorf("ledger %d still writes to the killed bookie", md.ID)
+			}
+		}
+		verify(t, r, logs[i])
 	}
 }

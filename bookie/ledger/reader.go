@@ -245,14 +245,23 @@ func (c *Client) readRangeFrom(ctx context.Context, b topology.BookieInfo, id, f
 	if err != nil {
 		return 0, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A replica that stalls (no message for stall) is abandoned; the
+	// caller reads the rest entry by entry, with speculation.
+	stall := c.cfg.ReadTimeout
+	if d := 10 * c.cfg.SpeculativeReadDelay; d > 0 && d < stall {
+		stall = d
+	}
+	watchdog := time.AfterFunc(stall, cancel)
+	defer watchdog.Stop()
 	st, err := bc.client.ReadRange(rctx, &bookiev1.ReadRangeRequest{LedgerId: id, FirstEntryId: first, LastEntryId: last})
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for {
+		watchdog.Reset(stall)
 		resp, err := st.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
