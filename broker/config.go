@@ -73,6 +73,10 @@ type Config struct {
 	// MaxPermitsPerConsumer caps the permits a consumer may accumulate
 	// (default 10000) and so the entries queued towards it.
 	MaxPermitsPerConsumer int `yaml:"max_permits_per_consumer"`
+	// MaxUnackedPerConsumer stops dispatch to a consumer holding this many
+	// delivered but unacknowledged entries (default 50000), so a consumer
+	// that never acks cannot make the broker track without bound.
+	MaxUnackedPerConsumer int `yaml:"max_unacked_per_consumer"`
 	// TailCacheBytes bounds the cache of recently written entries used to
 	// dispatch without reading back from bookies (default 64 MiB per topic).
 	TailCacheBytes int64 `yaml:"tail_cache_bytes"`
@@ -108,6 +112,7 @@ func DefaultConfig() Config {
 		OperationTimeout:      30 * time.Second,
 		MaxPendingSends:       4096,
 		MaxPermitsPerConsumer: 10000,
+		MaxUnackedPerConsumer: 50000,
 		TailCacheBytes:        64 << 20,
 		MaxIndividualAcks:     100000,
 	}
@@ -149,6 +154,8 @@ func (c Config) Validate() error {
 		return bad("max_pending_sends %d must be >= 1", c.MaxPendingSends)
 	case c.MaxPermitsPerConsumer < 1:
 		return bad("max_permits_per_consumer %d must be >= 1", c.MaxPermitsPerConsumer)
+	case c.MaxUnackedPerConsumer < 1:
+		return bad("max_unacked_per_consumer %d must be >= 1", c.MaxUnackedPerConsumer)
 	case c.TailCacheBytes < 0:
 		return bad("tail_cache_bytes %d must be >= 0", c.TailCacheBytes)
 	case c.MaxIndividualAcks < 1:

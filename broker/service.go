@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -87,8 +89,12 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	}}}); err != nil {
 		return err
 	}
+	// The receiving goroutine handles sends itself: when the topic's queue
+	// is full it blocks there (back-pressure on the client), while this
+	// goroutine keeps draining receipts, so the two never wait on each other.
+	// inflight counts sends whose receipt is not yet queued.
+	var inflight atomic.Int64
 	recvErr := make(chan error, 1)
-	sends := make(chan *clientv1.Send)
 	go func() {
 		for {
 			r, err := stream.Recv()
@@ -101,24 +107,16 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 				recvErr <- GRPCError(fmt.Errorf("%w: after open, produce requests must be send", ErrInvalidArgument))
 				return
 			}
-			select {
-			case sends <- sd:
-			case <-ctx.Done():
-				return
-			}
+			inflight.Add(1)
+			cs.handleSend(ctx, t, p, sd, &inflight)
 		}
 	}()
-	// inflight counts sends whose receipt is not yet queued.
-	var inflight atomic.Int64
 	for {
 		select {
 		case r := <-p.out:
 			if err := stream.Send(r); err != nil {
 				return err
 			}
-		case sd := <-sends:
-			inflight.Add(1)
-			cs.handleSend(ctx, t, p, sd, &inflight)
 		case err := <-recvErr:
 			// Flush receipts of what was already sent before ending.
 			deadline := time.After(b.cfg.OperationTimeout)
@@ -134,7 +132,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 					return err
 				}
 			}
-			if err.Error() == "EOF" {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
@@ -292,17 +290,10 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 			}
 		}
 	}()
-	control := func(r *clientv1.ConsumeResponse) error {
-		// Control responses may wait: they are bounded by the requests.
-		select {
-		case c.out <- r:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.done:
-			return GRPCError(&notOwnedError{})
-		}
-	}
+	// control answers a request directly: this goroutine is the only one
+	// sending on the stream, and it must never wait on c.out, which only it
+	// drains.
+	control := func(r *clientv1.ConsumeResponse) error { return stream.Send(r) }
 	for {
 		select {
 		case r := <-c.out:
@@ -349,7 +340,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 				}
 			}
 		case err := <-recvErr:
-			if err.Error() == "EOF" {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err

@@ -348,8 +348,9 @@ func (s *subscription) dispatchLoop() {
 // permitsLocked sums the permits of consumers that may receive now.
 func (s *subscription) permitsLocked() int64 {
 	var n int64
+	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
 	for _, c := range s.consumers {
-		if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && !c.active {
+		if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && !c.active || c.pending >= limit {
 			continue
 		}
 		n += c.permits
@@ -362,9 +363,10 @@ func (s *subscription) pickLocked() *consumer {
 	if len(s.consumers) == 0 {
 		return nil
 	}
+	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
 	if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED {
 		for _, c := range s.consumers {
-			if c.active && c.permits > 0 {
+			if c.active && c.permits > 0 && c.pending < limit {
 				return c
 			}
 		}
@@ -372,7 +374,7 @@ func (s *subscription) pickLocked() *consumer {
 	}
 	for i := 0; i < len(s.consumers); i++ {
 		c := s.consumers[(s.rr+i)%len(s.consumers)]
-		if c.permits > 0 {
+		if c.permits > 0 && c.pending < limit {
 			s.rr = (s.rr + i + 1) % len(s.consumers)
 			return c
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/metadata/metadatatest"
 	"github.com/meridianmq/meridian/topology"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Region is the name of the test region.
@@ -113,6 +114,8 @@ func (c *Cluster) startBroker(i int) {
 	cfg.Global, cfg.Regional = c.Global, c.Regional
 	cfg.Ledgers = broker.NewLedgerStore(lc)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	cfg.Registerer, cfg.Gatherer = reg, reg
 	cfg.SessionTTL = 2 * time.Second
 	cfg.CursorPersistInterval = 100 * time.Millisecond
 	e := min(3, c.opts.Bookies)
