@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -219,8 +220,8 @@ func (s *storage) writeCheckpoint(snap *snapshot) error {
 
 // checkpoint takes a snapshot through the journal goroutine and persists
 // it. Callers hold maintMu.
-func (s *storage) checkpointLocked() (uint64, error) {
-	r := s.submitWait(&op{kind: opSnapshot})
+func (s *storage) checkpointLocked(ctx context.Context) (uint64, error) {
+	r := s.submitWait(ctx, &op{kind: opSnapshot})
 	if r.err != nil {
 		return 0, r.err
 	}

@@ -46,7 +46,7 @@ func (s *storage) gc(ctx context.Context) (GCStats, error) {
 	s.maintMu.Lock()
 	defer s.maintMu.Unlock()
 	var st GCStats
-	pos, err := s.checkpointLocked()
+	pos, err := s.checkpointLocked(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -100,7 +100,7 @@ func (s *storage) gc(ctx context.Context) (GCStats, error) {
 			}
 			o := &op{kind: opRelocate, ledger: m.ledger, entry: m.entry, rec: rec, oldLoc: m.l,
 				done: func(r opResult) { results <- r }}
-			if err := s.submit(o); err != nil {
+			if err := s.submit(ctx, o); err != nil {
 				return st, err
 			}
 			sent++
@@ -119,7 +119,7 @@ func (s *storage) gc(ctx context.Context) (GCStats, error) {
 	}
 
 	if len(moves) > 0 {
-		if pos, err = s.checkpointLocked(); err != nil {
+		if pos, err = s.checkpointLocked(ctx); err != nil {
 			return st, err
 		}
 	}

@@ -87,3 +87,18 @@ func TestGroupCommitMaxWait(t *testing.T) {
 		t.Fatalf("adds completed in %s, before GroupMaxWait", el)
 	}
 }
+
+// A tiny journal queue applies back-pressure instead of failing adds.
+func TestQueueBackPressure(t *testing.T) {
+	c := bookietest.StartCluster(t, 1, bookietest.WithConfig(func(i int, cfg *bookie.Config) {
+		cfg.MaxQueuedAdds = 4
+	}))
+	ctx := ctxT(t)
+	acked, failed, err := streamAdds(ctx, c.Client(0), 1, 0, 2000, 100, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acked) != 2000 || len(failed) != 0 {
+		t.Fatalf("%d acked, %d failed (e.g. %v)", len(acked), len(failed), failed)
+	}
+}

@@ -364,7 +364,7 @@ func (s *Server) CheckDisk() faultfs.Usage { return s.st.checkDisk() }
 func (s *Server) Checkpoint(ctx context.Context) error {
 	s.st.maintMu.Lock()
 	defer s.st.maintMu.Unlock()
-	_, err := s.st.checkpointLocked()
+	_, err := s.st.checkpointLocked(ctx)
 	return err
 }
 
@@ -384,8 +384,8 @@ func (s *Server) JournalBytes() int64 {
 }
 
 // fence durably fences the ledger and returns its last entry and LAC.
-func (s *Server) fence(ledger int64) (last, lac int64, err error) {
-	r := s.st.submitWait(&op{kind: recFence, ledger: ledger})
+func (s *Server) fence(ctx context.Context, ledger int64) (last, lac int64, err error) {
+	r := s.st.submitWait(ctx, &op{kind: recFence, ledger: ledger})
 	if r.err != nil {
 		return -1, -1, r.err
 	}
@@ -393,6 +393,6 @@ func (s *Server) fence(ledger int64) (last, lac int64, err error) {
 }
 
 // deleteLedger durably deletes the ledger from the index.
-func (s *Server) deleteLedger(ledger int64) error {
-	return s.st.submitWait(&op{kind: recDelete, ledger: ledger}).err
+func (s *Server) deleteLedger(ctx context.Context, ledger int64) error {
+	return s.st.submitWait(ctx, &op{kind: recDelete, ledger: ledger}).err
 }

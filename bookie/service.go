@@ -36,7 +36,7 @@ func (s *Server) validateAdd(r *bookiev1.AddEntryRequest) error {
 }
 
 // addAsync validates and queues one add; done is called exactly once.
-func (s *Server) addAsync(r *bookiev1.AddEntryRequest, done func(error)) {
+func (s *Server) addAsync(ctx context.Context, r *bookiev1.AddEntryRequest, done func(error)) {
 	if err := s.validateAdd(r); err != nil {
 		s.metrics.addErrors.WithLabelValues(codes.InvalidArgument.String()).Inc()
 		done(err)
@@ -54,16 +54,17 @@ func (s *Server) addAsync(r *bookiev1.AddEntryRequest, done func(error)) {
 		rec:  encodeRecord((*buf)[:0], recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload),
 		done: func(res opResult) { done(res.err) },
 	}
-	if err := s.st.submit(o); err != nil {
+	if err := s.st.submit(ctx, o); err != nil {
 		recordPool.Put(buf)
-		s.metrics.addErrors.WithLabelValues(codes.ResourceExhausted.String()).Inc()
+		c, _ := ToStatus(err)
+		s.metrics.addErrors.WithLabelValues(c.String()).Inc()
 		done(err)
 	}
 }
 
 func (svc *service) AddEntry(ctx context.Context, r *bookiev1.AddEntryRequest) (*bookiev1.AddEntryResponse, error) {
 	ch := make(chan error, 1)
-	svc.srv.addAsync(r, func(err error) { ch <- err })
+	svc.srv.addAsync(ctx, r, func(err error) { ch <- err })
 	select {
 	case err := <-ch:
 		if err != nil {
@@ -94,7 +95,7 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 				recvErr <- ctx.Err()
 				return
 			}
-			svc.srv.addAsync(r, func(err error) {
+			svc.srv.addAsync(ctx, r, func(err error) {
 				c, m := ToStatus(err)
 				resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
 			})
@@ -132,7 +133,7 @@ func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest)
 		return nil, GRPCError(fmt.Errorf("%w: entry_id must be >= -1 (-1 = last), got %d", ErrInvalidArgument, r.EntryId))
 	}
 	if r.Fence {
-		if _, _, err := s.fence(r.LedgerId); err != nil {
+		if _, _, err := s.fence(ctx, r.LedgerId); err != nil {
 			return nil, GRPCError(err)
 		}
 	}
@@ -208,7 +209,7 @@ func (svc *service) Fence(ctx context.Context, r *bookiev1.FenceRequest) (*booki
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
-	last, lac, err := svc.srv.fence(r.LedgerId)
+	last, lac, err := svc.srv.fence(ctx, r.LedgerId)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -219,7 +220,7 @@ func (svc *service) DeleteLedger(ctx context.Context, r *bookiev1.DeleteLedgerRe
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
-	if err := svc.srv.deleteLedger(r.LedgerId); err != nil {
+	if err := svc.srv.deleteLedger(ctx, r.LedgerId); err != nil {
 		return nil, GRPCError(err)
 	}
 	return &bookiev1.DeleteLedgerResponse{}, nil

@@ -1,6 +1,7 @@
 package bookie
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -321,9 +322,10 @@ func (s *storage) openJournalFile(seq uint64) error {
 	return nil
 }
 
-// submit queues an op for the journal goroutine. It never blocks: a full
-// queue fails with ErrTooManyInFlight.
-func (s *storage) submit(o *op) error {
+// submit queues an op for the journal goroutine, waiting while the bounded
+// queue is full (back-pressure: a stream stops reading requests, and gRPC
+// flow control then slows the client) until ctx ends.
+func (s *storage) submit(ctx context.Context, o *op) error {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
@@ -333,18 +335,29 @@ func (s *storage) submit(o *op) error {
 	case s.queue <- o:
 		return nil
 	default:
-		return fmt.Errorf("%w: journal queue holds %d records (MaxQueuedAdds)", ErrTooManyInFlight, s.cfg.MaxQueuedAdds)
+	}
+	select {
+	case s.queue <- o:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: journal queue full (MaxQueuedAdds=%d): %w", ErrTooManyInFlight, s.cfg.MaxQueuedAdds, ctx.Err())
 	}
 }
 
-// submitWait submits an op and waits for its result.
-func (s *storage) submitWait(o *op) opResult {
+// submitWait submits an op and waits for its result or for ctx to end (the
+// op may then still be applied: outcome unknown).
+func (s *storage) submitWait(ctx context.Context, o *op) opResult {
 	ch := make(chan opResult, 1)
 	o.done = func(r opResult) { ch <- r }
-	if err := s.submit(o); err != nil {
+	if err := s.submit(ctx, o); err != nil {
 		return opResult{err: err}
 	}
-	return <-ch
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		return opResult{err: ctx.Err()}
+	}
 }
 
 // loop is the journal goroutine: it gathers queued ops into groups, writes

@@ -188,13 +188,32 @@ func (c *Cluster) startNode(i int) error {
 		return startErr
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	nd.srv = srv
 	nd.addr = srv.Addr()
 	if m := srv.Membership(); m != nil {
 		nd.gossip = m.Addr()
 	}
 	nd.running = true
+	conn := nd.conn
+	c.mu.Unlock()
+	if conn != nil {
+		// Make the shared connection drop its transport to the previous
+		// incarnation before the test uses it again.
+		cl := bookiev1.NewBookieClient(conn)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := cl.GetInfo(pctx, &bookiev1.GetInfoRequest{}, grpc.WaitForReady(true))
+			pcancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("bookietest: bookie %d not reachable after restart: %w", i, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return nil
 }
 
