@@ -22,8 +22,10 @@
 //   INVALID_ARGUMENT    "invalid argument"  bad input (negative id, oversize
 //                                           entry, ...); the detail names the
 //                                           field and the limit.
-//   RESOURCE_EXHAUSTED  "too many in flight" the bookie's bounded queue is full;
-//                                           retry later.
+//   RESOURCE_EXHAUSTED  "too many in flight" the bookie's bounded journal queue
+//                                           stayed full until the RPC's deadline
+//                                           (a full queue normally just slows the
+//                                           sender down); not added, retry.
 //   INTERNAL            "io error"          the operation failed on disk; for an
 //                                           add this means NOT persisted/acked.
 
