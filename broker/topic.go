@@ -36,6 +36,8 @@ type topic struct {
 	stop     chan struct{}
 	loopDone chan struct{}
 
+	subCreateMu sync.Mutex
+
 	// mu guards the fields below.
 	mu        sync.Mutex
 	producers map[string]*producer
@@ -292,6 +294,10 @@ func (t *topic) runRetention(ctx context.Context) error {
 // getOrCreateSub returns the subscription, creating it at the initial
 // position when absent.
 func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv1.InitialPosition, mustCreate bool) (*subscription, bool, error) {
+	// One creation at a time per topic, so two consumers subscribing to a
+	// new subscription at once both get it.
+	t.subCreateMu.Lock()
+	defer t.subCreateMu.Unlock()
 	t.mu.Lock()
 	if s, ok := t.subs[name]; ok {
 		t.mu.Unlock()
@@ -314,7 +320,7 @@ func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv
 	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursor(md, nil, created, 1), metadata.MustNotExist, 0)
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
-			return nil, false, fmt.Errorf("%w: subscription %s is being created concurrently; retry", ErrUnavailable, name)
+			return nil, false, fmt.Errorf("%w: a cursor for subscription %s already exists in metadata but is not loaded; unload the topic and retry", ErrUnavailable, name)
 		}
 		return nil, false, fmt.Errorf("%w: create cursor: %v", ErrUnavailable, err)
 	}
