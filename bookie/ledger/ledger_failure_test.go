@@ -2,6 +2,9 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -117,6 +120,61 @@ func TestFsyncErrorMovesOn(t *testing.T) {
 	r, err := c.Open(ctx, w.ID())
 	if err != nil {
 		t.Fatal(err)
+	}
+	verify(t, r, a)
+}
+
+// TestRollingBookieFailures kills and restarts bookies one after another
+// under a running writer (several ensemble changes, restarted bookies back
+// in the pool), then recovers the ledger from another client while the
+// writer is still running. Set LEDGER_SOAK_ROUNDS for a longer run.
+func TestRollingBookieFailures(t *testing.T) {
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("LEDGER_SOAK_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	e := newEnv(t, 5)
+	c := e.client(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+30*rounds)*time.Second)
+	defer cancel()
+	w, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAckLog()
+	stop := make(chan struct{})
+	done := appender(w, "w", a, stop, 300)
+	for round := range rounds {
+		before := a.count()
+		waitFor(t, 30*time.Second, "acks before a failure", func() bool { return a.count() >= before+150 })
+		md, err := c.Metadata(ctx, w.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ens := md.Segments[len(md.Segments)-1].Ensemble
+		victim := e.index(ens[round%len(ens)].ID)
+		e.bk.Kill(victim)
+		mid := a.count()
+		waitFor(t, 30*time.Second, "acks after the failure", func() bool { return a.count() >= mid+150 })
+		if err := e.bk.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: killed and restarted %s; %d acks, %d segments", round, e.bk.ID(victim), a.count(), len(md.Segments))
+	}
+	r, err := e.client(nil).OpenRecover(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+	for _, err := range a.errs {
+		if !errors.Is(err, ledger.ErrLedgerFenced) {
+			t.Fatalf("writer failed with %v before the recovery fenced it", err)
+		}
+	}
+	md := r.Metadata()
+	if len(md.Segments) < rounds+1 {
+		t.Errorf("%d segments after %d bookie failures", len(md.Segments), rounds)
 	}
 	verify(t, r, a)
 }

@@ -42,12 +42,15 @@ type Writer struct {
 	lac      int64                 // last entry reported added
 	length   int64                 // payload bytes of entries 0..lac
 	pending  []*pendingAdd         // entries lac+1.., in order
-	failed   map[string]bool       // bookies that failed an add (by ID)
-	changing bool                  // an ensemble change is running; completion is frozen
-	changes  int
-	err      error // terminal error (fenced, ...); set once
-	closing  bool
-	closed   bool
+	failed   map[string]bool       // bookies of the current ensemble that failed (by ID)
+	// quarantine records when each bookie last failed; recently failed
+	// bookies are avoided as replacements while others are available.
+	quarantine map[string]time.Time
+	changing   bool // an ensemble change is running; completion is frozen
+	changes    int
+	err        error // terminal error (fenced, ...); set once
+	closing    bool
+	closed     bool
 }
 
 // pendingAdd is one entry between AppendAsync and its report.
@@ -97,6 +100,7 @@ func newWriter(c *Client, md *Metadata) *Writer {
 		next:        0,
 		lac:         -1,
 		failed:      make(map[string]bool),
+		quarantine:  make(map[string]time.Time),
 	}
 	w.wg.Add(2)
 	go w.completeLoop()
@@ -274,6 +278,7 @@ func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 
 func (w *Writer) bookieFailedLocked(bookieID string) {
 	w.failed[bookieID] = true
+	w.quarantine[bookieID] = time.Now()
 	if !w.changing && w.err == nil {
 		w.changing = true
 		w.wg.Add(1)
@@ -412,11 +417,19 @@ func (w *Writer) changeEnsemble() {
 		for _, b := range ensemble {
 			exclude[b.ID] = true
 		}
+		avoid := make(map[string]bool)
+		for id, at := range w.quarantine {
+			if time.Since(at) < bookieQuarantine {
+				avoid[id] = true
+			} else {
+				delete(w.quarantine, id)
+			}
+		}
 		first := w.lac + 1
 		md := w.md.clone()
 		w.mu.Unlock()
 
-		newEns, md, err := w.recordEnsembleChange(md, ensemble, positions, exclude, first)
+		newEns, md, err := w.recordEnsembleChange(md, ensemble, positions, exclude, avoid, first)
 		w.mu.Lock()
 		if err != nil {
 			w.failLocked(err)
@@ -431,6 +444,18 @@ func (w *Writer) changeEnsemble() {
 		w.md = md
 		w.ensemble = newEns
 		w.changes++
+		// Replaced bookies are out of the ensemble: their late answers are
+		// ignored (sent[] no longer names them), and once back they may be
+		// chosen again (after the quarantine, or when nothing else is left).
+		inEns := make(map[string]bool, len(newEns))
+		for _, b := range newEns {
+			inEns[b.ID] = true
+		}
+		for id := range w.failed {
+			if !inEns[id] {
+				delete(w.failed, id)
+			}
+		}
 		w.c.m.ensembleChanges.Inc()
 		for _, p := range w.pending {
 			for i, pos := range p.ws {
@@ -445,10 +470,17 @@ func (w *Writer) changeEnsemble() {
 	}
 }
 
-// recordEnsembleChange picks replacements for positions and records the
-// new segment by CAS. A ledger no longer open means someone fenced it.
+// bookieQuarantine is how long a bookie that failed an add is avoided as a
+// replacement while other bookies are available: long enough to skip a
+// crashed bookie until its registration expires, short enough that a
+// restarted one is used again.
+const bookieQuarantine = 30 * time.Second
+
+// recordEnsembleChange picks replacements for positions (never one in
+// exclude; one in avoid only if nothing else fits) and records the new
+// segment by CAS. A ledger no longer open means someone fenced it.
 func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieInfo, positions []int,
-	exclude map[string]bool, first int64) ([]topology.BookieInfo, *Metadata, error) {
+	exclude, avoid map[string]bool, first int64) ([]topology.BookieInfo, *Metadata, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.MetadataTimeout)
 	defer cancel()
 	// Re-read first: if someone started recovering the ledger, the failure
@@ -465,7 +497,17 @@ func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieIn
 	}
 	newEns := append([]topology.BookieInfo(nil), ensemble...)
 	for _, pos := range positions {
-		b, err := w.c.cfg.Placement.ReplaceBookie(newEns, md.WriteQuorum, pos, candidates, exclude)
+		both := make(map[string]bool, len(exclude)+len(avoid))
+		for id := range exclude {
+			both[id] = true
+		}
+		for id := range avoid {
+			both[id] = true
+		}
+		b, err := w.c.cfg.Placement.ReplaceBookie(newEns, md.WriteQuorum, pos, candidates, both)
+		if errors.Is(err, topology.ErrNotEnoughBookies) && len(avoid) > 0 {
+			b, err = w.c.cfg.Placement.ReplaceBookie(newEns, md.WriteQuorum, pos, candidates, exclude)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger %d: replace bookie %s: %w", w.id, ensemble[pos].ID, wrapPlacement(err))
 		}
