@@ -78,6 +78,12 @@ func (c *Client) Close() error {
 	return nil
 }
 
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Bookies lists the registered bookies (read-only ones included).
 func (c *Client) Bookies(ctx context.Context) ([]topology.BookieInfo, error) {
 	var out []topology.BookieInfo
@@ -176,6 +182,9 @@ func (c *Client) refreshRegistry(ctx context.Context) {
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	if c.isClosed() {
+		return nil, fmt.Errorf("%w: client closed", ErrLedgerClosed)
 	}
 	bookies, err := c.writableBookies(ctx)
 	if err != nil {

@@ -168,3 +168,45 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("NewClient without placement: %v", err)
 	}
 }
+
+// TestClientCloseUnderWriter closes the client while a writer is adding:
+// pending adds fail with ErrLedgerClosed and no ensemble change is
+// recorded (the bookies did nothing wrong).
+func TestClientCloseUnderWriter(t *testing.T) {
+	e := newEnv(t, 4)
+	c := e.client(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAckLog()
+	stop := make(chan struct{})
+	done := appender(w, "w", a, stop, 100)
+	waitFor(t, 30*time.Second, "100 acks", func() bool { return a.count() >= 100 })
+	c.Close()
+	<-done
+	close(stop)
+	for _, err := range a.errs {
+		if !errors.Is(err, ledger.ErrLedgerClosed) {
+			t.Fatalf("add failed with %v, want ErrLedgerClosed", err)
+		}
+	}
+	if _, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1}); !errors.Is(err, ledger.ErrLedgerClosed) {
+		t.Fatalf("Create on a closed client: %v", err)
+	}
+	c2 := e.client(nil)
+	md, err := c2.Metadata(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Segments) != 1 {
+		t.Fatalf("closing the client caused ensemble changes: %+v", md.Segments)
+	}
+	r, err := c2.OpenRecover(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify(t, r, a)
+}

@@ -277,6 +277,11 @@ func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 }
 
 func (w *Writer) bookieFailedLocked(bookieID string) {
+	if w.c.isClosed() {
+		// Not the bookie's fault: never change ensemble on a closed client.
+		w.failLocked(fmt.Errorf("%w: client closed under writer of ledger %d", ErrLedgerClosed, w.id))
+		return
+	}
 	w.failed[bookieID] = true
 	w.quarantine[bookieID] = time.Now()
 	if !w.changing && w.err == nil {
