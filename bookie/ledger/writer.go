@@ -33,6 +33,7 @@ type Writer struct {
 	completions chan *pendingAdd
 	stop        chan struct{}
 	wg          sync.WaitGroup
+	closeMu     sync.Mutex // serialises Close
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -139,9 +140,11 @@ func (w *Writer) Append(ctx context.Context, data []byte) (int64, error) {
 
 // AppendAsync adds data and calls cb with its entry ID once it is added, or
 // with an error (entry ID -1 if none was assigned). Callbacks run in entry
-// order on the Writer's callback goroutine and must not block for long.
-// AppendAsync blocks while MaxInFlight adds are outstanding. The Writer
-// keeps data until the callback; the caller must not modify it.
+// order on the Writer's callback goroutine and must not block for long; a
+// callback must not call Append, AppendAsync or Close (the window slot of
+// its entry is freed only after it returns). AppendAsync blocks while
+// MaxInFlight adds are outstanding. The Writer keeps data until the
+// callback; the caller must not modify it.
 func (w *Writer) AppendAsync(data []byte, cb func(entryID int64, err error)) {
 	if err := w.appendAsync(context.Background(), data, cb); err != nil {
 		cb(-1, err)
@@ -245,8 +248,8 @@ func (w *Writer) send(sends []sendOp) {
 func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err != nil || p.sent[i] != bookieID {
-		return // writer failed, or a stale answer from a replaced bookie
+	if w.err != nil || w.closed || p.sent[i] != bookieID {
+		return // writer failed or closed, or a stale answer from a replaced bookie
 	}
 	if err == nil {
 		if !p.done && !w.failed[bookieID] {
@@ -555,6 +558,9 @@ func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieIn
 // ctx ends while adds are outstanding, Close returns the ctx error and may
 // be called again.
 func (w *Writer) Close(ctx context.Context) error {
+	// One Close at a time: two would each hold part of the window.
+	w.closeMu.Lock()
+	defer w.closeMu.Unlock()
 	w.mu.Lock()
 	if w.closed {
 		err := w.err
