@@ -300,3 +300,25 @@ func (c *Client) Delete(ctx context.Context, id int64) error {
 	}
 	return nil
 }
+
+// Ledgers lists the IDs of every ledger with metadata, in ID order (for
+// garbage collection and autorecovery scans).
+func (c *Client) Ledgers(ctx context.Context) ([]int64, error) {
+	var out []int64
+	page := metadata.Page{}
+	for {
+		res, err := c.cfg.Store.List(ctx, LedgerKeyPrefix, page, metadata.ReadOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("ledger: list ledgers: %w", err)
+		}
+		for _, kv := range res.KVs {
+			if id, ok := ParseLedgerKey(kv.Key); ok {
+				out = append(out, id)
+			}
+		}
+		if !res.More || len(res.KVs) == 0 {
+			return out, nil
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
+}

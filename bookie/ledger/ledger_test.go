@@ -116,13 +116,25 @@ func TestIDsAreUniqueAcrossClients(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if seen[w.ID()] {
+			if w.ID() < 0 || seen[w.ID()] {
 				t.Fatalf("ledger ID %d handed out twice (round %d)", w.ID(), i)
 			}
 			seen[w.ID()] = true
 			if err := w.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+	ids, err := c1.Ledgers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(seen) {
+		t.Fatalf("Ledgers listed %d, created %d", len(ids), len(seen))
+	}
+	for i, id := range ids {
+		if !seen[id] || (i > 0 && ids[i-1] >= id) {
+			t.Fatalf("Ledgers = %v: unknown or out of order", ids)
 		}
 	}
 }
