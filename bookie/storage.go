@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,8 @@ type storage struct {
 	stopCh   chan struct{}
 	abortCh  chan struct{}
 	loopDone chan struct{}
+	syncCh   chan *syncGroup // written groups to the syncer; small: bounds unsynced data
+	syncDone chan struct{}
 
 	// journal state, owned by the journal goroutine
 	cur     faultfs.File
@@ -135,6 +138,8 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 		stopCh:   make(chan struct{}),
 		abortCh:  make(chan struct{}),
 		loopDone: make(chan struct{}),
+		syncCh:   make(chan *syncGroup, 2),
+		syncDone: make(chan struct{}),
 		roNotify: make(chan struct{}, 1),
 	}
 	if s.idir == "" {
@@ -149,6 +154,7 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 		s.closeReaders()
 		return nil, err
 	}
+	go s.syncer()
 	go s.loop()
 	return s, nil
 }
@@ -363,7 +369,11 @@ func (s *storage) submitWait(ctx context.Context, o *op) opResult {
 // loop is the journal goroutine: it gathers queued ops into groups, writes
 // each group with one write and one fdatasync, then applies and answers it.
 func (s *storage) loop() {
-	defer close(s.loopDone)
+	defer func() {
+		close(s.syncCh)
+		<-s.syncDone
+		close(s.loopDone)
+	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var batch []*op
@@ -442,7 +452,8 @@ func (s *storage) failQueued(err error) {
 	}
 }
 
-// processGroup decides, writes, syncs, applies and answers one group. Every
+// processGroup decides and writes one group and hands it to the syncer,
+// which fsyncs, applies and answers it. Every
 // decision that depends on the index (fenced? ledger still there?) is made
 // here, in queue order, by the one journal goroutine: a fence answered
 // before an add was decided makes that add fail.
@@ -508,29 +519,18 @@ func (s *storage) processGroup(batch []*op) {
 	}
 	s.mu.Unlock()
 
-	var werr error
+	g := &syncGroup{batch: slices.Clone(batch), file: s.cur, seq: s.curSeq, entries: len(written), bytes: len(buf)}
 	if len(buf) > 0 {
 		if _, err := s.cur.Write(buf); err != nil {
-			werr = fmt.Errorf("%w: journal write %s: %v", ErrIO, journalFileName(s.curSeq), err)
-		} else {
-			t0 := time.Now()
-			err := s.cur.Sync()
-			s.m.fsyncLatency.Observe(time.Since(t0).Seconds())
-			s.m.fsyncs.Inc()
-			if err != nil {
-				werr = fmt.Errorf("%w: journal fdatasync %s: %v", ErrIO, journalFileName(s.curSeq), err)
-			}
-		}
-		if werr != nil {
 			// Never acknowledge what may not be persisted: the whole group
 			// fails and the bookie stops taking writes until restarted.
-			s.setIOFailed(werr)
+			g.werr = fmt.Errorf("%w: journal write %s: %v", ErrIO, journalFileName(s.curSeq), err)
+			s.setIOFailed(g.werr)
 		} else {
 			s.curSize += int64(len(buf))
-			s.m.groupEntries.Observe(float64(len(written)))
-			s.m.groupBytes.Observe(float64(len(buf)))
 		}
 	}
+	g.end = s.curSize
 	if cap(buf) <= 4*s.cfg.GroupMaxBytes {
 		s.wbuf = buf[:0]
 	}
@@ -540,13 +540,120 @@ func (s *storage) processGroup(batch []*op) {
 			o.pooled, o.rec = nil, nil
 		}
 	}
-
-	results := make([]opResult, len(batch))
-	s.mu.Lock()
-	if werr == nil {
-		s.files[s.curSeq] = s.curSize
+	if len(g.batch) > 0 {
+		s.syncCh <- g
 	}
-	for i, o := range batch {
+	if g.werr == nil && s.curSize >= s.cfg.MaxJournalFileBytes {
+		s.waitSynced()
+		if err := s.openJournalFile(s.curSeq + 1); err != nil {
+			s.setIOFailed(err)
+		}
+	}
+	if snapOp != nil {
+		s.waitSynced()
+		snapOp.done(s.takeSnapshot())
+	}
+}
+
+// syncGroup is a group written to the journal (not yet synced) on its way
+// to the syncer, or a barrier.
+type syncGroup struct {
+	batch   []*op
+	file    faultfs.File
+	seq     uint64
+	end     int64 // file size after the group
+	entries int   // records written
+	bytes   int
+	werr    error         // the write itself failed
+	barrier chan struct{} // set on a barrier: closed once every earlier group is answered
+}
+
+// waitSynced returns once every group handed to the syncer so far is
+// synced and answered. Journal goroutine only (before rolling the file or
+// snapshotting the index).
+func (s *storage) waitSynced() {
+	b := make(chan struct{})
+	s.syncCh <- &syncGroup{barrier: b}
+	<-b
+}
+
+// syncer is the force-write goroutine: it fdatasyncs the journal once for
+// all the groups written since its last fsync (the journal goroutine keeps
+// writing the next groups meanwhile), then applies them to the index and
+// answers them, in order. After one failed fsync nothing more is
+// acknowledged: Linux may report later fsyncs as successful although the
+// failed pages are lost.
+func (s *storage) syncer() {
+	defer close(s.syncDone)
+	var failed error
+	var pending []*syncGroup
+	for g := range s.syncCh {
+		pending = append(pending[:0], g)
+	gather:
+		for g.barrier == nil && len(pending) < 64 {
+			select {
+			case g2, ok := <-s.syncCh:
+				if !ok {
+					break gather
+				}
+				pending = append(pending, g2)
+				if g2.barrier != nil {
+					break gather
+				}
+			default:
+				break gather
+			}
+		}
+		// Every group in pending is in one file: the journal goroutine
+		// waits on a barrier before it switches files.
+		var file faultfs.File
+		var seq uint64
+		entries, bytes := 0, 0
+		for _, p := range pending {
+			if p.barrier == nil && p.bytes > 0 && p.werr == nil {
+				file, seq = p.file, p.seq
+				entries += p.entries
+				bytes += p.bytes
+			}
+		}
+		if file != nil && failed == nil {
+			t0 := time.Now()
+			err := file.Sync()
+			s.m.fsyncLatency.Observe(time.Since(t0).Seconds())
+			s.m.fsyncs.Inc()
+			if err != nil {
+				failed = fmt.Errorf("%w: journal fdatasync %s: %v", ErrIO, journalFileName(seq), err)
+				s.setIOFailed(failed)
+			} else {
+				s.m.groupEntries.Observe(float64(entries))
+				s.m.groupBytes.Observe(float64(bytes))
+			}
+		}
+		for _, p := range pending {
+			switch {
+			case p.barrier != nil:
+				close(p.barrier)
+			case p.werr != nil:
+				s.complete(p, p.werr)
+			case p.bytes > 0 && failed != nil:
+				s.complete(p, failed)
+			default:
+				s.complete(p, nil)
+			}
+		}
+		clear(pending)
+	}
+}
+
+// complete applies a synced group to the index and answers its ops; werr
+// non-nil fails every op that was written.
+func (s *storage) complete(g *syncGroup, werr error) {
+	results := make([]opResult, len(g.batch))
+	s.mu.Lock()
+	if werr == nil && g.bytes > 0 {
+		s.files[g.seq] = max(s.files[g.seq], g.end)
+	}
+	for i, o := range g.batch {
 		if o.failed != nil {
 			results[i].err = o.failed
 			continue
@@ -572,7 +679,7 @@ func (s *storage) processGroup(batch []*op) {
 	s.mu.Unlock()
 
 	now := time.Now()
-	for i, o := range batch {
+	for i, o := range g.batch {
 		if o.kind == recEntry {
 			if results[i].err == nil {
 				s.m.addEntries.Inc()
@@ -584,14 +691,6 @@ func (s *storage) processGroup(batch []*op) {
 			}
 		}
 		o.done(results[i])
-	}
-	if werr == nil && s.curSize >= s.cfg.MaxJournalFileBytes {
-		if err := s.openJournalFile(s.curSeq + 1); err != nil {
-			s.setIOFailed(err)
-		}
-	}
-	if snapOp != nil {
-		snapOp.done(s.takeSnapshot())
 	}
 }
 
