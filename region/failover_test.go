@@ -8,8 +8,12 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/region/regiontest"
+	"github.com/meridianmq/meridian/topology"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // lookupVia polls broker addr's Lookup until pred accepts the owner.
@@ -118,23 +122,21 @@ func TestZombieOwnerCannotWriteAfterTakeover(t *testing.T) {
 	produce(t, dial(t, other), topic, 0, 3)
 }
 
-// TestFailoverWhileProducing kills the owner in the middle of a stream of
-// sends. The producer reconnects (new lookup) and resends what was not
-// acknowledged with the same sequence IDs; the new owner's deduplication
-// answers resends of entries that were stored before the crash.
-func TestFailoverWhileProducing(t *testing.T) {
-	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
-	addrs := rc.Addrs()
-	topic := "public/default/live-failover"
-	const total = 200
-	var (
-		mu       sync.Mutex
-		acked    = map[int64]bool{}
-		dupAcks  int
-		reopens  int
-		progress = make(chan int64, total)
-	)
-	done := make(chan error, 1)
+// liveProducer sends total single-message batches one at a time to topic,
+// reconnecting (new lookup through any of addrs) and resending the same
+// sequence ID after any failure, as a client library does. Each
+// acknowledged sequence is sent on progress.
+type liveProducer struct {
+	mu       sync.Mutex
+	acked    map[int64]bool
+	dupAcks  int
+	reopens  int
+	progress chan int64
+	done     chan error
+}
+
+func startLiveProducer(t *testing.T, addrs []string, topic string, total int64) *liveProducer {
+	lp := &liveProducer{acked: map[int64]bool{}, progress: make(chan int64, total), done: make(chan error, 1)}
 	go func() {
 		deadline := time.Now().Add(90 * time.Second)
 		var st clientv1.Meridian_ProduceClient
@@ -162,9 +164,9 @@ func TestFailoverWhileProducing(t *testing.T) {
 					}
 					if err == nil {
 						st = s
-						mu.Lock()
-						reopens++
-						mu.Unlock()
+						lp.mu.Lock()
+						lp.reopens++
+						lp.mu.Unlock()
 						return nil
 					}
 					cancel()
@@ -174,12 +176,12 @@ func TestFailoverWhileProducing(t *testing.T) {
 			return fmt.Errorf("could not reconnect before the deadline")
 		}
 		if err := connect(); err != nil {
-			done <- err
+			lp.done <- err
 			return
 		}
 		for seq := int64(0); seq < total; {
 			if time.Now().After(deadline) {
-				done <- fmt.Errorf("producer stuck at %d", seq)
+				lp.done <- fmt.Errorf("producer stuck at %d", seq)
 				return
 			}
 			payload, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Payload: []byte(fmt.Sprintf("m%d", seq))}}}, clientv1.CompressionType_COMPRESSION_TYPE_NONE)
@@ -193,59 +195,140 @@ func TestFailoverWhileProducing(t *testing.T) {
 			}
 			if err != nil {
 				if cerr := connect(); cerr != nil {
-					done <- cerr
+					lp.done <- cerr
 					return
 				}
 				continue
 			}
-			mu.Lock()
-			acked[seq] = true
+			lp.mu.Lock()
+			lp.acked[seq] = true
 			if r.GetReceipt().GetDuplicate() {
-				dupAcks++
+				lp.dupAcks++
 			}
-			mu.Unlock()
-			progress <- seq
+			lp.mu.Unlock()
+			lp.progress <- seq
 			seq++
 		}
-		done <- nil
+		lp.done <- nil
 	}()
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
-	for s := range progress {
-		if s == 60 {
-			break
+	return lp
+}
+
+// waitFor blocks until sequence seq is acknowledged.
+func (lp *liveProducer) waitFor(seq int64) {
+	for s := range lp.progress {
+		if s >= seq {
+			return
 		}
 	}
+}
+
+// finish waits for the producer and checks that every acknowledged message
+// is in the topic (read through broker addr); it logs duplicates.
+func (lp *liveProducer) finish(t *testing.T, addr, topic string, total int) {
+	t.Helper()
+	go func() {
+		for range lp.progress {
+		}
+	}()
+	if err := <-lp.done; err != nil {
+		t.Fatal(err)
+	}
+	close(lp.progress)
+	got := consume(t, dial(t, addr), topic, "check", total)
+	seen := map[string]int{}
+	for _, p := range got {
+		seen[p]++
+	}
+	dups := 0
+	for _, n := range seen {
+		dups += n - 1
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	for seq := range lp.acked {
+		if seen[fmt.Sprintf("m%d", seq)] == 0 {
+			t.Fatalf("acknowledged message m%d lost", seq)
+		}
+	}
+	t.Logf("acked %d, received %d, duplicates in the log %d, resends answered by dedup %d, producer (re)connects %d",
+		len(lp.acked), len(got), dups, lp.dupAcks, lp.reopens)
+}
+
+// TestFailoverWhileProducing kills the owner in the middle of a stream of
+// sends. The producer reconnects (new lookup) and resends what was not
+// acknowledged with the same sequence IDs; the new owner's deduplication
+// answers resends of entries that were stored before the crash.
+func TestFailoverWhileProducing(t *testing.T) {
+	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
+	addrs := rc.Addrs()
+	topic := "public/default/live-failover"
+	const total = 200
+	lp := startLiveProducer(t, addrs, topic, total)
+	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	lp.waitFor(60)
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
 	}
 	rc.Kill(oi)
-	go func() {
-		for range progress {
-		}
-	}()
-	if err := <-done; err != nil {
+	lp.finish(t, addrs[1-oi], topic, total)
+}
+
+// TestBookieKilledWhileProducing kills a bookie of the ensemble mid-stream:
+// the ledger client replaces it (or the topic reloads on a new ledger) and
+// no acknowledged message is lost.
+func TestBookieKilledWhileProducing(t *testing.T) {
+	rc := regiontest.Start(t, regiontest.Options{Brokers: 1, Bookies: 4})
+	addrs := rc.Addrs()
+	topic := "public/default/bookie-failure"
+	const total = 200
+	lp := startLiveProducer(t, addrs, topic, total)
+	lp.waitFor(60)
+	// Kill a bookie of the current ledger's ensemble.
+	_, adm := dialAdmin(t, addrs[0])
+	st, err := adm.GetTopicInternalStats(context.Background(), &clientv1.GetTopicInternalStatsRequest{Topic: topic})
+	if err != nil {
 		t.Fatal(err)
 	}
-	close(progress)
-	other := addrs[1-oi]
-	got := consume(t, dial(t, other), topic, "check", total)
-	seen := map[string]int{}
-	for _, p := range got {
-		seen[p]++
+	cur := st.Ledgers[len(st.Ledgers)-1].LedgerId
+	lcfg := ledger.DefaultConfig()
+	lcfg.Store, lcfg.Placement = rc.Regional, mustPlacement(t)
+	lc, err := ledger.NewClient(lcfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Drain a little longer to count duplicates beyond the first total.
-	dups := 0
-	for _, n := range seen {
-		dups += n - 1
+	defer lc.Close()
+	md, err := lc.Metadata(context.Background(), cur)
+	if err != nil {
+		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for seq := range acked {
-		if seen[fmt.Sprintf("m%d", seq)] == 0 {
-			t.Fatalf("acknowledged message m%d lost", seq)
+	victim := md.Segments[len(md.Segments)-1].Ensemble[0].ID
+	for i := range rc.Bookies.N() {
+		if rc.Bookies.ID(i) == victim {
+			rc.Bookies.Kill(i)
+			t.Logf("killed %s of ledger %d's ensemble", victim, cur)
 		}
 	}
-	t.Logf("acked %d, received %d, duplicates in the log %d, acks answered by dedup %d, producer (re)connects %d",
-		len(acked), len(got), dups, dupAcks, reopens)
+	lp.finish(t, addrs[0], topic, total)
+}
+
+func dialAdmin(t *testing.T, addr string) (clientv1.MeridianClient, clientv1.AdminClient) {
+	t.Helper()
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return clientv1.NewMeridianClient(c), clientv1.NewAdminClient(c)
+}
+
+func mustPlacement(t *testing.T) topology.Placement {
+	cfg := topology.DefaultRackAwareConfig()
+	cfg.MinRacksPerWriteQuorum = 1
+	p, err := topology.NewRackAwarePlacement(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
