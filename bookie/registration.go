@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridianmq/meridian/metadata"
@@ -20,7 +21,8 @@ type registration struct {
 	s     *Server
 	store metadata.Store
 
-	notify chan struct{} // a read-only change to publish
+	notify     chan struct{} // a read-only change to publish
+	registered atomic.Bool   // the key was written under the current session
 
 	mu      sync.Mutex // guards session
 	session metadata.SessionID
@@ -64,21 +66,25 @@ func (r *registration) register(ctx context.Context) error {
 	if _, err := r.store.Put(ctx, r.key(), val, metadata.AnyVersion, r.session); err != nil {
 		if errors.Is(err, metadata.ErrSessionExpired) {
 			r.session = 0
+			r.registered.Store(false)
 		}
 		return fmt.Errorf("bookie: registry put %s: %w", r.key(), err)
 	}
+	r.registered.Store(true)
 	return nil
 }
 
-// start registers once (bounded by ctx) then keeps the registration alive
-// until bgCtx ends.
-func (r *registration) start(ctx, bgCtx context.Context, wg *sync.WaitGroup) error {
+// start tries to register once (bounded by ctx), then keeps the
+// registration alive until bgCtx ends. A metadata store that is not
+// reachable yet does not stop the bookie: registration is retried every
+// half second until it succeeds (Server.Registered tells).
+func (r *registration) start(ctx, bgCtx context.Context, wg *sync.WaitGroup) {
 	if err := r.register(ctx); err != nil {
-		return err
+		r.s.log.Warn("bookie registration failed; retrying in the background", "err", err)
+		r.markDirty()
 	}
 	wg.Add(1)
 	go r.run(bgCtx, wg)
-	return nil
 }
 
 func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
@@ -86,6 +92,8 @@ func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
 	// Keep-alives at a third of the TTL survive one lost round.
 	t := time.NewTicker(r.s.cfg.SessionTTL / 3)
 	defer t.Stop()
+	retry := time.NewTicker(500 * time.Millisecond)
+	defer retry.Stop()
 	log := r.s.log
 	dirty := false
 	for {
@@ -95,6 +103,10 @@ func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
 		case <-r.notify:
 			dirty = true
 		case <-t.C:
+		case <-retry.C:
+			if !dirty {
+				continue
+			}
 		}
 		opCtx, cancel := context.WithTimeout(ctx, r.s.cfg.SessionTTL/2)
 		r.mu.Lock()
@@ -108,6 +120,7 @@ func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
 				r.mu.Lock()
 				r.session = 0
 				r.mu.Unlock()
+				r.registered.Store(false)
 				dirty = true
 			} else if err != nil {
 				log.Warn("registry keep-alive failed", "err", err)
@@ -130,6 +143,7 @@ func (r *registration) run(ctx context.Context, wg *sync.WaitGroup) {
 func (r *registration) leave() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.registered.Store(false)
 	if r.session == 0 {
 		return
 	}

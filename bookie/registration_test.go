@@ -3,6 +3,7 @@ package bookie_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,4 +69,37 @@ func TestRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "bookie 0 back", func() bool { _, ok := registry(t, store)[c.ID(0)]; return ok })
+}
+
+// unreachableFirst wraps a real store and fails its first n session
+// creations, as a metadata service that is still starting would.
+type unreachableFirst struct {
+	metadata.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (u *unreachableFirst) CreateSession(ctx context.Context, ttl time.Duration) (metadata.SessionID, error) {
+	u.mu.Lock()
+	fail := u.n > 0
+	u.n--
+	u.mu.Unlock()
+	if fail {
+		return 0, metadata.ErrUnavailable
+	}
+	return u.Store.CreateSession(ctx, ttl)
+}
+
+// A bookie starts even when the metadata store is not reachable yet and
+// registers as soon as it is.
+func TestRegistrationRetriesUntilMetadataReachable(t *testing.T) {
+	store := metadatatest.Start(t)
+	flaky := &unreachableFirst{Store: store, n: 3}
+	c := bookietest.StartCluster(t, 1, bookietest.WithMetadata(flaky))
+	if !c.Server(0).Registered() {
+		t.Fatal("not registered")
+	}
+	if _, ok := registry(t, store)[c.ID(0)]; !ok {
+		t.Fatal("registry key missing")
+	}
 }

@@ -186,10 +186,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 	go s.maintain(bgCtx)
 	if s.cfg.Metadata != nil {
 		s.regState = newRegistration(s)
-		if err := s.regState.start(ctx, bgCtx, &s.bg); err != nil {
-			s.stopLocked(true)
-			return err
-		}
+		s.regState.start(ctx, bgCtx, &s.bg)
 	}
 	s.log.Info("bookie started", "addr", lis.Addr().String(), "http", s.HTTPAddr(), "journal", s.cfg.JournalDir)
 	return nil
@@ -335,6 +332,10 @@ func (s *Server) publishReadOnly(ctx context.Context) {
 		cancel()
 	}
 }
+
+// Registered reports whether the bookie's registry key is currently written
+// (always false without Config.Metadata).
+func (s *Server) Registered() bool { return s.regState != nil && s.regState.registered.Load() }
 
 // Membership returns the bookie's gossip membership (nil without Config.Gossip).
 func (s *Server) Membership() *topology.Membership { return s.members }

@@ -196,6 +196,15 @@ func (c *Cluster) startNode(i int) error {
 	nd.running = true
 	conn := nd.conn
 	c.mu.Unlock()
+	if c.opts.store != nil {
+		deadline := time.Now().Add(20 * time.Second)
+		for !srv.Registered() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("bookietest: bookie %d did not register in the metadata store", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	if conn != nil {
 		// Make the shared connection drop its transport to the previous
 		// incarnation before the test uses it again.
