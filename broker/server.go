@@ -339,9 +339,20 @@ func (s *Server) unloadTopicCtx(ctx context.Context, t *topic, graceful bool, ca
 		s.mu.Unlock()
 		return
 	}
-	delete(s.topics, key)
+	// Until the topic is closed and released, requests for it wait and
+	// then retry: a reload must not race the closing instance.
+	us := &topicSlot{ready: make(chan struct{}), err: errUnloading}
+	s.topics[key] = us
 	sid := s.session
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.topics[key] == us {
+			delete(s.topics, key)
+		}
+		close(us.ready)
+		s.mu.Unlock()
+	}()
 	if cause != nil {
 		s.log.Warn("unloading topic", "topic", key, "cause", cause)
 	}
@@ -352,6 +363,9 @@ func (s *Server) unloadTopicCtx(ctx context.Context, t *topic, graceful bool, ca
 	s.releaseOwnership(ctx, key, sid)
 	s.metrics.topicsOwned.Dec()
 }
+
+// errUnloading marks a topic slot whose topic is being unloaded.
+var errUnloading = errors.New("broker: topic is being unloaded")
 
 // releaseOwnership deletes the claim if it is still ours.
 func (s *Server) releaseOwnership(ctx context.Context, topic string, sid metadata.SessionID) {
@@ -369,7 +383,7 @@ func (s *Server) releaseOwnership(ctx context.Context, topic string, sid metadat
 // owns it. It fails with a notOwnedError naming the owner otherwise.
 func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*topic, error) {
 	key := name.String()
-	{
+	for {
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
@@ -381,6 +395,9 @@ func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*to
 			case <-sl.ready:
 			case <-ctx.Done():
 				return nil, ctx.Err()
+			}
+			if errors.Is(sl.err, errUnloading) {
+				continue // closed now: claim it again
 			}
 			if sl.err != nil {
 				return nil, sl.err
