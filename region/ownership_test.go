@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,4 +74,54 @@ func TestTopicsSpreadAndMoveOnGracefulStop(t *testing.T) {
 	if err != nil || len(brs.Brokers) != 1 {
 		t.Fatalf("live brokers after stop: %v %v", brs, err)
 	}
+}
+
+// TestSessionLossDropsTopics ends a live broker's metadata session from the
+// outside (as an expiry after a long pause would): the broker drops its
+// topics and registers again, another broker takes them, nothing is lost.
+func TestSessionLossDropsTopics(t *testing.T) {
+	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 2})
+	addrs := rc.Addrs()
+	topic := "public/default/session-loss"
+	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	oi := 0
+	if owner == addrs[1] {
+		oi = 1
+	}
+	produce(t, dial(t, owner), topic, 0, 10)
+	ctx := context.Background()
+	kv, err := rc.Regional.Get(ctx, "brokers/"+rc.Broker(oi).ID(), metadata.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Regional.CloseSession(ctx, kv.Session); err != nil {
+		t.Fatal(err)
+	}
+	// The old owner notices, drops the topic and registers again.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(rc.Broker(oi).OwnedTopics()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("broker kept its topics after losing its session")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		kv2, err := rc.Regional.Get(ctx, "brokers/"+rc.Broker(oi).ID(), metadata.ReadOptions{})
+		if err == nil && kv2.Session != kv.Session {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("broker did not register again")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	newOwner := lookupVia(t, addrs[1-oi], topic, func(string) bool { return true })
+	produce(t, dial(t, newOwner), topic, 10, 10)
+	got := consume(t, dial(t, newOwner), topic, "s", 20)
+	for i := range 20 {
+		if got[i] != fmt.Sprintf("m%d", i) {
+			t.Fatalf("after session loss: %v", got)
+		}
+	}
+	t.Logf("topic owned by %s after the session loss of %s", newOwner, owner)
 }
