@@ -77,8 +77,9 @@ type Config struct {
 	// delivered but unacknowledged entries (default 50000), so a consumer
 	// that never acks cannot make the broker track without bound.
 	MaxUnackedPerConsumer int `yaml:"max_unacked_per_consumer"`
-	// TailCacheBytes bounds the cache of recently written entries used to
-	// dispatch without reading back from bookies (default 64 MiB per topic).
+	// TailCacheBytes bounds, for the whole broker, the cache of recently
+	// written entries used to dispatch without reading them back from
+	// bookies (default 256 MiB; one topic holds at most an eighth of it).
 	TailCacheBytes int64 `yaml:"tail_cache_bytes"`
 	// MaxUnackedPerSubscription bounds the positions a cursor tracks as
 	// individually acknowledged (default 100000).
@@ -113,7 +114,7 @@ func DefaultConfig() Config {
 		MaxPendingSends:       4096,
 		MaxPermitsPerConsumer: 10000,
 		MaxUnackedPerConsumer: 50000,
-		TailCacheBytes:        64 << 20,
+		TailCacheBytes:        256 << 20,
 		MaxIndividualAcks:     100000,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridianmq/meridian/internal/wire"
@@ -98,13 +99,15 @@ type managedLedger struct {
 	cache     map[pos][]byte
 	cacheFIFO []cachedEntry
 	cacheSize int64
-	dedup     map[string]int64 // highest stored sequence per producer
-	pushed    map[string]int64 // highest sequence queued per producer
-	lastWrite time.Time
+	// cacheTotal is the broker-wide cache size shared by every topic.
+	cacheTotal *atomic.Int64
+	dedup      map[string]int64 // highest stored sequence per producer
+	pushed     map[string]int64 // highest sequence queued per producer
+	lastWrite  time.Time
 }
 
-func newManagedLedger(cfg *Config, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
-	return &managedLedger{
+func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
+	return &managedLedger{cacheTotal: cacheTotal,
 		cfg: cfg, key: managedLedgerPrefix + topic, topic: topic, log: log, store: cfg.Ledgers,
 		opts: opts, notify: notify, onFail: onFail,
 		appendCh: make(chan *appendReq, cfg.MaxPendingSends),
@@ -373,11 +376,15 @@ func (ml *managedLedger) cacheLocked(p pos, data []byte) {
 	ml.cache[p] = data
 	ml.cacheFIFO = append(ml.cacheFIFO, cachedEntry{p, data})
 	ml.cacheSize += int64(len(data))
-	for ml.cacheSize > ml.cfg.TailCacheBytes && len(ml.cacheFIFO) > 0 {
+	ml.cacheTotal.Add(int64(len(data)))
+	perTopic := ml.cfg.TailCacheBytes / 8
+	for len(ml.cacheFIFO) > 0 && (ml.cacheSize > perTopic || ml.cacheTotal.Load() > ml.cfg.TailCacheBytes) {
 		old := ml.cacheFIFO[0]
+		ml.cacheFIFO[0] = cachedEntry{}
 		ml.cacheFIFO = ml.cacheFIFO[1:]
 		delete(ml.cache, old.p)
 		ml.cacheSize -= int64(len(old.data))
+		ml.cacheTotal.Add(-int64(len(old.data)))
 	}
 }
 
@@ -483,6 +490,8 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	}
 	readers := ml.readers
 	ml.readers = map[int64]LedgerReader{}
+	ml.cacheTotal.Add(-ml.cacheSize)
+	ml.cache, ml.cacheFIFO, ml.cacheSize = map[pos][]byte{}, nil, 0
 	ml.mu.Unlock()
 	for _, r := range readers {
 		r.Close()

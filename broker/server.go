@@ -50,6 +50,9 @@ type Server struct {
 	httpLis net.Listener
 	self    ownerRecord
 
+	// cacheBytes is the tail cache held by all topics (Config.TailCacheBytes).
+	cacheBytes atomic.Int64
+
 	ready    atomic.Bool
 	zombie   atomic.Bool
 	stopOnce sync.Once

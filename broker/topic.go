@@ -62,7 +62,7 @@ func newTopic(b *Server, name TopicName, pol *clientv1.NamespacePolicies) *topic
 		producers: map[string]*producer{}, subs: map[string]*subscription{}, policies: pol,
 		rateAt: time.Now(),
 	}
-	t.ml = newManagedLedger(&b.cfg, name.String(), t.log, t.ledgerOptions, t.notify, t.onLedgerFailed)
+	t.ml = newManagedLedger(&b.cfg, &b.cacheBytes, name.String(), t.log, t.ledgerOptions, t.notify, t.onLedgerFailed)
 	return t
 }
 
