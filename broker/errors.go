@@ -59,8 +59,10 @@ var errTable = []errMap{
 	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
 	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
 	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
-	{ErrServerStopping, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	// FromError maps a code back to the first entry with it: ErrUnavailable
+	// must come before the other UNAVAILABLE causes.
 	{ErrUnavailable, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
+	{ErrServerStopping, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
 	{metadata.ErrUnavailable, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
 	{metadata.ErrUnknownOutcome, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},
 	{context.DeadlineExceeded, clientv1.ErrorCode_ERROR_CODE_TIMEOUT, codes.DeadlineExceeded},
