@@ -113,3 +113,34 @@ func grepLines(s, sub string) string {
 	}
 	return fmt.Sprint(strings.Join(out, "\n"))
 }
+
+func TestSharedRoundRobinAndRedeliveryOnClose(t *testing.T) {
+	cli, _, _ := oneBroker(t, nil)
+	topic := "public/default/shared"
+	c1 := subscribe(t, cli, topic, "sh", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
+	c2 := subscribe(t, cli, topic, "sh", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
+	p, _ := openProducer(t, cli, topic, "p")
+	for i := range int64(10) {
+		p.sendOK(i)
+	}
+	got := map[string]bool{}
+	for range 5 {
+		_, a := c1.next()
+		_, b := c2.next()
+		got[a], got[b] = true, true
+	}
+	if len(got) != 10 {
+		t.Fatalf("round robin delivered %d distinct messages: %v", len(got), got)
+	}
+	// c1 closes without acking: its five go to c2.
+	c1.cancel()
+	again := map[string]bool{}
+	for range 5 {
+		_, m := c2.next()
+		again[m] = true
+	}
+	t.Logf("redelivered to c2 after c1 closed: %v", again)
+	if len(again) != 5 {
+		t.Fatalf("redelivery: %v", again)
+	}
+}
