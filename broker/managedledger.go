@@ -288,6 +288,21 @@ func (ml *managedLedger) checkDup(producer string, seq, highest int64) (dup, sto
 	return false, false
 }
 
+// unpush forgets a queued batch that will not be stored, so that its
+// resend is not mistaken for a duplicate still in flight.
+func (ml *managedLedger) unpush(producer string, highest int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if ml.pushed[producer] != highest {
+		return
+	}
+	if st, ok := ml.dedup[producer]; ok {
+		ml.pushed[producer] = st
+	} else {
+		delete(ml.pushed, producer)
+	}
+}
+
 // lastSequence returns the highest stored sequence ID of producer (-1 none).
 func (ml *managedLedger) lastSequence(producer string) int64 {
 	ml.mu.Lock()

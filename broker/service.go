@@ -213,6 +213,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	nmsgs := int(sd.GetNumMessages())
 	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, lastSeq: highest, done: func(ps pos, err error) {
 		if err != nil {
+			t.ml.unpush(p.name, highest)
 			fail(err)
 			return
 		}
@@ -223,6 +224,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
 	}})
 	if err != nil {
+		t.ml.unpush(p.name, highest)
 		fail(err)
 	}
 }
