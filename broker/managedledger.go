@@ -27,8 +27,10 @@ const (
 )
 
 // maxDedupProducers bounds the producer names whose last sequence ID a topic
-// remembers for deduplication.
-const maxDedupProducers = 10000
+// remembers for deduplication (the least recently used name is forgotten
+// first). It keeps the snapshot stored in the ledger list well under the
+// metadata value limit (about 100 bytes a name).
+const maxDedupProducers = 2000
 
 // ledgerInfo is one ledger of a topic's list.
 type ledgerInfo struct {
@@ -101,8 +103,9 @@ type managedLedger struct {
 	cacheSize int64
 	// cacheTotal is the broker-wide cache size shared by every topic.
 	cacheTotal *atomic.Int64
-	dedup      map[string]int64 // highest stored sequence per producer
-	pushed     map[string]int64 // highest sequence queued per producer
+	dedup      map[string]int64     // highest stored sequence per producer
+	lastUsed   map[string]time.Time // when each tracked producer last sent
+	pushed     map[string]int64     // highest sequence queued per producer
 	lastWrite  time.Time
 }
 
@@ -113,7 +116,7 @@ func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *
 		appendCh: make(chan *appendReq, cfg.MaxPendingSends),
 		stop:     make(chan struct{}), loopDone: make(chan struct{}),
 		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
-		dedup: map[string]int64{}, pushed: map[string]int64{},
+		dedup: map[string]int64{}, pushed: map[string]int64{}, lastUsed: map[string]time.Time{},
 	}
 }
 
@@ -225,6 +228,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.dedup = dedup
 	for k, v := range dedup {
 		ml.pushed[k] = v
+		ml.lastUsed[k] = now
 	}
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
@@ -282,10 +286,28 @@ func (ml *managedLedger) checkDup(producer string, seq, highest int64) (dup, sto
 		st, ok2 := ml.dedup[producer]
 		return true, ok2 && seq <= st
 	}
-	if _, ok := ml.pushed[producer]; ok || len(ml.pushed) < maxDedupProducers {
-		ml.pushed[producer] = highest
-	}
+	ml.trackLocked(producer)
+	ml.pushed[producer] = highest
 	return false, false
+}
+
+// trackLocked marks producer as used now, making room (forgetting the least
+// recently used producer) when maxDedupProducers names are tracked.
+func (ml *managedLedger) trackLocked(producer string) {
+	now := time.Now()
+	if _, ok := ml.lastUsed[producer]; !ok && len(ml.lastUsed) >= maxDedupProducers {
+		var oldest string
+		var at time.Time
+		for name, t := range ml.lastUsed {
+			if oldest == "" || t.Before(at) {
+				oldest, at = name, t
+			}
+		}
+		delete(ml.lastUsed, oldest)
+		delete(ml.pushed, oldest)
+		delete(ml.dedup, oldest)
+	}
+	ml.lastUsed[producer] = now
 }
 
 // unpush forgets a queued batch that will not be stored, so that its
@@ -372,9 +394,11 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 			ml.curSize += int64(len(r.data))
 		}
 		ml.lastWrite = time.Now()
-		if r.producer != "" && r.lastSeq > ml.dedup[r.producer] {
-			if _, ok := ml.dedup[r.producer]; ok || len(ml.dedup) < maxDedupProducers {
-				ml.dedup[r.producer] = r.lastSeq
+		if r.producer != "" {
+			if cur, ok := ml.dedup[r.producer]; !ok || r.lastSeq > cur {
+				if _, tracked := ml.lastUsed[r.producer]; tracked {
+					ml.dedup[r.producer] = r.lastSeq
+				}
 			}
 		}
 		ml.cacheLocked(p, r.data)
