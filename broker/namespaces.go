@@ -148,6 +148,7 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 
 // EnsureDefaultNamespace creates tenant "public" and namespace
 // "public/default" if they are missing (standalone does this at start).
+// It needs only the metadata stores and may be called before Start.
 func (s *Server) EnsureDefaultNamespace(ctx context.Context) error {
 	if err := s.createTenant(ctx, DefaultTenant, nil); err != nil && !errors.Is(err, ErrAlreadyExists) {
 		return err

@@ -183,11 +183,12 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	if err != nil {
 		return nil, err
 	}
-	if err := sa.broker.Start(ctx); err != nil {
-		sa.broker = nil
+	// The default namespace exists before /readyz can answer 200.
+	if err := sa.broker.EnsureDefaultNamespace(ctx); err != nil {
 		return nil, err
 	}
-	if err := sa.broker.EnsureDefaultNamespace(ctx); err != nil {
+	if err := sa.broker.Start(ctx); err != nil {
+		sa.broker = nil
 		return nil, err
 	}
 	ok = true
