@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -65,6 +66,12 @@ type Server struct {
 	session  metadata.SessionID
 	stopping bool
 	peers    map[string]*grpc.ClientConn
+	// loadCache is the last broker-load census (see brokerLoad).
+	loadCache struct {
+		at      time.Time
+		brokers map[string]ownerRecord
+		load    map[string]int
+	}
 }
 
 // NewServer validates cfg and builds a broker; Start makes it serve.
@@ -547,26 +554,12 @@ func (s *Server) lookup(ctx context.Context, name TopicName, authoritative bool)
 // chooseBroker picks the live broker owning the fewest topics (ties broken
 // by a hash of the topic name so equal brokers share new topics).
 func (s *Server) chooseBroker(ctx context.Context, name TopicName) (ownerRecord, error) {
-	brokers := map[string]ownerRecord{}
-	if err := s.listAll(ctx, brokerPrefix, func(kv metadata.KV) {
-		var o ownerRecord
-		if json.Unmarshal(kv.Value, &o) == nil {
-			brokers[o.BrokerID] = o
-		}
-	}); err != nil {
+	brokers, load, err := s.brokerLoad(ctx)
+	if err != nil {
 		return ownerRecord{}, err
 	}
 	if len(brokers) == 0 {
 		return s.self, nil
-	}
-	load := map[string]int{}
-	if err := s.listAll(ctx, ownerPrefix, func(kv metadata.KV) {
-		var o ownerRecord
-		if json.Unmarshal(kv.Value, &o) == nil {
-			load[o.BrokerID]++
-		}
-	}); err != nil {
-		return ownerRecord{}, err
 	}
 	ids := make([]string, 0, len(brokers))
 	for id := range brokers {
@@ -585,7 +578,51 @@ func (s *Server) chooseBroker(ctx context.Context, name TopicName) (ownerRecord,
 	}
 	h := fnv.New32a()
 	h.Write([]byte(name.String()))
-	return brokers[cands[int(h.Sum32())%len(cands)]], nil
+	chosen := cands[int(h.Sum32())%len(cands)]
+	s.mu.Lock()
+	if s.loadCache.load != nil {
+		s.loadCache.load[chosen]++ // count it until the next refresh
+	}
+	s.mu.Unlock()
+	return brokers[chosen], nil
+}
+
+// loadCacheTTL bounds how stale the broker load used for assignment is:
+// counting every ownership key on each new topic would be O(topics).
+const loadCacheTTL = time.Second
+
+// brokerLoad returns the live brokers and how many topics each owns,
+// cached for loadCacheTTL.
+func (s *Server) brokerLoad(ctx context.Context) (map[string]ownerRecord, map[string]int, error) {
+	s.mu.Lock()
+	if time.Since(s.loadCache.at) < loadCacheTTL && s.loadCache.load != nil {
+		b, l := maps.Clone(s.loadCache.brokers), maps.Clone(s.loadCache.load)
+		s.mu.Unlock()
+		return b, l, nil
+	}
+	s.mu.Unlock()
+	brokers := map[string]ownerRecord{}
+	if err := s.listAll(ctx, brokerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if json.Unmarshal(kv.Value, &o) == nil {
+			brokers[o.BrokerID] = o
+		}
+	}); err != nil {
+		return nil, nil, err
+	}
+	load := map[string]int{}
+	if err := s.listAll(ctx, ownerPrefix, func(kv metadata.KV) {
+		var o ownerRecord
+		if json.Unmarshal(kv.Value, &o) == nil {
+			load[o.BrokerID]++
+		}
+	}); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	s.loadCache.at, s.loadCache.brokers, s.loadCache.load = time.Now(), brokers, maps.Clone(load)
+	s.mu.Unlock()
+	return brokers, load, nil
 }
 
 func (s *Server) listAll(ctx context.Context, prefix string, fn func(metadata.KV)) error {
