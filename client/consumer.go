@@ -37,10 +37,10 @@ type Consumer struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// recvMu serializes Receive; it guards cur and flowDue.
-	recvMu  sync.Mutex
-	cur     *delivery
-	flowDue uint32 // entries fully received since the last Flow
+	// recvMu serializes Receive; it guards cur. It is never held while
+	// taking mu for long, and serve never takes it.
+	recvMu sync.Mutex
+	cur    *delivery
 
 	// sendMu serializes Send on the current stream.
 	sendMu sync.Mutex
@@ -55,6 +55,7 @@ type Consumer struct {
 	unsubWait chan error
 	batches   map[entryKey]*batchAcks // partially acknowledged batches
 	lastEntry MessageID               // last entry delivered on this stream
+	flowDue   uint32                  // entries fully received since the last Flow
 	fatal     error
 }
 
@@ -291,11 +292,9 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 	co.epoch++
 	co.stream = stream
 	co.lastEntry = MessageID{LedgerID: -1}
+	co.flowDue = 0
 	close(co.connected)
 	co.mu.Unlock()
-	co.recvMu.Lock()
-	co.flowDue = 0
-	co.recvMu.Unlock()
 
 	err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: uint32(co.opts.ReceiverQueueSize)}}})
 	if err == nil {
@@ -347,6 +346,7 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
 				continue
 			}
+			co.log.Debug("entry delivered", "id", idFromProto(k.Message.GetMessageId()), "messages", len(msgs), "redeliveries", k.Message.GetRedeliveryCount())
 			co.noteDelivered(idFromProto(k.Message.GetMessageId()), len(msgs))
 			select {
 			case co.queue <- &delivery{epoch: epoch, msgs: msgs}:
@@ -431,7 +431,12 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 		}
 		select {
 		case d := <-co.queue:
-			if d.epoch == epoch {
+			// Compare with the epoch now: a reconnect may have happened
+			// while this call waited.
+			co.mu.Lock()
+			current := co.epoch
+			co.mu.Unlock()
+			if d.epoch == current {
 				co.cur = d
 			}
 		case <-ctx.Done():
@@ -454,20 +459,20 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 // entryDoneLocked counts a fully received entry and grants permits back
 // once half the window is free (fewer, larger Flow messages). recvMu held.
 func (co *Consumer) entryDoneLocked(epoch uint64) {
-	co.flowDue++
 	threshold := uint32(max(1, co.opts.ReceiverQueueSize/2))
-	if co.flowDue < threshold {
-		return
-	}
 	co.mu.Lock()
-	stream := co.stream
-	same := co.epoch == epoch
-	co.mu.Unlock()
-	if stream == nil || !same {
+	if co.epoch != epoch || co.stream == nil {
+		co.mu.Unlock()
 		return
 	}
-	n := co.flowDue
+	co.flowDue++
+	if co.flowDue < threshold {
+		co.mu.Unlock()
+		return
+	}
+	n, stream := co.flowDue, co.stream
 	co.flowDue = 0
+	co.mu.Unlock()
 	if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: n}}}); err != nil {
 		co.log.Debug("flow not sent; the reconnect grants a full window", "err", err)
 	}
