@@ -84,16 +84,6 @@ type Config struct {
 	// MaxUnackedPerSubscription bounds the positions a cursor tracks as
 	// individually acknowledged (default 100000).
 	MaxIndividualAcks int `yaml:"max_individual_acks"`
-
-	// Expert holds test-only injection points.
-	Expert ExpertConfig `yaml:"-"`
-}
-
-// ExpertConfig holds test-only knobs. Never set them in production.
-type ExpertConfig struct {
-	// IgnoreSessionExpiry makes the broker keep serving its topics after its
-	// metadata session expired (a "zombie"), so tests can check fencing.
-	IgnoreSessionExpiry bool
 }
 
 // DefaultConfig returns a Config with every limit at its default.
