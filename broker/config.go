@@ -81,8 +81,9 @@ type Config struct {
 	// written entries used to dispatch without reading them back from
 	// bookies (default 256 MiB; one topic holds at most an eighth of it).
 	TailCacheBytes int64 `yaml:"tail_cache_bytes"`
-	// MaxUnackedPerSubscription bounds the positions a cursor tracks as
-	// individually acknowledged (default 100000).
+	// MaxIndividualAcks bounds the individually acknowledged positions
+	// persisted with a cursor (default 100000); beyond it the latest ones
+	// are redelivered after a restart, never lost.
 	MaxIndividualAcks int `yaml:"max_individual_acks"`
 }
 
