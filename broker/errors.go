@@ -14,18 +14,31 @@ import (
 // Errors returned by the broker. Each maps to one clientv1.ErrorCode at the
 // gRPC edge (see api/client/v1/client.proto). Test with errors.Is.
 var (
-	ErrInvalidArgument  = errors.New("broker: invalid argument")
-	ErrTopicNotOwned    = errors.New("broker: topic not owned here")
-	ErrMessageTooLarge  = errors.New("broker: message too large")
-	ErrNotFound         = errors.New("broker: not found")
-	ErrAlreadyExists    = errors.New("broker: already exists")
-	ErrConsumerBusy     = errors.New("broker: consumer busy")
-	ErrTypeMismatch     = errors.New("broker: subscription type mismatch")
-	ErrNotAllowed       = errors.New("broker: not allowed")
-	ErrProducerBusy     = errors.New("broker: producer busy")
-	ErrStorage          = errors.New("broker: storage error")
-	ErrUnavailable      = errors.New("broker: unavailable")
-	ErrTopicFenced      = errors.New("broker: topic fenced: another broker took it over")
+	// ErrInvalidArgument: bad input; the text names the field and the limit.
+	ErrInvalidArgument = errors.New("broker: invalid argument")
+	// ErrTopicNotOwned: another broker owns the topic (redirect: Lookup).
+	ErrTopicNotOwned = errors.New("broker: topic not owned here")
+	// ErrMessageTooLarge: a send exceeds max_message_bytes.
+	ErrMessageTooLarge = errors.New("broker: message too large")
+	// ErrNotFound: tenant, namespace, topic or subscription missing.
+	ErrNotFound = errors.New("broker: not found")
+	// ErrAlreadyExists: a create of an existing object.
+	ErrAlreadyExists = errors.New("broker: already exists")
+	// ErrConsumerBusy: the Exclusive subscription (or consumer name) is taken.
+	ErrConsumerBusy = errors.New("broker: consumer busy")
+	// ErrTypeMismatch: the subscription is connected with another type.
+	ErrTypeMismatch = errors.New("broker: subscription type mismatch")
+	// ErrNotAllowed: the operation is not valid in this state.
+	ErrNotAllowed = errors.New("broker: not allowed")
+	// ErrProducerBusy: a producer with this name is connected to the topic.
+	ErrProducerBusy = errors.New("broker: producer busy")
+	// ErrStorage: a ledger operation failed; the send was not acknowledged.
+	ErrStorage = errors.New("broker: storage error")
+	// ErrUnavailable: transient (metadata, topic moving); retry.
+	ErrUnavailable = errors.New("broker: unavailable")
+	// ErrTopicFenced: another broker took the topic over (CAS mismatch).
+	ErrTopicFenced = errors.New("broker: topic fenced: another broker took it over")
+	// ErrServerStopping: the broker is shutting down.
 	ErrServerStopping   = errors.New("broker: stopping")
 	errInternalSentinel = errors.New("broker: internal")
 )
@@ -159,5 +172,3 @@ func FromError(e *clientv1.Error) error {
 	}
 	return fmt.Errorf("%w: %s", errInternalSentinel, e.Message)
 }
-
-func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }

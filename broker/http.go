@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -37,28 +38,12 @@ func route[Req proto.Message, Resp proto.Message](newReq func() Req, fn func(con
 		req := newReq()
 		if len(strings.TrimSpace(string(body))) > 0 {
 			if err := protojson.Unmarshal(body, req); err != nil {
-				return nil, GRPCError(ErrInvalidArgumentf("request body: %v", err))
+				return nil, GRPCError(fmt.Errorf("%w: request body: %v", ErrInvalidArgument, err))
 			}
 		}
 		return fn(ctx, req)
 	}
 }
-
-// ErrInvalidArgumentf builds an ErrInvalidArgument with detail.
-func ErrInvalidArgumentf(format string, a ...any) error {
-	return &wrapped{ErrInvalidArgument, format, a}
-}
-
-type wrapped struct {
-	err    error
-	format string
-	args   []any
-}
-
-func (w *wrapped) Error() string {
-	return w.err.Error() + ": " + sprintf(w.format, w.args...)
-}
-func (w *wrapped) Unwrap() error { return w.err }
 
 func (s *Server) adminRoutes() map[string]adminRoute {
 	a := &adminService{b: s}
