@@ -50,7 +50,8 @@ type perfStats struct {
 	iBytes   int64
 	errs     atomic.Int64
 	start    time.Time
-	onRecord func() // optional, called on every record
+	last     time.Time // time of the last record
+	onRecord func()    // optional, called on every record
 }
 
 func newPerfStats() *perfStats {
@@ -70,6 +71,7 @@ func (s *perfStats) record(lat time.Duration, size int) {
 	s.bytes += int64(size)
 	s.iMsgs++
 	s.iBytes += int64(size)
+	s.last = time.Now()
 	s.mu.Unlock()
 	if s.onRecord != nil {
 		s.onRecord()
@@ -102,10 +104,15 @@ func (s *perfStats) progress(ctx context.Context, w io.Writer, what string) {
 	}
 }
 
+// summary covers start..last record (a drained tail or idle end does not
+// dilute the rate); elapsed is used when nothing was recorded.
 func (s *perfStats) summary(elapsed time.Duration) perfSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sec := elapsed.Seconds()
+	if !s.last.IsZero() {
+		elapsed = s.last.Sub(s.start)
+	}
+	sec := max(elapsed.Seconds(), 1e-9)
 	return perfSummary{
 		Messages:   s.msgs,
 		MsgsPerSec: float64(s.msgs) / sec,
@@ -336,9 +343,15 @@ func consumeLoop(ctx context.Context, co *client.Consumer, st *perfStats, lat fu
 		}
 	})
 	for !until() {
-		m, err := co.Receive(ctx)
+		// Short receives so that until() is checked while idle.
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		m, err := co.Receive(rctx)
+		cancel()
 		if err != nil {
-			break
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			continue
 		}
 		st.record(lat(m, time.Now()), len(m.Payload))
 		acks <- m.ID
