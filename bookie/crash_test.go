@@ -93,9 +93,14 @@ func startChild(t *testing.T, dir string) *child {
 // restart (journal replay) every acknowledged entry reads back intact.
 func TestKill9RecoversAcknowledgedEntries(t *testing.T) {
 	dir := t.TempDir()
-	ctx := ctxT(t)
+	ctx, cancelAll := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancelAll()
 	all := map[[2]int64]int{} // acknowledged in every round so far
-	for round := 0; round < 2; round++ {
+	rounds := 2
+	if os.Getenv("MERIDIAN_LONG") != "" {
+		rounds = 10 // make test-long / soak
+	}
+	for round := 0; round < rounds; round++ {
 		ch := startChild(t, dir)
 		cl := bookiev1.NewBookieClient(ch.conn)
 		var mu sync.Mutex

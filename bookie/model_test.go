@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -22,8 +23,12 @@ type modelLedger struct {
 // checks every answer against a simple in-memory model — while a
 // concurrent writer keeps adding to its own ledger, racing compaction.
 func TestRandomOpsAgainstModel(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run("", func(t *testing.T) { runModel(t, seed, 400) })
+	seeds, steps := []uint64{1, 2, 3}, 400
+	if os.Getenv("MERIDIAN_LONG") != "" {
+		seeds, steps = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 3000
+	}
+	for _, seed := range seeds {
+		t.Run("", func(t *testing.T) { runModel(t, seed, steps) })
 	}
 }
 
