@@ -75,3 +75,57 @@ func TestCorruptEntryReportedAsCorrupt(t *testing.T) {
 	cl = c.Client(0)
 	check("after clean restart")
 }
+
+// A damaged record header in the replayed part of the journal hides only
+// that record: replay resynchronises on the next intact record.
+func TestReplaySkipsDamagedHeader(t *testing.T) {
+	c := bookietest.StartCluster(t, 1)
+	ctx := ctxT(t)
+	cl := c.Client(0)
+	for e := int64(0); e < 10; e++ {
+		if err := add(ctx, cl, 4, e, payloadFor(4, e, 1024)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jdir, _ := c.Dirs(0)
+	// The header sits right before the payload; damage its ledger field.
+	files, _ := filepath.Glob(filepath.Join(jdir, "*.log"))
+	damaged := false
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(data, payloadFor(4, 3, 1024))
+		if i < 40 {
+			continue
+		}
+		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt([]byte{data[i-40+13] ^ 0xff}, int64(i-40+13)); err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+		damaged = true
+	}
+	if !damaged {
+		t.Fatal("entry not found in the journal")
+	}
+	c.Kill(0) // no checkpoint: the whole journal is replayed
+	if err := c.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	cl = c.Client(0)
+	for e := int64(0); e < 10; e++ {
+		got, err := read(ctx, cl, 4, e)
+		if e == 3 {
+			t.Logf("entry with the damaged header: %v", err)
+			continue
+		}
+		if err != nil || !bytes.Equal(got, payloadFor(4, e, 1024)) {
+			t.Fatalf("entry %d after replay past a damaged header: %v", e, err)
+		}
+	}
+}

@@ -250,7 +250,19 @@ func (s *storage) replayFile(seq uint64) (records int, valid int64, err error) {
 		}
 		h, ok := decodeHeader(hdr)
 		if !ok || off+int64(h.length) > size {
-			break
+			// A damaged header (or a torn write): look for the next intact
+			// record so one bad header does not hide every entry after it.
+			next, found, err := resync(f, off+1, size)
+			if err != nil {
+				return 0, 0, fmt.Errorf("%w: read %s: %v", ErrIO, p, err)
+			}
+			if !found {
+				break
+			}
+			s.log.Error("journal damaged; skipped to the next intact record (entries in the gap are lost)",
+				"file", p, "from", off, "to", next)
+			off = next
+			continue
 		}
 		n := int(h.length) - recHeaderSize
 		if cap(buf) < n {
@@ -281,6 +293,29 @@ func (s *storage) replayFile(seq uint64) (records int, valid int64, err error) {
 		s.log.Warn("journal file has a torn or corrupt tail; ignoring it", "file", p, "valid_bytes", off, "size", size)
 	}
 	return records, off, nil
+}
+
+// resync returns the offset of the first intact record (valid header, fits
+// in the file, payload CRC32C matches) at or after from. A torn tail has
+// none; damage in the middle of a file does.
+func resync(f faultfs.File, from, size int64) (int64, bool, error) {
+	if from >= size {
+		return 0, false, nil
+	}
+	rest := make([]byte, size-from)
+	if err := faultfs.ReadFull(f, rest, from); err != nil {
+		return 0, false, err
+	}
+	for i := 0; i+recHeaderSize <= len(rest); i++ {
+		h, ok := decodeHeader(rest[i : i+recHeaderSize])
+		if !ok || i+int(h.length) > len(rest) {
+			continue
+		}
+		if crc32.Checksum(rest[i+recHeaderSize:i+int(h.length)], castagnoli) == h.dataCRC {
+			return from + int64(i), true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 func (s *storage) applyReplay(h recHeader, l loc) {
