@@ -51,7 +51,7 @@ func TestE2EReconnectAcrossTopicUnloads(t *testing.T) {
 				}
 				acked[payload] = id
 			})
-			if i%100 == 0 {
+			if i%10 == 0 { // spread the sends over the unloads (>= 300 ms)
 				time.Sleep(time.Millisecond)
 			}
 		}

@@ -382,3 +382,71 @@ func TestE2EAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestE2EPartialBatchAckRedeliversWholeEntry(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	const topic = "public/default/partial"
+	ctx := tctx(t, 60*time.Second)
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := produceN(t, p, 0, 8) // two entries of 4
+	got := receiveN(t, co, 8, 30*time.Second, false)
+	for i, m := range got {
+		if i == 6 {
+			continue // one message of the second batch stays unacked
+		}
+		if err := co.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := co.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	co2, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The broker acknowledges entries: the second entry comes back whole.
+	again := receiveN(t, co2, 4, 30*time.Second, true)
+	for i, m := range again {
+		if m.ID != ids[4+i] {
+			t.Fatalf("redelivered %v, want %v", m.ID, ids[4+i])
+		}
+	}
+	expectNothing(t, co2, 300*time.Millisecond)
+}
+
+func TestE2ESendTimeoutWhenRegionDies(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 60*time.Second)
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/dies", SendTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, &client.Message{Payload: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	sa.Kill()
+	start := time.Now()
+	_, err = p.Send(ctx, &client.Message{Payload: []byte("after")})
+	if !errors.Is(err, client.ErrSendTimeout) {
+		t.Fatalf("send to a dead region: %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("send timeout took %v", el)
+	}
+	// The slot is freed right after the callback: poll.
+	for deadline := time.Now().Add(5 * time.Second); p.Stats().Pending != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending %d after timeout", p.Stats().Pending)
+		}
+	}
+}
