@@ -379,6 +379,10 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 				co.unsubWait = nil
 			}
 			co.mu.Unlock()
+			// The subscription is gone: never resubscribe (which would
+			// create it again) when the broker now ends the stream.
+			co.cancel()
+			return ErrConsumerClosed
 		}
 	}
 }

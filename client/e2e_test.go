@@ -450,3 +450,30 @@ func TestE2ESendTimeoutWhenRegionDies(t *testing.T) {
 		}
 	}
 }
+
+func TestE2EUnsubscribeDeletesSubscription(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	const topic = "public/default/unsub"
+	ctx := tctx(t, 60*time.Second)
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := co.Unsubscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := co.Receive(ctx); !errors.Is(err, client.ErrConsumerClosed) {
+		t.Fatalf("receive after unsubscribe: %v", err)
+	}
+	a, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The subscription must be gone and stay gone (no resubscribe).
+	time.Sleep(300 * time.Millisecond)
+	subs, err := a.ListSubscriptions(ctx, topic)
+	if err != nil || slices.Contains(subs, "gone") {
+		t.Fatalf("subscriptions after unsubscribe: %v %v", subs, err)
+	}
+}

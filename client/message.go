@@ -42,6 +42,10 @@ type MessageID struct {
 	BatchIndex int32
 }
 
+// UnknownMessageID is the ID reported for a message that the broker had
+// already stored (a resend after a reconnect) when it no longer knows where.
+var UnknownMessageID = MessageID{LedgerID: -1, EntryID: -1, BatchIndex: -1}
+
 // String returns "L:E:B".
 func (id MessageID) String() string {
 	return fmt.Sprintf("%d:%d:%d", id.LedgerID, id.EntryID, id.BatchIndex)

@@ -255,7 +255,10 @@ func (p *Producer) resolveLocked(b *batch, first MessageID, err error) {
 		for i, pm := range msgs {
 			id := MessageID{}
 			if err == nil {
-				id = MessageID{LedgerID: first.LedgerID, EntryID: first.EntryID, BatchIndex: first.BatchIndex + int32(i)}
+				id = first
+				if first != UnknownMessageID {
+					id.BatchIndex += int32(i)
+				}
 			}
 			pm.callback(id, pm.msg, err)
 		}
@@ -638,7 +641,11 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 			p.duplicates.Add(1)
 		}
 		p.removeLocked(idx)
-		p.resolveLocked(b, idFromProto(rc.GetMessageId()), nil)
+		id := UnknownMessageID
+		if rc.GetMessageId() != nil {
+			id = idFromProto(rc.GetMessageId())
+		}
+		p.resolveLocked(b, id, nil)
 		p.mu.Unlock()
 	}
 }
