@@ -47,7 +47,7 @@ func NewAdminWithOptions(ctx context.Context, opts Options) (*Admin, error) {
 
 // Admin returns an admin client sharing c's connections.
 func (c *Client) Admin() (*Admin, error) {
-	cc, err := c.conn(c.opts.URL)
+	cc, err := c.conn(c.primary)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -26,11 +27,12 @@ type Client struct {
 	log  *slog.Logger
 
 	// mu guards the fields below.
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn // by broker address
-	known  []string                    // broker addresses to try lookups on; [0] is opts.URL
-	owned  map[closer]struct{}         // open producers and consumers
-	closed bool
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn // by broker address
+	known   []string                    // broker addresses to try lookups on, URL's first
+	primary string                      // the URL address that answered first (admin calls)
+	owned   map[closer]struct{}         // open producers and consumers
+	closed  bool
 }
 
 // closer is a producer or consumer the client closes on Close.
@@ -49,20 +51,54 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		opts:  opts,
 		log:   opts.Logger,
 		conns: map[string]*grpc.ClientConn{},
-		known: []string{opts.URL},
 		owned: map[closer]struct{}{},
 	}
-	cc, err := c.conn(opts.URL)
+	for _, a := range strings.Split(opts.URL, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.known = append(c.known, a)
+		}
+	}
+	// Any one reachable broker is enough.
+	var lastErr error
+	for _, addr := range c.known {
+		cc, err := c.conn(addr)
+		if err != nil {
+			_ = c.closeConns()
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+		err = waitReady(cctx, cc)
+		cancel()
+		if err == nil {
+			c.primary = addr
+			c.discover(ctx)
+			return c, nil
+		}
+		lastErr = fmt.Errorf("%s: %v", addr, err)
+	}
+	_ = c.closeConns()
+	return nil, fmt.Errorf("%w: cannot reach a broker at %s: %v", ErrUnavailable, opts.URL, lastErr)
+}
+
+// discover learns the region's other brokers (best effort), so lookups
+// still work when the broker named by URL dies.
+func (c *Client) discover(ctx context.Context) {
+	cc, err := c.conn(c.primary)
 	if err != nil {
-		return nil, err
+		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
 	defer cancel()
-	if err := waitReady(cctx, cc); err != nil {
-		_ = c.closeConns()
-		return nil, fmt.Errorf("%w: cannot reach broker at %s: %v", ErrUnavailable, opts.URL, err)
+	resp, err := clientv1.NewAdminClient(cc).ListBrokers(dctx, &clientv1.ListBrokersRequest{})
+	if err != nil {
+		c.log.Debug("broker discovery failed", "err", err)
+		return
 	}
-	return c, nil
+	for _, b := range resp.GetBrokers() {
+		if a := b.GetGrpcAddress(); a != "" {
+			c.learn(a)
+		}
+	}
 }
 
 // waitReady blocks until cc is READY or ctx ends.

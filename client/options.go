@@ -117,7 +117,9 @@ func ParseInitialPosition(s string) (InitialPosition, error) {
 
 // Options configures a Client.
 type Options struct {
-	// URL is host:port of any broker of the region (gRPC port). Required.
+	// URL is host:port of any broker of the region (gRPC port), or a
+	// comma-separated list of them. Required. The client also learns the
+	// region's other brokers, so losing this one does not strand it.
 	URL string
 	// Logger receives client logs; nil discards them.
 	Logger *slog.Logger
