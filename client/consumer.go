@@ -78,9 +78,10 @@ type batchAcks struct {
 	hasPv bool
 }
 
-// maxTrackedBatches bounds partially acknowledged batches kept in memory;
-// beyond it the oldest are forgotten (their messages are then redelivered
-// after a reconnect rather than acknowledged: at-least-once holds).
+// maxTrackedBatches is where the consumer warns about partially
+// acknowledged batches. It never forgets one (that could acknowledge
+// unprocessed messages of the batch); their number is bounded by the
+// broker's limit of unacknowledged entries per consumer.
 const maxTrackedBatches = 100_000
 
 // Subscribe looks the topic up, subscribes on its owner and grants the
@@ -391,8 +392,13 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 func (co *Consumer) noteDelivered(id MessageID, n int) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
-	prev, hasPrev := co.lastEntry, co.lastEntry.LedgerID >= 0
-	co.lastEntry = MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
+	entry := MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
+	// prev serves cumulative acks inside this batch, so it must be an
+	// entry BEFORE this one: a redelivered (older) entry gets none.
+	prev, hasPrev := co.lastEntry, co.lastEntry.LedgerID >= 0 && co.lastEntry.Compare(entry) < 0
+	if co.lastEntry.LedgerID < 0 || co.lastEntry.Compare(entry) < 0 {
+		co.lastEntry = entry
+	}
 	if n <= 1 {
 		return
 	}
@@ -400,11 +406,8 @@ func (co *Consumer) noteDelivered(id MessageID, n int) {
 	if _, ok := co.batches[k]; ok {
 		return // redelivery: keep what was acked already
 	}
-	if len(co.batches) >= maxTrackedBatches {
-		for old := range co.batches {
-			delete(co.batches, old)
-			break
-		}
+	if len(co.batches) == maxTrackedBatches {
+		co.log.Warn("many partially acknowledged batches; acknowledge or close the consumer", "batches", len(co.batches))
 	}
 	co.batches[k] = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
 }
@@ -490,20 +493,9 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
-	co.mu.Lock()
-	k := entryKey{id.LedgerID, id.EntryID}
-	if b, ok := co.batches[k]; ok {
-		if int(id.BatchIndex) >= 0 && int(id.BatchIndex) < len(b.acked) && !b.acked[id.BatchIndex] {
-			b.acked[id.BatchIndex] = true
-			b.left--
-		}
-		if b.left > 0 {
-			co.mu.Unlock()
-			return nil
-		}
-		delete(co.batches, k)
+	if !co.individualTarget(id) {
+		return nil
 	}
-	co.mu.Unlock()
 	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
 }
 
@@ -518,8 +510,21 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 	if co.opts.Type == Shared {
 		return fmt.Errorf("%w: cumulative ack on Shared subscription %q", ErrNotAllowed, co.opts.Subscription)
 	}
+	target, send := co.cumulativeTarget(id)
+	if !send {
+		return nil
+	}
+	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
+}
+
+// cumulativeTarget records a cumulative ack of id locally and returns the
+// entry to acknowledge cumulatively on the broker (send false: nothing to
+// send yet). Inside a batch not fully covered, the target is the entry
+// delivered before it, so that no unacknowledged message is covered.
+func (co *Consumer) cumulativeTarget(id MessageID) (target MessageID, send bool) {
 	co.mu.Lock()
-	target := MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
+	defer co.mu.Unlock()
+	target = MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
 	k := entryKey{id.LedgerID, id.EntryID}
 	if b, ok := co.batches[k]; ok && int(id.BatchIndex) < len(b.acked)-1 {
 		for i := 0; i <= int(id.BatchIndex) && i < len(b.acked); i++ {
@@ -530,8 +535,7 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 		}
 		if b.left > 0 {
 			if !b.hasPv {
-				co.mu.Unlock()
-				return nil
+				return MessageID{}, false
 			}
 			target = b.prev
 		}
@@ -541,8 +545,28 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 			delete(co.batches, bk)
 		}
 	}
-	co.mu.Unlock()
-	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
+	return target, true
+}
+
+// individualTarget records an individual ack of id and reports whether
+// its entry is now fully acknowledged (and must be acked on the broker).
+func (co *Consumer) individualTarget(id MessageID) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	k := entryKey{id.LedgerID, id.EntryID}
+	b, ok := co.batches[k]
+	if !ok {
+		return true
+	}
+	if int(id.BatchIndex) >= 0 && int(id.BatchIndex) < len(b.acked) && !b.acked[id.BatchIndex] {
+		b.acked[id.BatchIndex] = true
+		b.left--
+	}
+	if b.left > 0 {
+		return false
+	}
+	delete(co.batches, k)
+	return true
 }
 
 // sendAck sends ack with a request ID and waits for the broker's answer,
