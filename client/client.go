@@ -180,6 +180,7 @@ func (c *Client) lookup(ctx context.Context, topic string) (string, error) {
 			owner = addr
 		}
 		c.learn(owner)
+		c.preferForLookup(addr)
 		return owner, nil
 	}
 	if ctx.Err() != nil {
@@ -199,6 +200,21 @@ func (c *Client) learn(addr string) {
 	}
 	if len(c.known) < 64 {
 		c.known = append(c.known, addr)
+	}
+}
+
+// preferForLookup moves addr to the front of the lookup list: the broker
+// that answered last is tried first next time, so a dead (or blackholed)
+// broker costs one failed attempt, not one per lookup.
+func (c *Client) preferForLookup(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, a := range c.known {
+		if a == addr {
+			copy(c.known[1:i+1], c.known[:i])
+			c.known[0] = addr
+			return
+		}
 	}
 }
 

@@ -90,3 +90,17 @@ func TestParsers(t *testing.T) {
 		t.Fatal(rp, err)
 	}
 }
+
+func TestPreferForLookupMovesToFront(t *testing.T) {
+	c := &Client{known: []string{"a", "b", "c"}}
+	c.preferForLookup("c")
+	if got := c.known; got[0] != "c" || got[1] != "a" || got[2] != "b" {
+		t.Fatalf("known = %v", got)
+	}
+	c.preferForLookup("c")
+	c.learn("d")
+	c.preferForLookup("zz") // unknown: no change
+	if got := c.known; len(got) != 4 || got[0] != "c" || got[3] != "d" {
+		t.Fatalf("known = %v", got)
+	}
+}
