@@ -190,7 +190,7 @@ func newUnconnectedProducer(t *testing.T, opts ProducerOptions) *Producer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Producer{
-		c:       &Client{opts: Options{}.withDefaults(), log: slog.New(slog.DiscardHandler), owned: map[closer]struct{}{}},
+		c:       &Client{opts: Options{}.withDefaults(), log: slog.New(slog.DiscardHandler), owned: map[closer]struct{}{}, metrics: newClientMetrics(nil)},
 		opts:    opts,
 		log:     slog.New(slog.DiscardHandler),
 		limiter: newPendingLimiter(opts.MaxPendingMessages, opts.BlockIfQueueFull),

@@ -23,8 +23,9 @@ const maxGRPCMessageBytes = 16 << 20
 // connection per broker, shared by every producer, consumer and lookup.
 // Safe for concurrent use; Close it when done.
 type Client struct {
-	opts Options
-	log  *slog.Logger
+	opts    Options
+	log     *slog.Logger
+	metrics *clientMetrics
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -48,10 +49,11 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		opts:  opts,
-		log:   opts.Logger,
-		conns: map[string]*grpc.ClientConn{},
-		owned: map[closer]struct{}{},
+		opts:    opts,
+		log:     opts.Logger,
+		conns:   map[string]*grpc.ClientConn{},
+		owned:   map[closer]struct{}{},
+		metrics: newClientMetrics(opts.Registerer),
 	}
 	for _, a := range strings.Split(opts.URL, ",") {
 		if a = strings.TrimSpace(a); a != "" {

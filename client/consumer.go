@@ -274,6 +274,7 @@ func (co *Consumer) run(stream clientv1.Meridian_ConsumeClient) {
 			co.mu.Unlock()
 			return
 		}
+		co.c.metrics.reconnects.WithLabelValues("consumer").Inc()
 	}
 }
 
@@ -429,6 +430,7 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 					co.cur = nil
 					co.entryDoneLocked(epoch)
 				}
+				co.c.metrics.received.Inc()
 				return m, nil
 			}
 			co.cur = nil

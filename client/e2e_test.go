@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/client"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestE2EExclusiveProduceConsumeInOrder(t *testing.T) {
@@ -475,5 +477,51 @@ func TestE2EUnsubscribeDeletesSubscription(t *testing.T) {
 	subs, err := a.ListSubscriptions(ctx, topic)
 	if err != nil || slices.Contains(subs, "gone") {
 		t.Fatalf("subscriptions after unsubscribe: %v %v", subs, err)
+	}
+}
+
+func TestE2EClientMetrics(t *testing.T) {
+	sa := startStandalone(t)
+	reg := prometheus.NewRegistry()
+	ctx := tctx(t, 60*time.Second)
+	c, err := client.New(ctx, client.Options{URL: sa.GRPCAddr(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	// A second client on the same registry shares the counters.
+	c2, err := client.New(ctx, client.Options{URL: sa.GRPCAddr(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c2.Close(context.Background()) })
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := c2.Subscribe(ctx, client.ConsumerOptions{Topic: "public/default/metrics", Subscription: "s", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, p, 0, 10)
+	receiveN(t, co, 10, 30*time.Second, true)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				got[mf.GetName()] += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				got[mf.GetName()] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	if got["meridian_client_messages_sent_total"] != 10 || got["meridian_client_messages_received_total"] != 10 ||
+		got["meridian_client_send_latency_seconds"] != 10 || got["meridian_client_bytes_sent_total"] != 20 {
+		t.Fatalf("metrics %v", got)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Compression selects how a producer compresses its batches. Batches are
@@ -135,6 +137,9 @@ type Options struct {
 	// MaxLookupRedirects bounds how many times one lookup follows a
 	// redirect to another broker. Default 8.
 	MaxLookupRedirects int
+	// Registerer receives the client's metrics (meridian_client_*); nil
+	// exports none. Clients sharing a registry share the counters.
+	Registerer prometheus.Registerer
 }
 
 // DefaultOptions returns Options with every default filled in (URL empty).

@@ -260,6 +260,7 @@ func (p *Producer) resolveLocked(b *batch, first MessageID, err error) {
 					id.BatchIndex += int32(i)
 				}
 			}
+			p.c.metrics.observeSend(pm.accepted, len(pm.msg.Payload), err)
 			pm.callback(id, pm.msg, err)
 		}
 		p.limiter.release(len(msgs))
@@ -529,6 +530,7 @@ func (p *Producer) run(stream clientv1.Meridian_ProduceClient) {
 			return
 		}
 		p.reconnects.Add(1)
+		p.c.metrics.reconnects.WithLabelValues("producer").Inc()
 	}
 }
 
@@ -639,6 +641,7 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 		}
 		if rc.GetDuplicate() {
 			p.duplicates.Add(1)
+			p.c.metrics.duplicates.Inc()
 		}
 		p.removeLocked(idx)
 		id := UnknownMessageID
