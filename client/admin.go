@@ -54,7 +54,8 @@ func (c *Client) Admin() (*Admin, error) {
 	return &Admin{c: c, api: clientv1.NewAdminClient(cc)}, nil
 }
 
-// Close closes the admin client's connections (and its Client's).
+// Close closes the Client the admin uses: call it on admins from NewAdmin,
+// not on one obtained from Client.Admin while the Client is still in use.
 func (a *Admin) Close(ctx context.Context) error { return a.c.Close(ctx) }
 
 // read runs an idempotent call, retrying transient failures with backoff

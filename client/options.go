@@ -134,9 +134,6 @@ type Options struct {
 	InitialBackoff time.Duration
 	// MaxBackoff caps the exponential reconnect delay. Default 5s.
 	MaxBackoff time.Duration
-	// MaxLookupRedirects bounds how many times one lookup follows a
-	// redirect to another broker. Default 8.
-	MaxLookupRedirects int
 	// Registerer receives the client's metrics (meridian_client_*); nil
 	// exports none. Clients sharing a registry share the counters.
 	Registerer prometheus.Registerer
@@ -145,11 +142,10 @@ type Options struct {
 // DefaultOptions returns Options with every default filled in (URL empty).
 func DefaultOptions() Options {
 	return Options{
-		ConnectTimeout:     10 * time.Second,
-		OperationTimeout:   30 * time.Second,
-		InitialBackoff:     100 * time.Millisecond,
-		MaxBackoff:         5 * time.Second,
-		MaxLookupRedirects: 8,
+		ConnectTimeout:   10 * time.Second,
+		OperationTimeout: 30 * time.Second,
+		InitialBackoff:   100 * time.Millisecond,
+		MaxBackoff:       5 * time.Second,
 	}
 }
 
@@ -168,9 +164,6 @@ func (o Options) withDefaults() Options {
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = d.MaxBackoff
 	}
-	if o.MaxLookupRedirects == 0 {
-		o.MaxLookupRedirects = d.MaxLookupRedirects
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -187,9 +180,6 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBackoff > 0 && o.InitialBackoff > o.MaxBackoff {
 		return fmt.Errorf("%w: InitialBackoff %v > MaxBackoff %v", ErrInvalidArgument, o.InitialBackoff, o.MaxBackoff)
-	}
-	if o.MaxLookupRedirects < 0 {
-		return fmt.Errorf("%w: MaxLookupRedirects %d must be >= 0", ErrInvalidArgument, o.MaxLookupRedirects)
 	}
 	return nil
 }
