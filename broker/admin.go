@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -468,4 +469,89 @@ func (a *adminService) ListBrokers(ctx context.Context, _ *clientv1.ListBrokersR
 		}
 	})
 	return resp, GRPCError(err)
+}
+
+// ---- bookies and autorecovery (package autorecovery, on the regional shard) ----
+
+// autorecoveryError maps an autorecovery error to a broker sentinel.
+func autorecoveryError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, autorecovery.ErrInvalidArgument):
+		return GRPCError(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+	}
+	return GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+}
+
+func bookieStatusProto(b autorecovery.BookieStatus) *clientv1.BookieStatus {
+	return &clientv1.BookieStatus{
+		BookieId: b.ID, Address: b.Address, Region: b.Region, Rack: b.Rack,
+		Live: b.Live, ReadOnly: b.ReadOnly, Decommissioned: b.Decommissioned,
+		UnderReplicatedLedgers: int32(b.UnderReplicatedLedgers),
+	}
+}
+
+func (a *adminService) ListBookies(ctx context.Context, _ *clientv1.ListBookiesRequest) (*clientv1.ListBookiesResponse, error) {
+	r, err := autorecovery.Status(ctx, a.b.cfg.Regional)
+	if err != nil {
+		return nil, autorecoveryError(err)
+	}
+	resp := &clientv1.ListBookiesResponse{UnderReplicatedCount: int64(r.UnderReplicatedCount)}
+	for _, b := range r.Bookies {
+		resp.Bookies = append(resp.Bookies, bookieStatusProto(b))
+	}
+	return resp, nil
+}
+
+func (a *adminService) GetAutorecoveryStatus(ctx context.Context, _ *clientv1.GetAutorecoveryStatusRequest) (*clientv1.AutorecoveryStatus, error) {
+	r, err := autorecovery.Status(ctx, a.b.cfg.Regional)
+	if err != nil {
+		return nil, autorecoveryError(err)
+	}
+	resp := &clientv1.AutorecoveryStatus{
+		Paused: r.Paused, PausedReason: r.PausedReason, Auditor: r.Auditor,
+		UnderReplicatedCount: int64(r.UnderReplicatedCount),
+	}
+	for _, u := range r.UnderReplicated {
+		resp.UnderReplicated = append(resp.UnderReplicated, &clientv1.UnderReplicatedLedger{
+			LedgerId: u.LedgerID, Missing: u.Missing, MarkedUnixMs: u.MarkedAt.UnixMilli(), Worker: u.Worker,
+		})
+	}
+	for _, b := range r.Bookies {
+		resp.Bookies = append(resp.Bookies, bookieStatusProto(b))
+	}
+	return resp, nil
+}
+
+func (a *adminService) PauseAutorecovery(ctx context.Context, r *clientv1.PauseAutorecoveryRequest) (*clientv1.PauseAutorecoveryResponse, error) {
+	if err := autorecovery.Pause(ctx, a.b.cfg.Regional, r.GetReason()); err != nil {
+		return nil, autorecoveryError(err)
+	}
+	a.b.log.Info("autorecovery paused", "reason", r.GetReason())
+	return &clientv1.PauseAutorecoveryResponse{}, nil
+}
+
+func (a *adminService) ResumeAutorecovery(ctx context.Context, _ *clientv1.ResumeAutorecoveryRequest) (*clientv1.ResumeAutorecoveryResponse, error) {
+	if err := autorecovery.Resume(ctx, a.b.cfg.Regional); err != nil {
+		return nil, autorecoveryError(err)
+	}
+	a.b.log.Info("autorecovery resumed")
+	return &clientv1.ResumeAutorecoveryResponse{}, nil
+}
+
+func (a *adminService) DecommissionBookie(ctx context.Context, r *clientv1.DecommissionBookieRequest) (*clientv1.DecommissionBookieResponse, error) {
+	if err := autorecovery.Decommission(ctx, a.b.cfg.Regional, r.GetBookieId()); err != nil {
+		return nil, autorecoveryError(err)
+	}
+	a.b.log.Info("bookie decommissioned", "bookie", r.GetBookieId())
+	return &clientv1.DecommissionBookieResponse{}, nil
+}
+
+func (a *adminService) RecommissionBookie(ctx context.Context, r *clientv1.RecommissionBookieRequest) (*clientv1.RecommissionBookieResponse, error) {
+	if err := autorecovery.Recommission(ctx, a.b.cfg.Regional, r.GetBookieId()); err != nil {
+		return nil, autorecoveryError(err)
+	}
+	a.b.log.Info("bookie recommissioned", "bookie", r.GetBookieId())
+	return &clientv1.RecommissionBookieResponse{}, nil
 }

@@ -67,6 +67,12 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 		"DeleteSubscription":    route(func() *clientv1.DeleteSubscriptionRequest { return &clientv1.DeleteSubscriptionRequest{} }, a.DeleteSubscription),
 		"ResetSubscription":     route(func() *clientv1.ResetSubscriptionRequest { return &clientv1.ResetSubscriptionRequest{} }, a.ResetSubscription),
 		"ListBrokers":           route(func() *clientv1.ListBrokersRequest { return &clientv1.ListBrokersRequest{} }, a.ListBrokers),
+		"ListBookies":           route(func() *clientv1.ListBookiesRequest { return &clientv1.ListBookiesRequest{} }, a.ListBookies),
+		"GetAutorecoveryStatus": route(func() *clientv1.GetAutorecoveryStatusRequest { return &clientv1.GetAutorecoveryStatusRequest{} }, a.GetAutorecoveryStatus),
+		"PauseAutorecovery":     route(func() *clientv1.PauseAutorecoveryRequest { return &clientv1.PauseAutorecoveryRequest{} }, a.PauseAutorecovery),
+		"ResumeAutorecovery":    route(func() *clientv1.ResumeAutorecoveryRequest { return &clientv1.ResumeAutorecoveryRequest{} }, a.ResumeAutorecovery),
+		"DecommissionBookie":    route(func() *clientv1.DecommissionBookieRequest { return &clientv1.DecommissionBookieRequest{} }, a.DecommissionBookie),
+		"RecommissionBookie":    route(func() *clientv1.RecommissionBookieRequest { return &clientv1.RecommissionBookieRequest{} }, a.RecommissionBookie),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/metadata"
@@ -40,12 +41,16 @@ type StandaloneConfig struct {
 	Broker func(*broker.Config)
 }
 
-// Standalone is metadata (one Dragonboat replica), one bookie (E=Qw=Qa=1)
-// and one broker running in this process.
+// Standalone is metadata (one Dragonboat replica), one bookie (E=Qw=Qa=1),
+// an autorecovery auditor and worker, and one broker running in this
+// process. With one bookie autorecovery has nowhere to copy to, but the
+// auditor still marks and reports (meridian admin bookies, /metrics).
 type Standalone struct {
 	meta    *metadata.Node
 	bookie  *bookie.Server
 	ledgers *ledger.Client
+	auditor *autorecovery.Auditor
+	worker  *autorecovery.Worker
 	broker  *broker.Server
 	log     *slog.Logger
 }
@@ -162,6 +167,27 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 		}
 	}
 
+	acfg := autorecovery.DefaultAuditorConfig()
+	acfg.Store = regional
+	acfg.ID = "standalone-0"
+	acfg.Logger = log.With("component", "auditor")
+	acfg.Registerer = reg
+	if sa.auditor, err = autorecovery.NewAuditor(acfg); err != nil {
+		return nil, err
+	}
+	sa.auditor.Start()
+	wcfg := autorecovery.DefaultWorkerConfig()
+	wcfg.Store = regional
+	wcfg.Placement = placement
+	wcfg.ID = "standalone-0"
+	wcfg.Logger = log.With("component", "autorecovery-worker")
+	wcfg.Registerer = reg
+	wcfg.MaxEntryBytes = 6 << 20
+	if sa.worker, err = autorecovery.NewWorker(wcfg); err != nil {
+		return nil, err
+	}
+	sa.worker.Start()
+
 	brcfg := broker.DefaultConfig()
 	brcfg.BrokerID = "broker-0"
 	brcfg.Region = cfg.Region
@@ -234,6 +260,7 @@ func (s *Standalone) Kill() {
 		s.broker.Kill()
 		s.broker = nil
 	}
+	s.closeAutorecovery()
 	if s.ledgers != nil {
 		_ = s.ledgers.Close()
 		s.ledgers = nil
@@ -257,6 +284,7 @@ func (s *Standalone) Close() error {
 		_ = s.broker.Stop(ctx)
 		s.broker = nil
 	}
+	s.closeAutorecovery()
 	if s.ledgers != nil {
 		_ = s.ledgers.Close()
 		s.ledgers = nil
@@ -270,4 +298,18 @@ func (s *Standalone) Close() error {
 		s.meta = nil
 	}
 	return nil
+}
+
+// Auditor returns the autorecovery auditor candidate.
+func (s *Standalone) Auditor() *autorecovery.Auditor { return s.auditor }
+
+func (s *Standalone) closeAutorecovery() {
+	if s.worker != nil {
+		_ = s.worker.Close()
+		s.worker = nil
+	}
+	if s.auditor != nil {
+		_ = s.auditor.Close()
+		s.auditor = nil
+	}
 }

@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/client"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -91,10 +97,10 @@ func newAdminCmd() *cobra.Command {
 	o := &adminOpts{}
 	root := &cobra.Command{
 		Use:   "admin",
-		Short: "Manage tenants, namespaces, topics and subscriptions",
+		Short: "Manage tenants, namespaces, topics, subscriptions, brokers and bookies",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("admin: missing resource (tenants, namespaces, topics, subscriptions or brokers)")
+			return fmt.Errorf("admin: missing resource (tenants, namespaces, topics, subscriptions, brokers or bookies)")
 		},
 	}
 	pf := root.PersistentFlags()
@@ -304,8 +310,148 @@ func newAdminCmd() *cobra.Command {
 			return nil
 		}),
 	)
-	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers)
+	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
 	return root
+}
+
+// adminAPIRun is adminRun for calls the client library does not wrap: it
+// dials the broker's Admin gRPC service directly, each call bounded by
+// --connect-timeout.
+func adminAPIRun(o *adminOpts, nargs int, fn func(ctx context.Context, api clientv1.AdminClient, out *adminOut, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(o.output); err != nil {
+			return err
+		}
+		if len(args) != nargs {
+			return fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", cmd.CommandPath(), nargs, len(args), cmd.UseLine())
+		}
+		if o.url == "" {
+			return fmt.Errorf("--url is required (host:port of a broker)")
+		}
+		ctx, stop := signalContext(cmd.Context())
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		cc, err := grpc.NewClient(o.url, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("--url %s: %w", o.url, err)
+		}
+		defer cc.Close()
+		if err := fn(ctx, clientv1.NewAdminClient(cc), &adminOut{w: cmd.OutOrStdout(), json: o.output == "json"}, args); err != nil {
+			if st, ok := status.FromError(err); ok {
+				if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
+					return fmt.Errorf("--url %s: %s", o.url, st.Message())
+				}
+				return errors.New(st.Message())
+			}
+			return err
+		}
+		return nil
+	}
+}
+
+// newBookiesCmd is `meridian admin bookies`: the region's bookies and
+// autorecovery (list, status, pause, resume, decommission, recommission).
+func newBookiesCmd(o *adminOpts) *cobra.Command {
+	leaf := func(use, short string, nargs int, fn func(ctx context.Context, api clientv1.AdminClient, out *adminOut, args []string) error) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, RunE: adminAPIRun(o, nargs, fn)}
+	}
+	list := leaf("list", "List bookies: live, read-only, decommissioned, under-replicated ledgers", 0,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, _ []string) error {
+			r, err := api.ListBookies(ctx, &clientv1.ListBookiesRequest{})
+			if err != nil {
+				return err
+			}
+			lw := &lineWriter{w: out.w}
+			for _, b := range r.GetBookies() {
+				if out.json {
+					lw.json(map[string]any{"bookie_id": b.GetBookieId(), "address": b.GetAddress(), "region": b.GetRegion(), "rack": b.GetRack(),
+						"live": b.GetLive(), "read_only": b.GetReadOnly(), "decommissioned": b.GetDecommissioned(),
+						"under_replicated_ledgers": b.GetUnderReplicatedLedgers()})
+					continue
+				}
+				state := "down"
+				switch {
+				case b.GetLive() && b.GetReadOnly():
+					state = "read-only"
+				case b.GetLive():
+					state = "read-write"
+				}
+				if b.GetDecommissioned() {
+					state += ",decommissioned"
+				}
+				lw.printf("%s %s addr=%s rack=%s under_replicated=%d\n", b.GetBookieId(), state, b.GetAddress(), b.GetRack(), b.GetUnderReplicatedLedgers())
+			}
+			if !out.json {
+				lw.printf("under-replicated ledgers: %d\n", r.GetUnderReplicatedCount())
+			}
+			return nil
+		})
+	statusCmd := leaf("status", "Show autorecovery: paused, auditor, under-replicated ledgers", 0,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, _ []string) error {
+			r, err := api.GetAutorecoveryStatus(ctx, &clientv1.GetAutorecoveryStatusRequest{})
+			if err != nil {
+				return err
+			}
+			if out.json {
+				out.message(r)
+				return nil
+			}
+			paused := "running"
+			if r.GetPaused() {
+				paused = "paused (" + r.GetPausedReason() + ")"
+			}
+			auditor := r.GetAuditor()
+			if auditor == "" {
+				auditor = "none"
+			}
+			fmt.Fprintf(out.w, "autorecovery: %s, auditor: %s, under-replicated ledgers: %d\n", paused, auditor, r.GetUnderReplicatedCount())
+			for _, u := range r.GetUnderReplicated() {
+				fmt.Fprintf(out.w, "ledger %d missing=%s marked=%s worker=%s\n", u.GetLedgerId(), strings.Join(u.GetMissing(), ","),
+					time.UnixMilli(u.GetMarkedUnixMs()).UTC().Format(time.RFC3339), u.GetWorker())
+			}
+			return nil
+		})
+	var reason string
+	pause := leaf("pause", "Pause autorecovery (no new marks, no new copies) until resume", 0,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, _ []string) error {
+			if _, err := api.PauseAutorecovery(ctx, &clientv1.PauseAutorecoveryRequest{Reason: reason}); err != nil {
+				return err
+			}
+			out.done("paused", "autorecovery")
+			return nil
+		})
+	pause.Flags().StringVar(&reason, "reason", "", "free text shown by status (at most 1024 bytes)")
+	resume := leaf("resume", "Resume autorecovery", 0,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, _ []string) error {
+			if _, err := api.ResumeAutorecovery(ctx, &clientv1.ResumeAutorecoveryRequest{}); err != nil {
+				return err
+			}
+			out.done("resumed", "autorecovery")
+			return nil
+		})
+	decom := leaf("decommission BOOKIE_ID", "Re-replicate a bookie's closed ledgers elsewhere (drain it)", 1,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, args []string) error {
+			if _, err := api.DecommissionBookie(ctx, &clientv1.DecommissionBookieRequest{BookieId: args[0]}); err != nil {
+				return err
+			}
+			out.done("decommissioned bookie", args[0])
+			return nil
+		})
+	recom := leaf("recommission BOOKIE_ID", "Withdraw a decommission", 1,
+		func(ctx context.Context, api clientv1.AdminClient, out *adminOut, args []string) error {
+			if _, err := api.RecommissionBookie(ctx, &clientv1.RecommissionBookieRequest{BookieId: args[0]}); err != nil {
+				return err
+			}
+			out.done("recommissioned bookie", args[0])
+			return nil
+		})
+	g := &cobra.Command{Use: "bookies", Short: "Bookies and autorecovery", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fmt.Errorf("admin bookies: missing action (%s)", subNames(cmd))
+		}}
+	g.AddCommand(list, statusCmd, pause, resume, decom, recom)
+	return g
 }
 
 func subNames(cmd *cobra.Command) string {

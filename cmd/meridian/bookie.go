@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/experimental"
 	"gopkg.in/yaml.v3"
@@ -64,6 +66,84 @@ type bookieFileConfig struct {
 		// Shard is the regional shard to register in ("" = the region).
 		Shard string `yaml:"shard"`
 	} `yaml:"metadata"`
+	// Autorecovery runs an auditor candidate and a re-replication worker in
+	// the bookie process (only with metadata endpoints).
+	Autorecovery autorecoveryFileConfig `yaml:"autorecovery"`
+}
+
+// autorecoveryFileConfig is the autorecovery section of a bookie config.
+// Unset fields keep the autorecovery defaults.
+type autorecoveryFileConfig struct {
+	// Enabled (default true) runs autorecovery when metadata is configured.
+	Enabled *bool `yaml:"enabled"`
+	// LostBookieDelay: how long a bookie must be gone before its ledgers are
+	// re-replicated (default 30s).
+	LostBookieDelay *time.Duration `yaml:"lost_bookie_delay"`
+	CheckInterval   *time.Duration `yaml:"check_interval"`
+	AuditInterval   *time.Duration `yaml:"audit_interval"`
+	PollInterval    *time.Duration `yaml:"poll_interval"`
+	RetryBackoff    *time.Duration `yaml:"retry_backoff"`
+	CopyConcurrency *int           `yaml:"copy_concurrency"`
+	// Placement of replacement bookies (topology.NewRackAwarePlacement).
+	Placement struct {
+		MinRacksPerWriteQuorum *int  `yaml:"min_racks_per_write_quorum"`
+		Enforce                *bool `yaml:"enforce"`
+	} `yaml:"placement"`
+}
+
+// autorecoveryPlan is the validated autorecovery part of a bookie config;
+// Store is filled in when the metadata client exists.
+type autorecoveryPlan struct {
+	enabled   bool
+	auditor   autorecovery.AuditorConfig
+	worker    autorecovery.WorkerConfig
+	placement topology.RackAwareConfig
+}
+
+// autorecoveryConfigs validates the autorecovery section; errors name the
+// yaml field and the limit.
+func autorecoveryConfigs(fc bookieFileConfig, cfg bookie.Config) (autorecoveryPlan, error) {
+	ar := fc.Autorecovery
+	p := autorecoveryPlan{
+		enabled:   len(fc.Metadata.Endpoints) > 0,
+		auditor:   autorecovery.DefaultAuditorConfig(),
+		worker:    autorecovery.DefaultWorkerConfig(),
+		placement: topology.DefaultRackAwareConfig(),
+	}
+	if ar.Enabled != nil {
+		if *ar.Enabled && len(fc.Metadata.Endpoints) == 0 {
+			return p, fmt.Errorf("autorecovery.enabled: true needs metadata.endpoints")
+		}
+		p.enabled = p.enabled && *ar.Enabled
+	}
+	setIf(&p.auditor.LostBookieDelay, ar.LostBookieDelay)
+	setIf(&p.auditor.CheckInterval, ar.CheckInterval)
+	setIf(&p.auditor.AuditInterval, ar.AuditInterval)
+	setIf(&p.worker.PollInterval, ar.PollInterval)
+	setIf(&p.worker.RetryBackoff, ar.RetryBackoff)
+	setIf(&p.worker.CopyConcurrency, ar.CopyConcurrency)
+	p.placement.MinRacksPerWriteQuorum = 1
+	setIf(&p.placement.MinRacksPerWriteQuorum, ar.Placement.MinRacksPerWriteQuorum)
+	setIf(&p.placement.Enforce, ar.Placement.Enforce)
+	switch a, w := p.auditor, p.worker; {
+	case a.LostBookieDelay < 0:
+		return p, fmt.Errorf("autorecovery.lost_bookie_delay %v must be >= 0", a.LostBookieDelay)
+	case a.CheckInterval < time.Millisecond:
+		return p, fmt.Errorf("autorecovery.check_interval %v must be >= 1ms", a.CheckInterval)
+	case a.AuditInterval < a.CheckInterval:
+		return p, fmt.Errorf("autorecovery.audit_interval %v must be >= check_interval %v", a.AuditInterval, a.CheckInterval)
+	case w.PollInterval < time.Millisecond:
+		return p, fmt.Errorf("autorecovery.poll_interval %v must be >= 1ms", w.PollInterval)
+	case w.RetryBackoff < 0:
+		return p, fmt.Errorf("autorecovery.retry_backoff %v must be >= 0", w.RetryBackoff)
+	case w.CopyConcurrency < 1 || w.CopyConcurrency > 1024:
+		return p, fmt.Errorf("autorecovery.copy_concurrency %d must be in [1, 1024]", w.CopyConcurrency)
+	case p.placement.MinRacksPerWriteQuorum < 1:
+		return p, fmt.Errorf("autorecovery.placement.min_racks_per_write_quorum %d must be >= 1", p.placement.MinRacksPerWriteQuorum)
+	}
+	p.auditor.ID, p.worker.ID = cfg.ID, cfg.ID
+	p.worker.MaxEntryBytes = cfg.MaxEntryBytes
+	return p, nil
 }
 
 func setIf[T any](dst *T, src *T) {
@@ -74,6 +154,24 @@ func setIf[T any](dst *T, src *T) {
 
 // loadBookieConfig parses a YAML bookie config; errors name the field.
 func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
+	cfg, fc, _, err := loadBookieConfigAll(data)
+	return cfg, fc, err
+}
+
+// loadBookieConfigAll is loadBookieConfig plus the autorecovery plan.
+func loadBookieConfigAll(data []byte) (bookie.Config, bookieFileConfig, autorecoveryPlan, error) {
+	cfg, fc, err := parseBookieConfig(data)
+	if err != nil {
+		return cfg, fc, autorecoveryPlan{}, err
+	}
+	plan, err := autorecoveryConfigs(fc, cfg)
+	if err != nil {
+		return cfg, fc, plan, fmt.Errorf("bookie config: %w", err)
+	}
+	return cfg, fc, plan, nil
+}
+
+func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	var fc bookieFileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -144,7 +242,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			cfg, fc, err := loadBookieConfig(data)
+			cfg, fc, plan, err := loadBookieConfigAll(data)
 			if err != nil {
 				return fmt.Errorf("%s: %w", configPath, err)
 			}
@@ -153,6 +251,9 @@ func init() {
 				_ = level.UnmarshalText([]byte(*fc.LogLevel))
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			// One registry for the bookie and autorecovery: both on /metrics.
+			reg := prometheus.NewRegistry()
+			cfg.Registerer, cfg.Gatherer = reg, reg
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if len(fc.Metadata.Endpoints) > 0 {
@@ -184,11 +285,49 @@ func init() {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "bookie %s serving gRPC on %s, HTTP on %s\n", cfg.ID, srv.Addr(), srv.HTTPAddr())
+			stopAR := func() {}
+			if plan.enabled {
+				if stopAR, err = startAutorecovery(plan, cfg, reg); err != nil {
+					srv.Stop()
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "bookie %s running autorecovery (auditor candidate and worker, lost_bookie_delay %v)\n", cfg.ID, plan.auditor.LostBookieDelay)
+			}
 			<-ctx.Done()
+			stopAR()
 			srv.Stop()
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "bookie YAML config file")
 	rootCmd.AddCommand(cmd)
+}
+
+// startAutorecovery starts an auditor candidate and a worker on the bookie's
+// regional store; the returned func closes both.
+func startAutorecovery(plan autorecoveryPlan, cfg bookie.Config, reg *prometheus.Registry) (func(), error) {
+	plan.placement.Registerer = reg
+	placement, err := topology.NewRackAwarePlacement(plan.placement)
+	if err != nil {
+		return nil, fmt.Errorf("autorecovery.placement: %w", err)
+	}
+	a, w := plan.auditor, plan.worker
+	a.Store, w.Store, w.Placement = cfg.Metadata, cfg.Metadata, placement
+	a.Logger = cfg.Logger.With("component", "auditor")
+	w.Logger = cfg.Logger.With("component", "autorecovery-worker")
+	a.Registerer, w.Registerer = reg, reg
+	auditor, err := autorecovery.NewAuditor(a)
+	if err != nil {
+		return nil, err
+	}
+	worker, err := autorecovery.NewWorker(w)
+	if err != nil {
+		return nil, err
+	}
+	auditor.Start()
+	worker.Start()
+	return func() {
+		_ = worker.Close()
+		_ = auditor.Close()
+	}, nil
 }

@@ -2443,6 +2443,705 @@ func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
 	return nil
 }
 
+type BookieStatus struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	BookieId string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	// address, region, rack: as registered ("" when the bookie is not live
+	// and only named by a mark or the decommission list).
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Region  string `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Rack    string `protobuf:"bytes,4,opt,name=rack,proto3" json:"rack,omitempty"`
+	// live: registered now (read_only is then its current state).
+	Live           bool `protobuf:"varint,5,opt,name=live,proto3" json:"live,omitempty"`
+	ReadOnly       bool `protobuf:"varint,6,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	Decommissioned bool `protobuf:"varint,7,opt,name=decommissioned,proto3" json:"decommissioned,omitempty"`
+	// under_replicated_ledgers counts the ledgers marked as missing this bookie.
+	UnderReplicatedLedgers int32 `protobuf:"varint,8,opt,name=under_replicated_ledgers,json=underReplicatedLedgers,proto3" json:"under_replicated_ledgers,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *BookieStatus) Reset() {
+	*x = BookieStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieStatus) ProtoMessage() {}
+
+func (x *BookieStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieStatus.ProtoReflect.Descriptor instead.
+func (*BookieStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BookieStatus) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *BookieStatus) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *BookieStatus) GetDecommissioned() bool {
+	if x != nil {
+		return x.Decommissioned
+	}
+	return false
+}
+
+func (x *BookieStatus) GetUnderReplicatedLedgers() int32 {
+	if x != nil {
+		return x.UnderReplicatedLedgers
+	}
+	return 0
+}
+
+type ListBookiesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBookiesRequest) Reset() {
+	*x = ListBookiesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBookiesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBookiesRequest) ProtoMessage() {}
+
+func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBookiesRequest.ProtoReflect.Descriptor instead.
+func (*ListBookiesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+type ListBookiesResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Bookies []*BookieStatus        `protobuf:"bytes,1,rep,name=bookies,proto3" json:"bookies,omitempty"`
+	// under_replicated_count is the region's number of under-replicated ledgers.
+	UnderReplicatedCount int64 `protobuf:"varint,2,opt,name=under_replicated_count,json=underReplicatedCount,proto3" json:"under_replicated_count,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ListBookiesResponse) Reset() {
+	*x = ListBookiesResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBookiesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBookiesResponse) ProtoMessage() {}
+
+func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBookiesResponse.ProtoReflect.Descriptor instead.
+func (*ListBookiesResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListBookiesResponse) GetBookies() []*BookieStatus {
+	if x != nil {
+		return x.Bookies
+	}
+	return nil
+}
+
+func (x *ListBookiesResponse) GetUnderReplicatedCount() int64 {
+	if x != nil {
+		return x.UnderReplicatedCount
+	}
+	return 0
+}
+
+type UnderReplicatedLedger struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	// missing lists the lost bookie IDs.
+	Missing      []string `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
+	MarkedUnixMs int64    `protobuf:"varint,3,opt,name=marked_unix_ms,json=markedUnixMs,proto3" json:"marked_unix_ms,omitempty"`
+	// worker is the worker repairing it now ("" if none).
+	Worker        string `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnderReplicatedLedger) Reset() {
+	*x = UnderReplicatedLedger{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnderReplicatedLedger) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnderReplicatedLedger) ProtoMessage() {}
+
+func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnderReplicatedLedger.ProtoReflect.Descriptor instead.
+func (*UnderReplicatedLedger) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *UnderReplicatedLedger) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *UnderReplicatedLedger) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *UnderReplicatedLedger) GetMarkedUnixMs() int64 {
+	if x != nil {
+		return x.MarkedUnixMs
+	}
+	return 0
+}
+
+func (x *UnderReplicatedLedger) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+type GetAutorecoveryStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAutorecoveryStatusRequest) Reset() {
+	*x = GetAutorecoveryStatusRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAutorecoveryStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAutorecoveryStatusRequest) ProtoMessage() {}
+
+func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAutorecoveryStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetAutorecoveryStatusRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+type AutorecoveryStatus struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Paused       bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedReason string                 `protobuf:"bytes,2,opt,name=paused_reason,json=pausedReason,proto3" json:"paused_reason,omitempty"`
+	// auditor is the elected auditor's ID ("" if none runs).
+	Auditor string `protobuf:"bytes,3,opt,name=auditor,proto3" json:"auditor,omitempty"`
+	// under_replicated_count counts every mark; under_replicated lists at
+	// most the first 10000 in ledger order.
+	UnderReplicatedCount int64                    `protobuf:"varint,4,opt,name=under_replicated_count,json=underReplicatedCount,proto3" json:"under_replicated_count,omitempty"`
+	UnderReplicated      []*UnderReplicatedLedger `protobuf:"bytes,5,rep,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
+	Bookies              []*BookieStatus          `protobuf:"bytes,6,rep,name=bookies,proto3" json:"bookies,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *AutorecoveryStatus) Reset() {
+	*x = AutorecoveryStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutorecoveryStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutorecoveryStatus) ProtoMessage() {}
+
+func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutorecoveryStatus.ProtoReflect.Descriptor instead.
+func (*AutorecoveryStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AutorecoveryStatus) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *AutorecoveryStatus) GetPausedReason() string {
+	if x != nil {
+		return x.PausedReason
+	}
+	return ""
+}
+
+func (x *AutorecoveryStatus) GetAuditor() string {
+	if x != nil {
+		return x.Auditor
+	}
+	return ""
+}
+
+func (x *AutorecoveryStatus) GetUnderReplicatedCount() int64 {
+	if x != nil {
+		return x.UnderReplicatedCount
+	}
+	return 0
+}
+
+func (x *AutorecoveryStatus) GetUnderReplicated() []*UnderReplicatedLedger {
+	if x != nil {
+		return x.UnderReplicated
+	}
+	return nil
+}
+
+func (x *AutorecoveryStatus) GetBookies() []*BookieStatus {
+	if x != nil {
+		return x.Bookies
+	}
+	return nil
+}
+
+type PauseAutorecoveryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason is free text shown by the status (at most 1024 bytes).
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAutorecoveryRequest) Reset() {
+	*x = PauseAutorecoveryRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAutorecoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAutorecoveryRequest) ProtoMessage() {}
+
+func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAutorecoveryRequest.ProtoReflect.Descriptor instead.
+func (*PauseAutorecoveryRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PauseAutorecoveryRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PauseAutorecoveryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAutorecoveryResponse) Reset() {
+	*x = PauseAutorecoveryResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAutorecoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAutorecoveryResponse) ProtoMessage() {}
+
+func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAutorecoveryResponse.ProtoReflect.Descriptor instead.
+func (*PauseAutorecoveryResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+type ResumeAutorecoveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAutorecoveryRequest) Reset() {
+	*x = ResumeAutorecoveryRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAutorecoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAutorecoveryRequest) ProtoMessage() {}
+
+func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAutorecoveryRequest.ProtoReflect.Descriptor instead.
+func (*ResumeAutorecoveryRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+type ResumeAutorecoveryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAutorecoveryResponse) Reset() {
+	*x = ResumeAutorecoveryResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAutorecoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAutorecoveryResponse) ProtoMessage() {}
+
+func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAutorecoveryResponse.ProtoReflect.Descriptor instead.
+func (*ResumeAutorecoveryResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+type DecommissionBookieRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BookieId      string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionBookieRequest) Reset() {
+	*x = DecommissionBookieRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionBookieRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionBookieRequest) ProtoMessage() {}
+
+func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionBookieRequest.ProtoReflect.Descriptor instead.
+func (*DecommissionBookieRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *DecommissionBookieRequest) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+type DecommissionBookieResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionBookieResponse) Reset() {
+	*x = DecommissionBookieResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionBookieResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionBookieResponse) ProtoMessage() {}
+
+func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionBookieResponse.ProtoReflect.Descriptor instead.
+func (*DecommissionBookieResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+type RecommissionBookieRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BookieId      string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecommissionBookieRequest) Reset() {
+	*x = RecommissionBookieRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecommissionBookieRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecommissionBookieRequest) ProtoMessage() {}
+
+func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecommissionBookieRequest.ProtoReflect.Descriptor instead.
+func (*RecommissionBookieRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RecommissionBookieRequest) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+type RecommissionBookieResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecommissionBookieResponse) Reset() {
+	*x = RecommissionBookieResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecommissionBookieResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecommissionBookieResponse) ProtoMessage() {}
+
+func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecommissionBookieResponse.ProtoReflect.Descriptor instead.
+func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -2599,7 +3298,44 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\x12!\n" +
 	"\fowned_topics\x18\x04 \x01(\x05R\vownedTopics\"O\n" +
 	"\x13ListBrokersResponse\x128\n" +
-	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers2\xdd\x0f\n" +
+	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\x84\x02\n" +
+	"\fBookieStatus\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12\x12\n" +
+	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x12\n" +
+	"\x04live\x18\x05 \x01(\bR\x04live\x12\x1b\n" +
+	"\tread_only\x18\x06 \x01(\bR\breadOnly\x12&\n" +
+	"\x0edecommissioned\x18\a \x01(\bR\x0edecommissioned\x128\n" +
+	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\"\x14\n" +
+	"\x12ListBookiesRequest\"\x87\x01\n" +
+	"\x13ListBookiesResponse\x12:\n" +
+	"\abookies\x18\x01 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\x124\n" +
+	"\x16under_replicated_count\x18\x02 \x01(\x03R\x14underReplicatedCount\"\x8c\x01\n" +
+	"\x15UnderReplicatedLedger\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
+	"\amissing\x18\x02 \x03(\tR\amissing\x12$\n" +
+	"\x0emarked_unix_ms\x18\x03 \x01(\x03R\fmarkedUnixMs\x12\x16\n" +
+	"\x06worker\x18\x04 \x01(\tR\x06worker\"\x1e\n" +
+	"\x1cGetAutorecoveryStatusRequest\"\xb3\x02\n" +
+	"\x12AutorecoveryStatus\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\x12#\n" +
+	"\rpaused_reason\x18\x02 \x01(\tR\fpausedReason\x12\x18\n" +
+	"\aauditor\x18\x03 \x01(\tR\aauditor\x124\n" +
+	"\x16under_replicated_count\x18\x04 \x01(\x03R\x14underReplicatedCount\x12T\n" +
+	"\x10under_replicated\x18\x05 \x03(\v2).meridian.client.v1.UnderReplicatedLedgerR\x0funderReplicated\x12:\n" +
+	"\abookies\x18\x06 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\"2\n" +
+	"\x18PauseAutorecoveryRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x1b\n" +
+	"\x19PauseAutorecoveryResponse\"\x1b\n" +
+	"\x19ResumeAutorecoveryRequest\"\x1c\n" +
+	"\x1aResumeAutorecoveryResponse\"8\n" +
+	"\x19DecommissionBookieRequest\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"\x1c\n" +
+	"\x1aDecommissionBookieResponse\"8\n" +
+	"\x19RecommissionBookieRequest\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"\x1c\n" +
+	"\x1aRecommissionBookieResponse2\x81\x15\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -2620,7 +3356,13 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12CreateSubscription\x12-.meridian.client.v1.CreateSubscriptionRequest\x1a..meridian.client.v1.CreateSubscriptionResponse\x12s\n" +
 	"\x12DeleteSubscription\x12-.meridian.client.v1.DeleteSubscriptionRequest\x1a..meridian.client.v1.DeleteSubscriptionResponse\x12p\n" +
 	"\x11ResetSubscription\x12,.meridian.client.v1.ResetSubscriptionRequest\x1a-.meridian.client.v1.ResetSubscriptionResponse\x12^\n" +
-	"\vListBrokers\x12&.meridian.client.v1.ListBrokersRequest\x1a'.meridian.client.v1.ListBrokersResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\vListBrokers\x12&.meridian.client.v1.ListBrokersRequest\x1a'.meridian.client.v1.ListBrokersResponse\x12^\n" +
+	"\vListBookies\x12&.meridian.client.v1.ListBookiesRequest\x1a'.meridian.client.v1.ListBookiesResponse\x12q\n" +
+	"\x15GetAutorecoveryStatus\x120.meridian.client.v1.GetAutorecoveryStatusRequest\x1a&.meridian.client.v1.AutorecoveryStatus\x12p\n" +
+	"\x11PauseAutorecovery\x12,.meridian.client.v1.PauseAutorecoveryRequest\x1a-.meridian.client.v1.PauseAutorecoveryResponse\x12s\n" +
+	"\x12ResumeAutorecovery\x12-.meridian.client.v1.ResumeAutorecoveryRequest\x1a..meridian.client.v1.ResumeAutorecoveryResponse\x12s\n" +
+	"\x12DecommissionBookie\x12-.meridian.client.v1.DecommissionBookieRequest\x1a..meridian.client.v1.DecommissionBookieResponse\x12s\n" +
+	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -2634,7 +3376,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_admin_proto_rawDescData
 }
 
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ListTenantsRequest)(nil),           // 0: meridian.client.v1.ListTenantsRequest
 	(*ListTenantsResponse)(nil),          // 1: meridian.client.v1.ListTenantsResponse
@@ -2681,70 +3423,99 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ListBrokersRequest)(nil),           // 42: meridian.client.v1.ListBrokersRequest
 	(*BrokerInfo)(nil),                   // 43: meridian.client.v1.BrokerInfo
 	(*ListBrokersResponse)(nil),          // 44: meridian.client.v1.ListBrokersResponse
-	(SubscriptionType)(0),                // 45: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 46: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 47: meridian.client.v1.InitialPosition
+	(*BookieStatus)(nil),                 // 45: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),           // 46: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),          // 47: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),        // 48: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil), // 49: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),           // 50: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),     // 51: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),    // 52: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),    // 53: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),   // 54: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),    // 55: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),   // 56: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),    // 57: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),   // 58: meridian.client.v1.RecommissionBookieResponse
+	(SubscriptionType)(0),                // 59: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 60: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 61: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	6,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	45, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	59, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	28, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	46, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	60, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	27, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	29, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	46, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	60, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	31, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
 	32, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	46, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	47, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	46, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	47, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	60, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	61, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	60, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	61, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
 	43, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	0,  // 16: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	2,  // 17: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	4,  // 18: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	7,  // 19: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	9,  // 20: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	11, // 21: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	13, // 22: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	15, // 23: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	17, // 24: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	19, // 25: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	21, // 26: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	23, // 27: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	24, // 28: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	25, // 29: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	34, // 30: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	36, // 31: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	38, // 32: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	40, // 33: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	42, // 34: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	1,  // 35: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	3,  // 36: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	5,  // 37: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	8,  // 38: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	10, // 39: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	12, // 40: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	14, // 41: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	16, // 42: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	18, // 43: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	20, // 44: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	22, // 45: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	30, // 46: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	33, // 47: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	26, // 48: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	35, // 49: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	37, // 50: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	39, // 51: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	41, // 52: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	44, // 53: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	35, // [35:54] is the sub-list for method output_type
-	16, // [16:35] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	45, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	48, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	45, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	0,  // 19: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	2,  // 20: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	4,  // 21: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	7,  // 22: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	9,  // 23: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	11, // 24: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	13, // 25: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	15, // 26: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	17, // 27: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	19, // 28: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	21, // 29: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	23, // 30: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	24, // 31: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	25, // 32: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	34, // 33: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	36, // 34: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	38, // 35: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	40, // 36: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	42, // 37: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	46, // 38: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	49, // 39: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	51, // 40: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	53, // 41: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	55, // 42: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	57, // 43: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	1,  // 44: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	3,  // 45: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	5,  // 46: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	8,  // 47: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	10, // 48: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	12, // 49: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	14, // 50: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	16, // 51: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	18, // 52: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	20, // 53: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	22, // 54: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	30, // 55: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	33, // 56: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	26, // 57: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	35, // 58: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	37, // 59: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	39, // 60: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	41, // 61: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	44, // 62: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	47, // 63: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	50, // 64: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	52, // 65: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	54, // 66: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	56, // 67: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	58, // 68: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	44, // [44:69] is the sub-list for method output_type
+	19, // [19:44] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -2765,7 +3536,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

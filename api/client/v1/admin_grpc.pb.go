@@ -49,6 +49,12 @@ const (
 	Admin_DeleteSubscription_FullMethodName    = "/meridian.client.v1.Admin/DeleteSubscription"
 	Admin_ResetSubscription_FullMethodName     = "/meridian.client.v1.Admin/ResetSubscription"
 	Admin_ListBrokers_FullMethodName           = "/meridian.client.v1.Admin/ListBrokers"
+	Admin_ListBookies_FullMethodName           = "/meridian.client.v1.Admin/ListBookies"
+	Admin_GetAutorecoveryStatus_FullMethodName = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
+	Admin_PauseAutorecovery_FullMethodName     = "/meridian.client.v1.Admin/PauseAutorecovery"
+	Admin_ResumeAutorecovery_FullMethodName    = "/meridian.client.v1.Admin/ResumeAutorecovery"
+	Admin_DecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/DecommissionBookie"
+	Admin_RecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/RecommissionBookie"
 )
 
 // AdminClient is the client API for Admin service.
@@ -85,6 +91,22 @@ type AdminClient interface {
 	ResetSubscription(ctx context.Context, in *ResetSubscriptionRequest, opts ...grpc.CallOption) (*ResetSubscriptionResponse, error)
 	// ListBrokers lists the region's live brokers.
 	ListBrokers(ctx context.Context, in *ListBrokersRequest, opts ...grpc.CallOption) (*ListBrokersResponse, error)
+	// ListBookies lists the region's bookies as autorecovery sees them: the
+	// registered ones plus the decommissioned ones and the ones named by
+	// under-replicated ledgers.
+	ListBookies(ctx context.Context, in *ListBookiesRequest, opts ...grpc.CallOption) (*ListBookiesResponse, error)
+	// GetAutorecoveryStatus reports the under-replicated ledgers, the pause
+	// flag and the elected auditor.
+	GetAutorecoveryStatus(ctx context.Context, in *GetAutorecoveryStatusRequest, opts ...grpc.CallOption) (*AutorecoveryStatus, error)
+	// PauseAutorecovery stops marking and re-replication in the region until
+	// ResumeAutorecovery (a segment copy already running finishes).
+	PauseAutorecovery(ctx context.Context, in *PauseAutorecoveryRequest, opts ...grpc.CallOption) (*PauseAutorecoveryResponse, error)
+	ResumeAutorecovery(ctx context.Context, in *ResumeAutorecoveryRequest, opts ...grpc.CallOption) (*ResumeAutorecoveryResponse, error)
+	// DecommissionBookie re-replicates the bookie's closed ledgers elsewhere,
+	// live or not; it does not stop new ledgers from using it.
+	DecommissionBookie(ctx context.Context, in *DecommissionBookieRequest, opts ...grpc.CallOption) (*DecommissionBookieResponse, error)
+	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
+	RecommissionBookie(ctx context.Context, in *RecommissionBookieRequest, opts ...grpc.CallOption) (*RecommissionBookieResponse, error)
 }
 
 type adminClient struct {
@@ -285,6 +307,66 @@ func (c *adminClient) ListBrokers(ctx context.Context, in *ListBrokersRequest, o
 	return out, nil
 }
 
+func (c *adminClient) ListBookies(ctx context.Context, in *ListBookiesRequest, opts ...grpc.CallOption) (*ListBookiesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBookiesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListBookies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetAutorecoveryStatus(ctx context.Context, in *GetAutorecoveryStatusRequest, opts ...grpc.CallOption) (*AutorecoveryStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AutorecoveryStatus)
+	err := c.cc.Invoke(ctx, Admin_GetAutorecoveryStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PauseAutorecovery(ctx context.Context, in *PauseAutorecoveryRequest, opts ...grpc.CallOption) (*PauseAutorecoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseAutorecoveryResponse)
+	err := c.cc.Invoke(ctx, Admin_PauseAutorecovery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ResumeAutorecovery(ctx context.Context, in *ResumeAutorecoveryRequest, opts ...grpc.CallOption) (*ResumeAutorecoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeAutorecoveryResponse)
+	err := c.cc.Invoke(ctx, Admin_ResumeAutorecovery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DecommissionBookie(ctx context.Context, in *DecommissionBookieRequest, opts ...grpc.CallOption) (*DecommissionBookieResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecommissionBookieResponse)
+	err := c.cc.Invoke(ctx, Admin_DecommissionBookie_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RecommissionBookie(ctx context.Context, in *RecommissionBookieRequest, opts ...grpc.CallOption) (*RecommissionBookieResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecommissionBookieResponse)
+	err := c.cc.Invoke(ctx, Admin_RecommissionBookie_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -319,6 +401,22 @@ type AdminServer interface {
 	ResetSubscription(context.Context, *ResetSubscriptionRequest) (*ResetSubscriptionResponse, error)
 	// ListBrokers lists the region's live brokers.
 	ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error)
+	// ListBookies lists the region's bookies as autorecovery sees them: the
+	// registered ones plus the decommissioned ones and the ones named by
+	// under-replicated ledgers.
+	ListBookies(context.Context, *ListBookiesRequest) (*ListBookiesResponse, error)
+	// GetAutorecoveryStatus reports the under-replicated ledgers, the pause
+	// flag and the elected auditor.
+	GetAutorecoveryStatus(context.Context, *GetAutorecoveryStatusRequest) (*AutorecoveryStatus, error)
+	// PauseAutorecovery stops marking and re-replication in the region until
+	// ResumeAutorecovery (a segment copy already running finishes).
+	PauseAutorecovery(context.Context, *PauseAutorecoveryRequest) (*PauseAutorecoveryResponse, error)
+	ResumeAutorecovery(context.Context, *ResumeAutorecoveryRequest) (*ResumeAutorecoveryResponse, error)
+	// DecommissionBookie re-replicates the bookie's closed ledgers elsewhere,
+	// live or not; it does not stop new ledgers from using it.
+	DecommissionBookie(context.Context, *DecommissionBookieRequest) (*DecommissionBookieResponse, error)
+	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
+	RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -385,6 +483,24 @@ func (UnimplementedAdminServer) ResetSubscription(context.Context, *ResetSubscri
 }
 func (UnimplementedAdminServer) ListBrokers(context.Context, *ListBrokersRequest) (*ListBrokersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListBrokers not implemented")
+}
+func (UnimplementedAdminServer) ListBookies(context.Context, *ListBookiesRequest) (*ListBookiesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListBookies not implemented")
+}
+func (UnimplementedAdminServer) GetAutorecoveryStatus(context.Context, *GetAutorecoveryStatusRequest) (*AutorecoveryStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetAutorecoveryStatus not implemented")
+}
+func (UnimplementedAdminServer) PauseAutorecovery(context.Context, *PauseAutorecoveryRequest) (*PauseAutorecoveryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PauseAutorecovery not implemented")
+}
+func (UnimplementedAdminServer) ResumeAutorecovery(context.Context, *ResumeAutorecoveryRequest) (*ResumeAutorecoveryResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResumeAutorecovery not implemented")
+}
+func (UnimplementedAdminServer) DecommissionBookie(context.Context, *DecommissionBookieRequest) (*DecommissionBookieResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DecommissionBookie not implemented")
+}
+func (UnimplementedAdminServer) RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RecommissionBookie not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -749,6 +865,114 @@ func _Admin_ListBrokers_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListBookies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBookiesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListBookies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListBookies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListBookies(ctx, req.(*ListBookiesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetAutorecoveryStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAutorecoveryStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetAutorecoveryStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetAutorecoveryStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetAutorecoveryStatus(ctx, req.(*GetAutorecoveryStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PauseAutorecovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseAutorecoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PauseAutorecovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PauseAutorecovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PauseAutorecovery(ctx, req.(*PauseAutorecoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ResumeAutorecovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeAutorecoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResumeAutorecovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResumeAutorecovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResumeAutorecovery(ctx, req.(*ResumeAutorecoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DecommissionBookie_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecommissionBookieRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DecommissionBookie(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DecommissionBookie_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DecommissionBookie(ctx, req.(*DecommissionBookieRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RecommissionBookie_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecommissionBookieRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RecommissionBookie(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RecommissionBookie_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RecommissionBookie(ctx, req.(*RecommissionBookieRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -831,6 +1055,30 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListBrokers",
 			Handler:    _Admin_ListBrokers_Handler,
+		},
+		{
+			MethodName: "ListBookies",
+			Handler:    _Admin_ListBookies_Handler,
+		},
+		{
+			MethodName: "GetAutorecoveryStatus",
+			Handler:    _Admin_GetAutorecoveryStatus_Handler,
+		},
+		{
+			MethodName: "PauseAutorecovery",
+			Handler:    _Admin_PauseAutorecovery_Handler,
+		},
+		{
+			MethodName: "ResumeAutorecovery",
+			Handler:    _Admin_ResumeAutorecovery_Handler,
+		},
+		{
+			MethodName: "DecommissionBookie",
+			Handler:    _Admin_DecommissionBookie_Handler,
+		},
+		{
+			MethodName: "RecommissionBookie",
+			Handler:    _Admin_RecommissionBookie_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
