@@ -85,26 +85,28 @@ func benchAdds(b *testing.B, size, streams, window int) {
 					smu.Lock()
 					sent[e] = time.Now()
 					smu.Unlock()
-					if err := st.Send(&bookiev1.AddEntryRequest{LedgerId: int64(s), EntryId: e, Payload: payload, LastAddConfirmed: e - 1}); err != nil {
+					if err := st.Send(&bookiev1.AddEntriesRequest{Entries: []*bookiev1.AddEntryRequest{{LedgerId: int64(s), EntryId: e, Payload: payload, LastAddConfirmed: e - 1}}}); err != nil {
 						return
 					}
 				}
 			}()
 			local := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 			for {
-				r, err := st.Recv()
+				m, err := st.Recv()
 				if err != nil {
 					break
 				}
-				if r.Code != 0 {
-					b.Errorf("add failed: %s", r.Message)
+				for _, r := range m.Results {
+					if r.Code != 0 {
+						b.Errorf("add failed: %s", r.Message)
+					}
+					smu.Lock()
+					t0 := sent[r.EntryId]
+					delete(sent, r.EntryId)
+					smu.Unlock()
+					local.RecordValue(time.Since(t0).Microseconds())
+					<-sem
 				}
-				smu.Lock()
-				t0 := sent[r.EntryId]
-				delete(sent, r.EntryId)
-				smu.Unlock()
-				local.RecordValue(time.Since(t0).Microseconds())
-				<-sem
 			}
 			hmu.Lock()
 			hist.Merge(local)

@@ -60,6 +60,3 @@ var _ mem.BufferPool = (*bufferPool)(nil)
 func BufferPool() mem.BufferPool { return sharedPool }
 
 var sharedPool = &bufferPool{}
-
-// recordPool recycles the buffers journal records are encoded into.
-var recordPool = &bufferPool{}

@@ -119,7 +119,7 @@ func TestKill9RecoversAcknowledgedEntries(t *testing.T) {
 				go func() {
 					for e := int64(0); sctx.Err() == nil; e++ {
 						size := 100 + int(e%7)*900
-						if st.Send(&bookiev1.AddEntryRequest{LedgerId: ledger, EntryId: e, Payload: payloadFor(ledger, e, size), LastAddConfirmed: e - 1}) != nil {
+						if st.Send(&bookiev1.AddEntriesRequest{Entries: []*bookiev1.AddEntryRequest{{LedgerId: ledger, EntryId: e, Payload: payloadFor(ledger, e, size), LastAddConfirmed: e - 1}}}) != nil {
 							return
 						}
 						if e%64 == 0 {
@@ -128,15 +128,17 @@ func TestKill9RecoversAcknowledgedEntries(t *testing.T) {
 					}
 				}()
 				for {
-					r, err := st.Recv()
+					m, err := st.Recv()
 					if err != nil {
 						return
 					}
-					if r.Code == 0 {
-						mu.Lock()
-						acked[[2]int64{r.LedgerId, r.EntryId}] = 100 + int(r.EntryId%7)*900
-						mu.Unlock()
+					mu.Lock()
+					for _, r := range m.Results {
+						if r.Code == 0 {
+							acked[[2]int64{r.LedgerId, r.EntryId}] = 100 + int(r.EntryId%7)*900
+						}
 					}
+					mu.Unlock()
 				}
 			}()
 		}

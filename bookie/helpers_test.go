@@ -96,23 +96,26 @@ func streamAdds(ctx context.Context, c bookiev1.BookieClient, ledger, from, to i
 				sendErr <- ctx.Err()
 				return
 			}
-			if err := st.Send(&bookiev1.AddEntryRequest{LedgerId: ledger, EntryId: e, Payload: payloadFor(ledger, e, size), LastAddConfirmed: e - 1}); err != nil {
+			if err := st.Send(&bookiev1.AddEntriesRequest{Entries: []*bookiev1.AddEntryRequest{{LedgerId: ledger, EntryId: e, Payload: payloadFor(ledger, e, size), LastAddConfirmed: e - 1}}}); err != nil {
 				sendErr <- err
 				return
 			}
 		}
 		sendErr <- st.CloseSend()
 	}()
-	for n := from; n < to; n++ {
-		r, err := st.Recv()
+	for n := from; n < to; {
+		m, err := st.Recv()
 		if err != nil {
 			return acked, failed, err
 		}
-		<-sem
-		if e := bookie.FromCode(codes.Code(r.Code), r.Message); e != nil {
-			failed[r.EntryId] = e
-		} else {
-			acked = append(acked, r.EntryId)
+		for _, r := range m.Results {
+			n++
+			<-sem
+			if e := bookie.FromCode(codes.Code(r.Code), r.Message); e != nil {
+				failed[r.EntryId] = e
+			} else {
+				acked = append(acked, r.EntryId)
+			}
 		}
 	}
 	return acked, failed, <-sendErr

@@ -45,6 +45,13 @@ type recHeader struct {
 // encodeRecord appends the record to dst and returns it.
 func encodeRecord(dst []byte, typ byte, ledger, entry, lac int64, payload []byte) []byte {
 	var h [recHeaderSize]byte
+	encodeHeader(&h, typ, ledger, entry, lac, payload)
+	dst = append(dst, h[:]...)
+	return append(dst, payload...)
+}
+
+// encodeHeader fills h with the header of the record carrying payload.
+func encodeHeader(h *[recHeaderSize]byte, typ byte, ledger, entry, lac int64, payload []byte) {
 	binary.LittleEndian.PutUint32(h[0:4], uint32(recHeaderSize+len(payload)))
 	h[8] = typ
 	binary.LittleEndian.PutUint64(h[12:20], uint64(ledger))
@@ -52,8 +59,6 @@ func encodeRecord(dst []byte, typ byte, ledger, entry, lac int64, payload []byte
 	binary.LittleEndian.PutUint64(h[28:36], uint64(lac))
 	binary.LittleEndian.PutUint32(h[36:40], crc32.Checksum(payload, castagnoli))
 	binary.LittleEndian.PutUint32(h[4:8], headerCRC(h[:]))
-	dst = append(dst, h[:]...)
-	return append(dst, payload...)
 }
 
 func headerCRC(h []byte) uint32 {

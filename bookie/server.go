@@ -109,10 +109,14 @@ func (s *Server) startLocked(ctx context.Context) error {
 		return fmt.Errorf("bookie: listen %s: %w", s.cfg.ListenAddr, err)
 	}
 	s.lis = lis
-	// Entries up to MaxEntryBytes plus protobuf framing.
-	maxMsg := s.cfg.MaxEntryBytes + 64<<10
+	// One entry up to MaxEntryBytes, or a batch up to MaxAddBatchBytes,
+	// plus protobuf framing.
+	maxMsg := max(s.cfg.MaxEntryBytes, MaxAddBatchBytes) + 64<<10
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10),
-		experimental.BufferPool(BufferPool()))
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()),
+		// Large receive windows: a writer keeps a few hundred 64 KiB adds
+		// in flight on one stream.
+		grpc.InitialWindowSize(8<<20), grpc.InitialConnWindowSize(16<<20))
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {

@@ -47,15 +47,16 @@ func (s *Server) addAsync(ctx context.Context, r *bookiev1.AddEntryRequest, done
 		done(ErrReadOnly)
 		return
 	}
-	buf := recordPool.Get(recHeaderSize + len(r.Payload))
 	o := &op{
 		kind: recEntry, ledger: r.LedgerId, entry: r.EntryId, lac: r.LastAddConfirmed,
-		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload), pooled: buf,
-		rec:  encodeRecord((*buf)[:0], recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload),
-		done: func(res opResult) { done(res.err) },
+		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload),
+		body: r.Payload, done: func(res opResult) { done(res.err) },
 	}
+	// The CRC is computed here, on the stream's goroutine, not on the
+	// journal goroutine; the payload is copied only into the write buffer.
+	encodeHeader(&o.hdr, recEntry, r.LedgerId, r.EntryId, r.LastAddConfirmed, r.Payload)
+	o.rec = o.hdr[:]
 	if err := s.st.submit(ctx, o); err != nil {
-		recordPool.Put(buf)
 		c, _ := ToStatus(err)
 		s.metrics.addErrors.WithLabelValues(c.String()).Inc()
 		done(err)
@@ -77,6 +78,16 @@ func (svc *service) AddEntry(ctx context.Context, r *bookiev1.AddEntryRequest) (
 	return &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId}, nil
 }
 
+// MaxAddBatchBytes is the payload bytes a client may put into one
+// AddEntriesRequest with more than one entry (a single entry may be up to
+// Config.MaxEntryBytes). The bookie accepts messages of
+// max(MaxEntryBytes, MaxAddBatchBytes) plus framing.
+const MaxAddBatchBytes = 1 << 20
+
+// maxResultsPerMessage bounds the results packed into one
+// AddEntriesResponse.
+const maxResultsPerMessage = 1024
+
 func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 	ctx := stream.Context()
 	resps := make(chan *bookiev1.AddEntryResponse, maxStreamInFlight)
@@ -84,33 +95,52 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			r, err := stream.Recv()
+			batch, err := stream.Recv()
 			if err != nil {
 				recvErr <- err
 				return
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				recvErr <- ctx.Err()
-				return
+			for _, r := range batch.Entries {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					recvErr <- ctx.Err()
+					return
+				}
+				svc.srv.addAsync(ctx, r, func(err error) {
+					c, m := ToStatus(err)
+					resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
+				})
 			}
-			svc.srv.addAsync(ctx, r, func(err error) {
-				c, m := ToStatus(err)
-				resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
-			})
 		}
 	}()
 	inflight := func() int { return len(sem) }
 	recvDone := false
+	out := &bookiev1.AddEntriesResponse{}
 	for {
 		if recvDone && inflight() == 0 {
 			return nil
 		}
 		select {
 		case resp := <-resps:
-			<-sem
-			if err := stream.Send(resp); err != nil {
+			// Pack every result that is ready (a group commit answers many
+			// at once) into one message.
+			out.Results = append(out.Results[:0], resp)
+		more:
+			for len(out.Results) < maxResultsPerMessage {
+				select {
+				case r := <-resps:
+					out.Results = append(out.Results, r)
+				default:
+					break more
+				}
+			}
+			for range out.Results {
+				<-sem
+			}
+			err := stream.Send(out)
+			clear(out.Results)
+			if err != nil {
 				return err
 			}
 		case err := <-recvErr:

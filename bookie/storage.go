@@ -99,11 +99,15 @@ type op struct {
 	lac      int64
 	recovery bool
 	rec      []byte
-	pooled   *[]byte // rec's buffer, returned to recordPool once written
-	oldLoc   loc
-	start    time.Time
-	payload  int
-	done     func(opResult)
+	// body, when set, follows rec in the journal: an entry's rec is just
+	// its header (hdr) and body its payload, so the payload is copied once,
+	// into the group's write buffer.
+	body    []byte
+	hdr     [recHeaderSize]byte
+	oldLoc  loc
+	start   time.Time
+	payload int
+	done    func(opResult)
 
 	newLoc loc          // set by the journal goroutine
 	ls     *ledgerState // the ledger state decided on (journal goroutine)
@@ -424,7 +428,7 @@ func (s *storage) loop() {
 			return
 		}
 		batch = append(batch[:0], first)
-		bytes := len(first.rec)
+		bytes := len(first.rec) + len(first.body)
 		if first.kind != opSnapshot {
 			timer.Reset(s.cfg.GroupMaxWait)
 		gather:
@@ -445,7 +449,7 @@ func (s *storage) loop() {
 					}
 				}
 				batch = append(batch, o)
-				bytes += len(o.rec)
+				bytes += len(o.rec) + len(o.body)
 				if o.kind == opSnapshot {
 					break
 				}
@@ -548,8 +552,9 @@ func (s *storage) processGroup(batch []*op) {
 		if o.failed != nil {
 			continue
 		}
-		o.newLoc = loc{file: s.curSeq, off: s.curSize + int64(len(buf)), size: uint32(len(o.rec))}
+		o.newLoc = loc{file: s.curSeq, off: s.curSize + int64(len(buf)), size: uint32(len(o.rec) + len(o.body))}
 		buf = append(buf, o.rec...)
+		buf = append(buf, o.body...)
 		written = append(written, o)
 	}
 	s.mu.Unlock()
@@ -570,10 +575,7 @@ func (s *storage) processGroup(batch []*op) {
 		s.wbuf = buf[:0]
 	}
 	for _, o := range batch {
-		if o.pooled != nil {
-			recordPool.Put(o.pooled)
-			o.pooled, o.rec = nil, nil
-		}
+		o.rec, o.body = nil, nil
 	}
 	if len(g.batch) > 0 {
 		s.syncCh <- g

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,27 +83,21 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
-// Bookies lists the registered bookies (read-only ones included).
+// Bookies lists the registered bookies (read-only ones included), sorted
+// by ID (topology.ListBookies; registrations without an address are
+// skipped), and remembers their addresses for reconnecting.
 func (c *Client) Bookies(ctx context.Context) ([]topology.BookieInfo, error) {
-	var out []topology.BookieInfo
-	page := metadata.Page{}
-	for {
-		res, err := c.cfg.Store.List(ctx, topology.BookieRegistryPrefix, page, metadata.ReadOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("ledger: list bookies: %w", err)
+	all, _, err := topology.ListBookies(ctx, c.cfg.Store, c.log)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list bookies: %w", err)
+	}
+	out := all[:0]
+	for _, b := range all {
+		if b.Address == "" {
+			c.log.Warn("ignoring bookie registration without an address", "bookie", b.ID)
+			continue
 		}
-		for _, kv := range res.KVs {
-			var b topology.BookieInfo
-			if err := json.Unmarshal(kv.Value, &b); err != nil || b.ID == "" || b.Address == "" {
-				c.log.Warn("ignoring bad bookie registration", "key", kv.Key, "err", err)
-				continue
-			}
-			out = append(out, b)
-		}
-		if !res.More || len(res.KVs) == 0 {
-			break
-		}
-		page.After = res.KVs[len(res.KVs)-1].Key
+		out = append(out, b)
 	}
 	c.mu.Lock()
 	c.registry = make(map[string]topology.BookieInfo, len(out))
@@ -122,13 +115,7 @@ func (c *Client) writableBookies(ctx context.Context) ([]topology.BookieInfo, er
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, b := range all {
-		if !b.ReadOnly {
-			out = append(out, b)
-		}
-	}
-	return out, nil
+	return topology.Writable(all), nil
 }
 
 // conn returns the shared connection to bookie b. A bookie that registered
@@ -262,20 +249,57 @@ func (c *Client) Open(ctx context.Context, id int64) (*Reader, error) {
 
 // Delete deletes the ledger's entries on its bookies (best effort: a bookie
 // that cannot be reached keeps its copy until it garbage-collects ledgers
-// without metadata) and then its metadata. ErrNoSuchLedger if absent.
+// without metadata) and then its metadata, guarded by the version it read:
+// if the metadata changed meanwhile (an autorecovery swap put a replica on
+// another bookie), it re-reads and deletes on the bookies of the new
+// version too, so no replica is left without metadata. ErrNoSuchLedger if
+// absent.
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	md, err := c.meta.get(ctx, id)
-	if err != nil {
-		return err
-	}
-	seen := map[string]topology.BookieInfo{}
-	for _, s := range md.Segments {
-		for _, b := range s.Ensemble {
-			seen[b.ID] = b
+	done := map[string]bool{} // bookies already asked to delete
+	for attempt := 0; ; attempt++ {
+		md, err := c.meta.get(ctx, id)
+		if err != nil {
+			if attempt > 0 && errors.Is(err, ErrNoSuchLedger) {
+				return nil // deleted concurrently
+			}
+			return err
+		}
+		todo := map[string]topology.BookieInfo{}
+		for _, s := range md.Segments {
+			for _, b := range s.Ensemble {
+				if !done[b.ID] {
+					todo[b.ID] = b
+				}
+			}
+		}
+		c.deleteOnBookies(ctx, id, todo)
+		for bid := range todo {
+			done[bid] = true
+		}
+		err = c.cfg.Store.Delete(ctx, LedgerKey(id), md.version)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, metadata.ErrNotFound):
+			return nil // deleted concurrently
+		case errors.Is(err, metadata.ErrVersionMismatch):
+			if attempt >= maxDeleteAttempts {
+				return fmt.Errorf("ledger: delete metadata of %d: changed concurrently %d times: %w", id, attempt+1, err)
+			}
+			continue // changed meanwhile: delete on its new bookies too
+		default:
+			return fmt.Errorf("ledger: delete metadata of %d: %w", id, err)
 		}
 	}
+}
+
+// maxDeleteAttempts bounds Delete's re-reads after concurrent changes.
+const maxDeleteAttempts = 20
+
+// deleteOnBookies asks each bookie to delete the ledger, in parallel.
+func (c *Client) deleteOnBookies(ctx context.Context, id int64, bookies map[string]topology.BookieInfo) {
 	var wg sync.WaitGroup
-	for _, b := range seen {
+	for _, b := range bookies {
 		wg.Add(1)
 		go func(b topology.BookieInfo) {
 			defer wg.Done()
@@ -291,14 +315,6 @@ func (c *Client) Delete(ctx context.Context, id int64) error {
 		}(b)
 	}
 	wg.Wait()
-	err = c.cfg.Store.Delete(ctx, LedgerKey(id), metadata.AnyVersion)
-	if errors.Is(err, metadata.ErrNotFound) {
-		return fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
-	}
-	if err != nil {
-		return fmt.Errorf("ledger: delete metadata of %d: %w", id, err)
-	}
-	return nil
 }
 
 // Ledgers lists the IDs of every ledger with metadata, in ID order (for

@@ -13,8 +13,10 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+	"github.com/meridianmq/meridian/bookie"
 )
 
 // addCallback receives the outcome of one add sent on a bookie's stream:
@@ -49,7 +51,7 @@ type queuedAdd struct {
 
 // addStream is one open AddEntries stream and the adds waiting on it.
 type addStream struct {
-	s      grpc.BidiStreamingClient[bookiev1.AddEntryRequest, bookiev1.AddEntryResponse]
+	s      grpc.BidiStreamingClient[bookiev1.AddEntriesRequest, bookiev1.AddEntriesResponse]
 	cancel context.CancelFunc
 	// mu guards pending and dead.
 	mu      sync.Mutex
@@ -78,9 +80,13 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(cfg.MaxEntryBytes+(1<<20)),
-			grpc.MaxCallSendMsgSize(cfg.MaxEntryBytes+(1<<20)),
+			grpc.MaxCallRecvMsgSize(max(cfg.MaxEntryBytes, bookie.MaxAddBatchBytes)+(1<<20)),
+			grpc.MaxCallSendMsgSize(max(cfg.MaxEntryBytes, bookie.MaxAddBatchBytes)+(1<<20)),
+			grpc.ForceCodecV2(bookie.Codec()),
 		),
+		// gRPC's default pool zeroes a 1 MiB buffer for every message
+		// between 32 KiB and 1 MiB; the bookie's pool does not.
+		experimental.WithBufferPool(bookie.BufferPool()),
 		// Reconnect quickly after a bookie restarts: fail-fast RPCs during
 		// the backoff would otherwise fail for up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -132,39 +138,89 @@ func (c *bookieConn) add(req *bookiev1.AddEntryRequest, cb addCallback) {
 	}
 }
 
+// maxBatchEntries bounds the adds coalesced into one AddEntries message
+// (bytes are bounded by bookie.MaxAddBatchBytes).
+const maxBatchEntries = 512
+
 // sendLoop sends queued adds on the stream, (re)opening it when needed.
+// Whatever is queued when it is ready to send goes out as one message
+// (bounded by maxBatchEntries and bookie.MaxAddBatchBytes): batches grow
+// with load and nothing waits for a batch to fill.
 func (c *bookieConn) sendLoop(openTimeout time.Duration) {
 	defer c.wg.Done()
+	var (
+		carry *queuedAdd // taken from the queue but did not fit the last batch
+		batch []*queuedAdd
+		msg   = &bookiev1.AddEntriesRequest{}
+	)
 	for {
-		var q *queuedAdd
-		select {
-		case q = <-c.sendq:
-		case <-c.done:
-			c.drain()
-			return
+		q := carry
+		carry = nil
+		if q == nil {
+			select {
+			case q = <-c.sendq:
+			case <-c.done:
+				c.drain()
+				return
+			}
 		}
-		st, err := c.currentStream(openTimeout)
-		if err != nil {
-			q.cb(asBookieError(c.id, err))
-			continue
+		batch = append(batch[:0], q)
+		bytes := len(q.req.Payload)
+	gather:
+		for len(batch) < maxBatchEntries {
+			select {
+			case q := <-c.sendq:
+				if bytes+len(q.req.Payload) > bookie.MaxAddBatchBytes {
+					carry = q
+					break gather
+				}
+				batch = append(batch, q)
+				bytes += len(q.req.Payload)
+			default:
+				break gather
+			}
 		}
-		c.mu.Lock()
+		c.sendBatch(batch, msg, openTimeout)
+		clear(batch)
+	}
+}
+
+// sendBatch sends batch as one message on the current stream.
+func (c *bookieConn) sendBatch(batch []*queuedAdd, msg *bookiev1.AddEntriesRequest, openTimeout time.Duration) {
+	st, err := c.currentStream(openTimeout)
+	if err != nil {
+		berr := asBookieError(c.id, err)
+		for _, q := range batch {
+			q.cb(berr)
+		}
+		return
+	}
+	c.mu.Lock()
+	for _, q := range batch {
 		c.nextReq++
 		q.req.RequestId = c.nextReq
-		c.mu.Unlock()
-		st.mu.Lock()
-		if st.dead {
-			st.mu.Unlock()
-			q.cb(&bookieError{bookie: c.id, code: codes.Unavailable, msg: "add stream broken"})
-			continue
-		}
-		st.pending[q.req.RequestId] = q.cb
+	}
+	c.mu.Unlock()
+	st.mu.Lock()
+	if st.dead {
 		st.mu.Unlock()
-		if err := st.s.Send(q.req); err != nil {
-			// The real cause comes from Recv; fail everything on this stream.
-			st.failAll(&bookieError{bookie: c.id, code: codes.Unavailable, msg: "add stream send: " + err.Error()})
-			c.clearStream(st)
+		for _, q := range batch {
+			q.cb(&bookieError{bookie: c.id, code: codes.Unavailable, msg: "add stream broken"})
 		}
+		return
+	}
+	msg.Entries = msg.Entries[:0]
+	for _, q := range batch {
+		st.pending[q.req.RequestId] = q.cb
+		msg.Entries = append(msg.Entries, q.req)
+	}
+	st.mu.Unlock()
+	err = st.s.Send(msg)
+	clear(msg.Entries)
+	if err != nil {
+		// The real cause comes from Recv; fail everything on this stream.
+		st.failAll(&bookieError{bookie: c.id, code: codes.Unavailable, msg: "add stream send: " + err.Error()})
+		c.clearStream(st)
 	}
 }
 
@@ -223,8 +279,9 @@ func (c *bookieConn) currentStream(openTimeout time.Duration) (*addStream, error
 
 func (c *bookieConn) recvLoop(st *addStream) {
 	defer c.wg.Done()
+	var cbs []addCallback
 	for {
-		resp, err := st.s.Recv()
+		m, err := st.s.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("stream ended by bookie")
@@ -233,20 +290,28 @@ func (c *bookieConn) recvLoop(st *addStream) {
 			st.failAll(asBookieError(c.id, err))
 			return
 		}
+		cbs = cbs[:0]
 		st.mu.Lock()
-		cb, ok := st.pending[resp.RequestId]
-		if ok {
-			delete(st.pending, resp.RequestId)
+		for _, r := range m.Results {
+			cb, ok := st.pending[r.RequestId]
+			if ok {
+				delete(st.pending, r.RequestId)
+			}
+			cbs = append(cbs, cb)
 		}
 		st.mu.Unlock()
-		if !ok {
-			continue
+		for i, r := range m.Results {
+			cb := cbs[i]
+			if cb == nil {
+				continue
+			}
+			if r.Code == 0 {
+				cb(nil)
+			} else {
+				cb(&bookieError{bookie: c.id, code: codes.Code(r.Code), msg: r.Message})
+			}
 		}
-		if resp.Code == 0 {
-			cb(nil)
-		} else {
-			cb(&bookieError{bookie: c.id, code: codes.Code(resp.Code), msg: resp.Message})
-		}
+		clear(cbs)
 	}
 }
 

@@ -41,9 +41,9 @@ var (
 )
 
 // bookieErrKind classifies a bookie's answer. The reason strings are the
-// stable prefixes documented in api/bookie/v1/bookie.proto; they are matched
-// here (rather than importing package bookie) so the bookie server package
-// may itself use this client, e.g. for autorecovery, without an import cycle.
+// stable prefixes documented in api/bookie/v1/bookie.proto, matched here
+// directly. (This package imports package bookie only for its gRPC buffer
+// pool, codec and batch limit; package bookie must not import this one.)
 type bookieErrKind int
 
 const (
@@ -53,6 +53,7 @@ const (
 	kindCorrupt
 	kindReadOnly
 	kindInvalid
+	kindBusy  // back-pressure (RESOURCE_EXHAUSTED "too many in flight"): not added, retry
 	kindOther // unavailable, I/O error, timeout, unknown: outcome unknown
 )
 
@@ -64,6 +65,7 @@ const (
 	reasonCorrupt      = "entry corrupt"
 	reasonReadOnly     = "bookie read-only"
 	reasonInvalid      = "invalid argument"
+	reasonBusy         = "too many in flight"
 )
 
 func classifyCode(code codes.Code, msg string) bookieErrKind {
@@ -80,6 +82,8 @@ func classifyCode(code codes.Code, msg string) bookieErrKind {
 		return kindReadOnly
 	case code == codes.InvalidArgument && strings.HasPrefix(msg, reasonInvalid):
 		return kindInvalid
+	case code == codes.ResourceExhausted && strings.HasPrefix(msg, reasonBusy):
+		return kindBusy
 	}
 	return kindOther
 }

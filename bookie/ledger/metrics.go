@@ -17,6 +17,7 @@ type metrics struct {
 	speculative     prometheus.Counter
 	recoveries      *prometheus.CounterVec
 	fenced          prometheus.Counter
+	busyRetries     prometheus.Counter
 }
 
 // latencyBuckets span 100 µs (group commit on a fast disk) to ~13 s (add
@@ -48,10 +49,12 @@ func newMetrics(reg prometheus.Registerer, region string) (*metrics, error) {
 			Name: "meridian_ledger_recoveries_total", Help: "OpenRecover outcomes (recovered, already_closed, error).", ConstLabels: cl}, []string{"result"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_ledger_writers_fenced_total", Help: "Writers stopped because their ledger was fenced.", ConstLabels: cl}),
+		busyRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_ledger_add_busy_retries_total", Help: "Adds resent to the same bookie after it answered \"too many in flight\" (back-pressure).", ConstLabels: cl}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.addLatency, m.adds, m.addBytes, m.inFlight, m.ensembleChanges,
-			m.readLatency, m.reads, m.speculative, m.recoveries, m.fenced} {
+			m.readLatency, m.reads, m.speculative, m.recoveries, m.fenced, m.busyRetries} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -198,6 +198,11 @@ func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac
 		data, missing, err := c.recoveryRead(ctx, md, seg, e, need)
 		if err != nil {
 			wg.Wait()
+			if addErr != nil {
+				// A failed re-add cancelled ctx: report it, not the
+				// cancellation it caused.
+				return -1, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, addErr)
+			}
 			return -1, err
 		}
 		if missing {
@@ -323,12 +328,31 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 			finish(i, err)
 			continue
 		}
-		bc.add(&bookiev1.AddEntryRequest{
-			LedgerId:         md.ID,
-			EntryId:          e,
-			Payload:          data,
-			LastAddConfirmed: lac,
-			RecoveryAdd:      true,
-		}, func(err error) { finish(i, err) })
+		// Back-pressure ("too many in flight") is retried on the same
+		// bookie after a backoff, until the AddTimeout timer gives up.
+		var send func(attempt int)
+		send = func(attempt int) {
+			bc.add(&bookiev1.AddEntryRequest{
+				LedgerId:         md.ID,
+				EntryId:          e,
+				Payload:          data,
+				LastAddConfirmed: lac,
+				RecoveryAdd:      true,
+			}, func(err error) {
+				if err != nil && classify(err) == kindBusy {
+					mu.Lock()
+					gaveUp := answered[i] // the AddTimeout timer fired
+					mu.Unlock()
+					if gaveUp {
+						return
+					}
+					c.m.busyRetries.Inc()
+					time.AfterFunc(min(busyBackoffMin<<min(attempt, 6), busyBackoffMax), func() { send(attempt + 1) })
+					return
+				}
+				finish(i, err)
+			})
+		}
+		send(0)
 	}
 }

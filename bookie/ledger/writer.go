@@ -66,6 +66,7 @@ type pendingAdd struct {
 	acked  []bool   // per write-set member: the bookie in sent[i] confirmed
 	done   bool
 	err    error
+	busy   int // back-pressure retries so far (for the backoff)
 }
 
 func (p *pendingAdd) ackCount() int {
@@ -272,11 +273,52 @@ func (w *Writer) onResult(p *pendingAdd, i int, bookieID string, err error) {
 		// below ours): changing ensemble would not help.
 		w.failLocked(fmt.Errorf("%w: bookie %s refused entry %d: %v", ErrInvalidArgument, bookieID, p.entry, err))
 		return
+	case kindBusy:
+		// Back-pressure, not a failure: the bookie did not add it and asks
+		// us to slow down. Resend to the same bookie after a backoff; one
+		// that stays busy for AddTimeout is replaced by timeoutLoop.
+		w.retryBusyLocked(p, i, bookieID)
+		return
 	}
 	if !w.failed[bookieID] {
 		w.log.Warn("bookie failed an add; changing ensemble", "bookie", bookieID, "entry", p.entry, "err", err)
 	}
 	w.bookieFailedLocked(bookieID)
+}
+
+// Backoff for adds a bookie refused as "too many in flight".
+const (
+	busyBackoffMin = 5 * time.Millisecond
+	busyBackoffMax = 200 * time.Millisecond
+)
+
+// retryBusyLocked resends p's add to write-set member i (bookieID) after a
+// backoff, unless by then the writer failed, the member was replaced or it
+// confirmed. During an ensemble change it waits another backoff.
+func (w *Writer) retryBusyLocked(p *pendingAdd, i int, bookieID string) {
+	d := min(busyBackoffMin<<min(p.busy, 6), busyBackoffMax)
+	p.busy++
+	w.c.m.busyRetries.Inc()
+	time.AfterFunc(d, func() {
+		w.mu.Lock()
+		if w.err != nil || w.closed || p.sent[i] != bookieID || p.acked[i] || w.failed[bookieID] {
+			w.mu.Unlock()
+			return
+		}
+		if w.changing {
+			w.retryBusyLocked(p, i, bookieID)
+			w.mu.Unlock()
+			return
+		}
+		b := w.ensemble[p.ws[i]]
+		if b.ID != bookieID {
+			w.mu.Unlock()
+			return
+		}
+		s := sendOp{p: p, i: i, b: b, lac: w.lac, entry: p.entry}
+		w.mu.Unlock()
+		w.send([]sendOp{s})
+	})
 }
 
 func (w *Writer) bookieFailedLocked(bookieID string) {
@@ -434,10 +476,9 @@ func (w *Writer) changeEnsemble() {
 			}
 		}
 		first := w.lac + 1
-		md := w.md.clone()
 		w.mu.Unlock()
 
-		newEns, md, err := w.recordEnsembleChange(md, ensemble, positions, exclude, avoid, first)
+		newEns, md, err := w.recordEnsembleChange(ensemble, positions, exclude, avoid, first)
 		w.mu.Lock()
 		if err != nil {
 			w.failLocked(err)
@@ -487,17 +528,33 @@ const bookieQuarantine = 30 * time.Second
 // recordEnsembleChange picks replacements for positions (never one in
 // exclude; one in avoid only if nothing else fits) and records the new
 // segment by CAS. A ledger no longer open means someone fenced it.
-func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieInfo, positions []int,
+func (w *Writer) recordEnsembleChange(ensemble []topology.BookieInfo, positions []int,
 	exclude, avoid map[string]bool, first int64) ([]topology.BookieInfo, *Metadata, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.MetadataTimeout)
 	defer cancel()
-	// Re-read first: if someone started recovering the ledger, the failure
-	// may be a fence in disguise, and there is nothing to replace.
-	if cur, err := w.c.meta.get(ctx, w.id); err == nil {
-		md = cur
+	var md *Metadata
+	// Re-read first (never decide on a stale copy): if someone started
+	// recovering the ledger, the failure may be a fence in disguise, and
+	// there is nothing to replace.
+	for {
+		cur, err := w.c.meta.get(ctx, w.id)
+		if err == nil {
+			md = cur
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("ledger %d: re-read metadata before ensemble change: %w", w.id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if md.State != StateOpen {
 		return nil, nil, fmt.Errorf("%w: ledger %d is %s", ErrLedgerFenced, w.id, md.State)
+	}
+	// Then ask the ensemble: a bookie that answers fenced means a recovery
+	// is under way even if its answer to our add has not arrived yet (or
+	// the failed bookie's error overtook it). Never change around a fence.
+	if b := w.fencedMember(ctx, ensemble); b != "" {
+		return nil, nil, fmt.Errorf("%w: ledger %d fenced on bookie %s", ErrLedgerFenced, w.id, b)
 	}
 	candidates, err := w.c.writableBookies(ctx)
 	if err != nil {
@@ -548,6 +605,39 @@ func (w *Writer) recordEnsembleChange(md *Metadata, ensemble []topology.BookieIn
 		}
 		md = cur
 	}
+}
+
+// fencedMember asks every bookie of ensemble, in parallel, whether the
+// ledger is fenced there; it returns the ID of one that says so, or "".
+// Bookies that do not answer within ReadTimeout are skipped.
+func (w *Writer) fencedMember(ctx context.Context, ensemble []topology.BookieInfo) string {
+	ctx, cancel := context.WithTimeout(ctx, w.c.cfg.ReadTimeout)
+	defer cancel()
+	found := make(chan string, len(ensemble))
+	for _, b := range ensemble {
+		go func() {
+			bc, err := w.c.conn(b)
+			if err == nil {
+				var r *bookiev1.ReadLastAddConfirmedResponse
+				r, err = bc.client.ReadLastAddConfirmed(ctx, &bookiev1.ReadLastAddConfirmedRequest{LedgerId: w.id})
+				if err == nil && r.Fenced {
+					found <- b.ID
+					return
+				}
+			}
+			if err != nil && classify(asBookieError(b.ID, err)) == kindFenced {
+				found <- b.ID
+				return
+			}
+			found <- ""
+		}()
+	}
+	for range ensemble {
+		if id := <-found; id != "" {
+			return id
+		}
+	}
+	return ""
 }
 
 // Close waits for outstanding adds, then records the ledger closed at

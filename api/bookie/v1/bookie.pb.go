@@ -219,6 +219,97 @@ func (x *AddEntryResponse) GetMessage() string {
 	return ""
 }
 
+// AddEntriesRequest is one message of the AddEntries stream: a batch of
+// adds. Entries are queued for the journal in batch order.
+type AddEntriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AddEntryRequest     `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddEntriesRequest) Reset() {
+	*x = AddEntriesRequest{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddEntriesRequest) ProtoMessage() {}
+
+func (x *AddEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddEntriesRequest.ProtoReflect.Descriptor instead.
+func (*AddEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AddEntriesRequest) GetEntries() []*AddEntryRequest {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// AddEntriesResponse carries the results of one or more adds of the stream.
+type AddEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*AddEntryResponse    `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddEntriesResponse) Reset() {
+	*x = AddEntriesResponse{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddEntriesResponse) ProtoMessage() {}
+
+func (x *AddEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddEntriesResponse.ProtoReflect.Descriptor instead.
+func (*AddEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AddEntriesResponse) GetResults() []*AddEntryResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ReadEntryRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -232,7 +323,7 @@ type ReadEntryRequest struct {
 
 func (x *ReadEntryRequest) Reset() {
 	*x = ReadEntryRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[2]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +335,7 @@ func (x *ReadEntryRequest) String() string {
 func (*ReadEntryRequest) ProtoMessage() {}
 
 func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[2]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +348,7 @@ func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryRequest.ProtoReflect.Descriptor instead.
 func (*ReadEntryRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{2}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReadEntryRequest) GetLedgerId() int64 {
@@ -296,7 +387,7 @@ type ReadEntryResponse struct {
 
 func (x *ReadEntryResponse) Reset() {
 	*x = ReadEntryResponse{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[3]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +399,7 @@ func (x *ReadEntryResponse) String() string {
 func (*ReadEntryResponse) ProtoMessage() {}
 
 func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[3]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +412,7 @@ func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryResponse.ProtoReflect.Descriptor instead.
 func (*ReadEntryResponse) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{3}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadEntryResponse) GetLedgerId() int64 {
@@ -373,7 +464,7 @@ type ReadRangeRequest struct {
 
 func (x *ReadRangeRequest) Reset() {
 	*x = ReadRangeRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[4]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +476,7 @@ func (x *ReadRangeRequest) String() string {
 func (*ReadRangeRequest) ProtoMessage() {}
 
 func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[4]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +489,7 @@ func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReadRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{4}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadRangeRequest) GetLedgerId() int64 {
@@ -438,7 +529,7 @@ type ReadLastAddConfirmedRequest struct {
 
 func (x *ReadLastAddConfirmedRequest) Reset() {
 	*x = ReadLastAddConfirmedRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[5]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +541,7 @@ func (x *ReadLastAddConfirmedRequest) String() string {
 func (*ReadLastAddConfirmedRequest) ProtoMessage() {}
 
 func (x *ReadLastAddConfirmedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[5]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +554,7 @@ func (x *ReadLastAddConfirmedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLastAddConfirmedRequest.ProtoReflect.Descriptor instead.
 func (*ReadLastAddConfirmedRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{5}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadLastAddConfirmedRequest) GetLedgerId() int64 {
@@ -485,7 +576,7 @@ type ReadLastAddConfirmedResponse struct {
 
 func (x *ReadLastAddConfirmedResponse) Reset() {
 	*x = ReadLastAddConfirmedResponse{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[6]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +588,7 @@ func (x *ReadLastAddConfirmedResponse) String() string {
 func (*ReadLastAddConfirmedResponse) ProtoMessage() {}
 
 func (x *ReadLastAddConfirmedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[6]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +601,7 @@ func (x *ReadLastAddConfirmedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLastAddConfirmedResponse.ProtoReflect.Descriptor instead.
 func (*ReadLastAddConfirmedResponse) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{6}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadLastAddConfirmedResponse) GetLastAddConfirmed() int64 {
@@ -543,7 +634,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[7]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +646,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[7]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +659,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{7}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FenceRequest) GetLedgerId() int64 {
@@ -589,7 +680,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[8]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +692,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[8]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +705,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{8}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FenceResponse) GetLastEntryId() int64 {
@@ -640,7 +731,7 @@ type DeleteLedgerRequest struct {
 
 func (x *DeleteLedgerRequest) Reset() {
 	*x = DeleteLedgerRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[9]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +743,7 @@ func (x *DeleteLedgerRequest) String() string {
 func (*DeleteLedgerRequest) ProtoMessage() {}
 
 func (x *DeleteLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[9]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +756,7 @@ func (x *DeleteLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLedgerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{9}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteLedgerRequest) GetLedgerId() int64 {
@@ -683,7 +774,7 @@ type DeleteLedgerResponse struct {
 
 func (x *DeleteLedgerResponse) Reset() {
 	*x = DeleteLedgerResponse{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[10]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +786,7 @@ func (x *DeleteLedgerResponse) String() string {
 func (*DeleteLedgerResponse) ProtoMessage() {}
 
 func (x *DeleteLedgerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[10]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +799,7 @@ func (x *DeleteLedgerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLedgerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLedgerResponse) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{10}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{12}
 }
 
 type GetInfoRequest struct {
@@ -719,7 +810,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[11]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +822,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[11]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +835,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{11}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{13}
 }
 
 type GetInfoResponse struct {
@@ -767,7 +858,7 @@ type GetInfoResponse struct {
 
 func (x *GetInfoResponse) Reset() {
 	*x = GetInfoResponse{}
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[12]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +870,7 @@ func (x *GetInfoResponse) String() string {
 func (*GetInfoResponse) ProtoMessage() {}
 
 func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_bookie_v1_bookie_proto_msgTypes[12]
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +883,7 @@ func (x *GetInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetInfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{12}
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetInfoResponse) GetBookieId() string {
@@ -884,7 +975,11 @@ const file_api_bookie_v1_bookie_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"`\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"R\n" +
+	"\x11AddEntriesRequest\x12=\n" +
+	"\aentries\x18\x01 \x03(\v2#.meridian.bookie.v1.AddEntryRequestR\aentries\"T\n" +
+	"\x12AddEntriesResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.meridian.bookie.v1.AddEntryResponseR\aresults\"`\n" +
 	"\x10ReadEntryRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x14\n" +
@@ -926,11 +1021,11 @@ const file_api_bookie_v1_bookie_proto_rawDesc = "" +
 	"\x10disk_total_bytes\x18\b \x01(\x04R\x0ediskTotalBytes\x12!\n" +
 	"\fledger_count\x18\t \x01(\x03R\vledgerCount\x12&\n" +
 	"\x0fmax_entry_bytes\x18\n" +
-	" \x01(\x03R\rmaxEntryBytes2\xf2\x05\n" +
+	" \x01(\x03R\rmaxEntryBytes2\xf6\x05\n" +
 	"\x06Bookie\x12U\n" +
-	"\bAddEntry\x12#.meridian.bookie.v1.AddEntryRequest\x1a$.meridian.bookie.v1.AddEntryResponse\x12[\n" +
+	"\bAddEntry\x12#.meridian.bookie.v1.AddEntryRequest\x1a$.meridian.bookie.v1.AddEntryResponse\x12_\n" +
 	"\n" +
-	"AddEntries\x12#.meridian.bookie.v1.AddEntryRequest\x1a$.meridian.bookie.v1.AddEntryResponse(\x010\x01\x12X\n" +
+	"AddEntries\x12%.meridian.bookie.v1.AddEntriesRequest\x1a&.meridian.bookie.v1.AddEntriesResponse(\x010\x01\x12X\n" +
 	"\tReadEntry\x12$.meridian.bookie.v1.ReadEntryRequest\x1a%.meridian.bookie.v1.ReadEntryResponse\x12Z\n" +
 	"\tReadRange\x12$.meridian.bookie.v1.ReadRangeRequest\x1a%.meridian.bookie.v1.ReadEntryResponse0\x01\x12y\n" +
 	"\x14ReadLastAddConfirmed\x12/.meridian.bookie.v1.ReadLastAddConfirmedRequest\x1a0.meridian.bookie.v1.ReadLastAddConfirmedResponse\x12L\n" +
@@ -950,44 +1045,48 @@ func file_api_bookie_v1_bookie_proto_rawDescGZIP() []byte {
 	return file_api_bookie_v1_bookie_proto_rawDescData
 }
 
-var file_api_bookie_v1_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_bookie_v1_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_bookie_v1_bookie_proto_goTypes = []any{
 	(*AddEntryRequest)(nil),              // 0: meridian.bookie.v1.AddEntryRequest
 	(*AddEntryResponse)(nil),             // 1: meridian.bookie.v1.AddEntryResponse
-	(*ReadEntryRequest)(nil),             // 2: meridian.bookie.v1.ReadEntryRequest
-	(*ReadEntryResponse)(nil),            // 3: meridian.bookie.v1.ReadEntryResponse
-	(*ReadRangeRequest)(nil),             // 4: meridian.bookie.v1.ReadRangeRequest
-	(*ReadLastAddConfirmedRequest)(nil),  // 5: meridian.bookie.v1.ReadLastAddConfirmedRequest
-	(*ReadLastAddConfirmedResponse)(nil), // 6: meridian.bookie.v1.ReadLastAddConfirmedResponse
-	(*FenceRequest)(nil),                 // 7: meridian.bookie.v1.FenceRequest
-	(*FenceResponse)(nil),                // 8: meridian.bookie.v1.FenceResponse
-	(*DeleteLedgerRequest)(nil),          // 9: meridian.bookie.v1.DeleteLedgerRequest
-	(*DeleteLedgerResponse)(nil),         // 10: meridian.bookie.v1.DeleteLedgerResponse
-	(*GetInfoRequest)(nil),               // 11: meridian.bookie.v1.GetInfoRequest
-	(*GetInfoResponse)(nil),              // 12: meridian.bookie.v1.GetInfoResponse
+	(*AddEntriesRequest)(nil),            // 2: meridian.bookie.v1.AddEntriesRequest
+	(*AddEntriesResponse)(nil),           // 3: meridian.bookie.v1.AddEntriesResponse
+	(*ReadEntryRequest)(nil),             // 4: meridian.bookie.v1.ReadEntryRequest
+	(*ReadEntryResponse)(nil),            // 5: meridian.bookie.v1.ReadEntryResponse
+	(*ReadRangeRequest)(nil),             // 6: meridian.bookie.v1.ReadRangeRequest
+	(*ReadLastAddConfirmedRequest)(nil),  // 7: meridian.bookie.v1.ReadLastAddConfirmedRequest
+	(*ReadLastAddConfirmedResponse)(nil), // 8: meridian.bookie.v1.ReadLastAddConfirmedResponse
+	(*FenceRequest)(nil),                 // 9: meridian.bookie.v1.FenceRequest
+	(*FenceResponse)(nil),                // 10: meridian.bookie.v1.FenceResponse
+	(*DeleteLedgerRequest)(nil),          // 11: meridian.bookie.v1.DeleteLedgerRequest
+	(*DeleteLedgerResponse)(nil),         // 12: meridian.bookie.v1.DeleteLedgerResponse
+	(*GetInfoRequest)(nil),               // 13: meridian.bookie.v1.GetInfoRequest
+	(*GetInfoResponse)(nil),              // 14: meridian.bookie.v1.GetInfoResponse
 }
 var file_api_bookie_v1_bookie_proto_depIdxs = []int32{
-	0,  // 0: meridian.bookie.v1.Bookie.AddEntry:input_type -> meridian.bookie.v1.AddEntryRequest
-	0,  // 1: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddEntryRequest
-	2,  // 2: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
-	4,  // 3: meridian.bookie.v1.Bookie.ReadRange:input_type -> meridian.bookie.v1.ReadRangeRequest
-	5,  // 4: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:input_type -> meridian.bookie.v1.ReadLastAddConfirmedRequest
-	7,  // 5: meridian.bookie.v1.Bookie.Fence:input_type -> meridian.bookie.v1.FenceRequest
-	9,  // 6: meridian.bookie.v1.Bookie.DeleteLedger:input_type -> meridian.bookie.v1.DeleteLedgerRequest
-	11, // 7: meridian.bookie.v1.Bookie.GetInfo:input_type -> meridian.bookie.v1.GetInfoRequest
-	1,  // 8: meridian.bookie.v1.Bookie.AddEntry:output_type -> meridian.bookie.v1.AddEntryResponse
-	1,  // 9: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddEntryResponse
-	3,  // 10: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
-	3,  // 11: meridian.bookie.v1.Bookie.ReadRange:output_type -> meridian.bookie.v1.ReadEntryResponse
-	6,  // 12: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:output_type -> meridian.bookie.v1.ReadLastAddConfirmedResponse
-	8,  // 13: meridian.bookie.v1.Bookie.Fence:output_type -> meridian.bookie.v1.FenceResponse
-	10, // 14: meridian.bookie.v1.Bookie.DeleteLedger:output_type -> meridian.bookie.v1.DeleteLedgerResponse
-	12, // 15: meridian.bookie.v1.Bookie.GetInfo:output_type -> meridian.bookie.v1.GetInfoResponse
-	8,  // [8:16] is the sub-list for method output_type
-	0,  // [0:8] is the sub-list for method input_type
-	0,  // [0:0] is the sub-list for extension type_name
-	0,  // [0:0] is the sub-list for extension extendee
-	0,  // [0:0] is the sub-list for field type_name
+	0,  // 0: meridian.bookie.v1.AddEntriesRequest.entries:type_name -> meridian.bookie.v1.AddEntryRequest
+	1,  // 1: meridian.bookie.v1.AddEntriesResponse.results:type_name -> meridian.bookie.v1.AddEntryResponse
+	0,  // 2: meridian.bookie.v1.Bookie.AddEntry:input_type -> meridian.bookie.v1.AddEntryRequest
+	2,  // 3: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddEntriesRequest
+	4,  // 4: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
+	6,  // 5: meridian.bookie.v1.Bookie.ReadRange:input_type -> meridian.bookie.v1.ReadRangeRequest
+	7,  // 6: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:input_type -> meridian.bookie.v1.ReadLastAddConfirmedRequest
+	9,  // 7: meridian.bookie.v1.Bookie.Fence:input_type -> meridian.bookie.v1.FenceRequest
+	11, // 8: meridian.bookie.v1.Bookie.DeleteLedger:input_type -> meridian.bookie.v1.DeleteLedgerRequest
+	13, // 9: meridian.bookie.v1.Bookie.GetInfo:input_type -> meridian.bookie.v1.GetInfoRequest
+	1,  // 10: meridian.bookie.v1.Bookie.AddEntry:output_type -> meridian.bookie.v1.AddEntryResponse
+	3,  // 11: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddEntriesResponse
+	5,  // 12: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
+	5,  // 13: meridian.bookie.v1.Bookie.ReadRange:output_type -> meridian.bookie.v1.ReadEntryResponse
+	8,  // 14: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:output_type -> meridian.bookie.v1.ReadLastAddConfirmedResponse
+	10, // 15: meridian.bookie.v1.Bookie.Fence:output_type -> meridian.bookie.v1.FenceResponse
+	12, // 16: meridian.bookie.v1.Bookie.DeleteLedger:output_type -> meridian.bookie.v1.DeleteLedgerResponse
+	14, // 17: meridian.bookie.v1.Bookie.GetInfo:output_type -> meridian.bookie.v1.GetInfoResponse
+	10, // [10:18] is the sub-list for method output_type
+	2,  // [2:10] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_api_bookie_v1_bookie_proto_init() }
@@ -1001,7 +1100,7 @@ func file_api_bookie_v1_bookie_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_bookie_v1_bookie_proto_rawDesc), len(file_api_bookie_v1_bookie_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -66,12 +66,15 @@ const (
 type BookieClient interface {
 	// AddEntry stores one entry and answers after it is durable (fsynced).
 	AddEntry(ctx context.Context, in *AddEntryRequest, opts ...grpc.CallOption) (*AddEntryResponse, error)
-	// AddEntries is the pipelined form of AddEntry: the client sends many
-	// requests on one stream; each gets exactly one response, carrying the
-	// request's ledger_id, entry_id and request_id. Responses may arrive in a
-	// different order than the requests. A per-entry failure is reported in
-	// the response's code/message and does not end the stream.
-	AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntryRequest, AddEntryResponse], error)
+	// AddEntries is the pipelined, batched form of AddEntry: the client sends
+	// many AddEntriesRequest messages on one stream, each carrying one or more
+	// entries (any ledgers). Every entry gets exactly one AddEntryResponse,
+	// carrying its ledger_id, entry_id and request_id; the bookie packs
+	// whatever results are ready into one AddEntriesResponse. Results may
+	// arrive in a different order and grouping than the requests. A per-entry
+	// failure is reported in its code/message and does not end the stream.
+	// An empty request is ignored.
+	AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse], error)
 	// ReadEntry returns one entry. entry_id = -1 reads the last entry this
 	// bookie stores for the ledger. fence = true (read for recovery) first
 	// fences the ledger durably, then reads.
@@ -113,18 +116,18 @@ func (c *bookieClient) AddEntry(ctx context.Context, in *AddEntryRequest, opts .
 	return out, nil
 }
 
-func (c *bookieClient) AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntryRequest, AddEntryResponse], error) {
+func (c *bookieClient) AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Bookie_ServiceDesc.Streams[0], Bookie_AddEntries_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[AddEntryRequest, AddEntryResponse]{ClientStream: stream}
+	x := &grpc.GenericClientStream[AddEntriesRequest, AddEntriesResponse]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Bookie_AddEntriesClient = grpc.BidiStreamingClient[AddEntryRequest, AddEntryResponse]
+type Bookie_AddEntriesClient = grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse]
 
 func (c *bookieClient) ReadEntry(ctx context.Context, in *ReadEntryRequest, opts ...grpc.CallOption) (*ReadEntryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -201,12 +204,15 @@ func (c *bookieClient) GetInfo(ctx context.Context, in *GetInfoRequest, opts ...
 type BookieServer interface {
 	// AddEntry stores one entry and answers after it is durable (fsynced).
 	AddEntry(context.Context, *AddEntryRequest) (*AddEntryResponse, error)
-	// AddEntries is the pipelined form of AddEntry: the client sends many
-	// requests on one stream; each gets exactly one response, carrying the
-	// request's ledger_id, entry_id and request_id. Responses may arrive in a
-	// different order than the requests. A per-entry failure is reported in
-	// the response's code/message and does not end the stream.
-	AddEntries(grpc.BidiStreamingServer[AddEntryRequest, AddEntryResponse]) error
+	// AddEntries is the pipelined, batched form of AddEntry: the client sends
+	// many AddEntriesRequest messages on one stream, each carrying one or more
+	// entries (any ledgers). Every entry gets exactly one AddEntryResponse,
+	// carrying its ledger_id, entry_id and request_id; the bookie packs
+	// whatever results are ready into one AddEntriesResponse. Results may
+	// arrive in a different order and grouping than the requests. A per-entry
+	// failure is reported in its code/message and does not end the stream.
+	// An empty request is ignored.
+	AddEntries(grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]) error
 	// ReadEntry returns one entry. entry_id = -1 reads the last entry this
 	// bookie stores for the ledger. fence = true (read for recovery) first
 	// fences the ledger durably, then reads.
@@ -241,7 +247,7 @@ type UnimplementedBookieServer struct{}
 func (UnimplementedBookieServer) AddEntry(context.Context, *AddEntryRequest) (*AddEntryResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method AddEntry not implemented")
 }
-func (UnimplementedBookieServer) AddEntries(grpc.BidiStreamingServer[AddEntryRequest, AddEntryResponse]) error {
+func (UnimplementedBookieServer) AddEntries(grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method AddEntries not implemented")
 }
 func (UnimplementedBookieServer) ReadEntry(context.Context, *ReadEntryRequest) (*ReadEntryResponse, error) {
@@ -302,11 +308,11 @@ func _Bookie_AddEntry_Handler(srv interface{}, ctx context.Context, dec func(int
 }
 
 func _Bookie_AddEntries_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(BookieServer).AddEntries(&grpc.GenericServerStream[AddEntryRequest, AddEntryResponse]{ServerStream: stream})
+	return srv.(BookieServer).AddEntries(&grpc.GenericServerStream[AddEntriesRequest, AddEntriesResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Bookie_AddEntriesServer = grpc.BidiStreamingServer[AddEntryRequest, AddEntryResponse]
+type Bookie_AddEntriesServer = grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]
 
 func _Bookie_ReadEntry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadEntryRequest)
