@@ -39,13 +39,18 @@ func BenchmarkCompare(b *testing.B) {
 	b.Run("disk/fdatasync-4KiB", func(b *testing.B) { benchDiskSync(b, 4<<10, 3000) })
 	b.Run("disk/seq-1MiB-fdatasync", func(b *testing.B) { benchDiskSync(b, 1<<20, 128) })
 	for _, size := range []int{100, 1024} {
-		b.Run(fmt.Sprintf("meridian/%dB", size), func(b *testing.B) { benchMeridian(b, n, size) })
-		b.Run(fmt.Sprintf("jetstream/%dB", size), func(b *testing.B) { benchJetStream(b, n, size) })
+		b.Run(fmt.Sprintf("meridian/%dB", size), func(b *testing.B) { benchMeridian(b, n, size, compareInFlight) })
+		b.Run(fmt.Sprintf("jetstream/%dB", size), func(b *testing.B) { benchJetStream(b, n, size, compareInFlight) })
 	}
+	// One message at a time (synchronous send): the latency of a lone
+	// publish, i.e. a round trip plus one sync, without queueing.
+	ns := max(n/25, 1)
+	b.Run("meridian/1024B-sync", func(b *testing.B) { benchMeridian(b, ns, 1024, 1) })
+	b.Run("jetstream/1024B-sync", func(b *testing.B) { benchJetStream(b, ns, 1024, 1) })
 }
 
 // compareInFlight bounds the messages published but not yet acknowledged,
-// for both brokers.
+// for both brokers (except the -sync runs, which have one in flight).
 const compareInFlight = 1000
 
 // compareMsgs is the message count per broker and size per iteration.
@@ -116,10 +121,11 @@ func payload(size int) []byte {
 }
 
 // benchMeridian starts a standalone region in a temp dir and publishes n
-// messages per iteration through the Go client with at most
-// compareInFlight unacknowledged; the client's batching is left at its
-// defaults (1000 messages / 128 KiB / 10 ms).
-func benchMeridian(b *testing.B, n, size int) {
+// messages per iteration through the Go client with at most inFlight
+// unacknowledged; the client's batching is left at its defaults (1000
+// messages / 128 KiB / 10 ms). With inFlight 1 it uses Send, which closes
+// the batch at once instead of waiting for the batching delay.
+func benchMeridian(b *testing.B, n, size, inFlight int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sa, err := region.StartStandalone(ctx, region.StandaloneConfig{
@@ -136,7 +142,7 @@ func benchMeridian(b *testing.B, n, size int) {
 	defer c.Close(context.Background())
 	p, err := c.NewProducer(ctx, client.ProducerOptions{
 		Topic:              fmt.Sprintf("public/default/compare-%d", size),
-		MaxPendingMessages: compareInFlight,
+		MaxPendingMessages: inFlight,
 		BlockIfQueueFull:   true,
 	})
 	if err != nil {
@@ -152,7 +158,22 @@ func benchMeridian(b *testing.B, n, size int) {
 
 	total := n * b.N
 	h := newLatencyHist()
-	sem := make(chan struct{}, compareInFlight)
+	if inFlight == 1 {
+		b.ResetTimer()
+		start := time.Now()
+		for range total {
+			t0 := time.Now()
+			if _, err := p.Send(ctx, &client.Message{Payload: body}); err != nil {
+				b.Fatalf("meridian send: %v", err)
+			}
+			_ = h.RecordValue(time.Since(t0).Microseconds())
+		}
+		el := time.Since(start)
+		b.StopTimer()
+		report(b, total, int64(total)*int64(size), el, h, "msgs/s")
+		return
+	}
+	sem := make(chan struct{}, inFlight)
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -221,10 +242,11 @@ func bookieFsyncs(httpAddr string) (float64, bool) {
 
 // benchJetStream starts an embedded nats-server with JetStream (file
 // storage in a temp dir, SyncAlways) and publishes n messages per iteration
-// with async publish and ack futures, at most compareInFlight
-// unacknowledged. Acks of one stream come back in publish order, so one
-// goroutine waits on the futures in order and timestamps each ack.
-func benchJetStream(b *testing.B, n, size int) {
+// with async publish and ack futures, at most inFlight unacknowledged (with
+// inFlight 1: synchronous Publish). Acks of one stream come back in publish
+// order, so one goroutine waits on the futures in order and timestamps
+// each ack.
+func benchJetStream(b *testing.B, n, size, inFlight int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns, err := server.NewServer(&server.Options{
@@ -256,7 +278,7 @@ func benchJetStream(b *testing.B, n, size int) {
 		b.Fatalf("nats connect: %v", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(compareInFlight))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inFlight))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -275,12 +297,28 @@ func benchJetStream(b *testing.B, n, size int) {
 
 	total := n * b.N
 	h := newLatencyHist()
+	if inFlight == 1 {
+		b.ResetTimer()
+		start := time.Now()
+		for range total {
+			t0 := time.Now()
+			if _, err := js.Publish(ctx, subj, body); err != nil {
+				b.Fatalf("jetstream publish: %v", err)
+			}
+			_ = h.RecordValue(time.Since(t0).Microseconds())
+		}
+		el := time.Since(start)
+		b.StopTimer()
+		checkStored(ctx, b, stream, total+1)
+		report(b, total, int64(total)*int64(size), el, h, "msgs/s")
+		return
+	}
 	type pending struct {
 		f  jetstream.PubAckFuture
 		t0 time.Time
 	}
-	futures := make(chan pending, compareInFlight)
-	sem := make(chan struct{}, compareInFlight)
+	futures := make(chan pending, inFlight)
+	sem := make(chan struct{}, inFlight)
 	collected := make(chan error, 1)
 	go func() {
 		var firstErr error
@@ -324,12 +362,17 @@ func benchJetStream(b *testing.B, n, size int) {
 	if err != nil {
 		b.Fatalf("jetstream ack: %v", err)
 	}
+	checkStored(ctx, b, stream, total+1)
+	report(b, total, int64(total)*int64(size), el, h, "msgs/s")
+}
+
+// checkStored fails unless the stream holds exactly want messages.
+func checkStored(ctx context.Context, b *testing.B, stream jetstream.Stream, want int) {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		b.Fatalf("stream info: %v", err)
 	}
-	if want := uint64(total + 1); info.State.Msgs != want {
+	if info.State.Msgs != uint64(want) {
 		b.Fatalf("jetstream stored %d messages, want %d", info.State.Msgs, want)
 	}
-	report(b, total, int64(total)*int64(size), el, h, "msgs/s")
 }
