@@ -113,10 +113,9 @@ func (s *Server) startLocked(ctx context.Context) error {
 	// plus protobuf framing.
 	maxMsg := max(s.cfg.MaxEntryBytes, MaxAddBatchBytes) + 64<<10
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10),
-		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()),
-		// Large receive windows: a writer keeps a few hundred 64 KiB adds
-		// in flight on one stream.
-		grpc.InitialWindowSize(8<<20), grpc.InitialConnWindowSize(16<<20))
+		// No static InitialWindowSize: gRPC's BDP-based dynamic window
+		// measured faster for the ledger benchmark than 8/16 MiB windows.
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()))
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {
