@@ -152,14 +152,9 @@ func setIf[T any](dst *T, src *T) {
 	}
 }
 
-// loadBookieConfig parses a YAML bookie config; errors name the field.
-func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
-	cfg, fc, _, err := loadBookieConfigAll(data)
-	return cfg, fc, err
-}
-
-// loadBookieConfigAll is loadBookieConfig plus the autorecovery plan.
-func loadBookieConfigAll(data []byte) (bookie.Config, bookieFileConfig, autorecoveryPlan, error) {
+// loadBookieConfig parses a YAML bookie config and validates its
+// autorecovery section; errors name the field.
+func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, autorecoveryPlan, error) {
 	cfg, fc, err := parseBookieConfig(data)
 	if err != nil {
 		return cfg, fc, autorecoveryPlan{}, err
@@ -242,7 +237,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			cfg, fc, plan, err := loadBookieConfigAll(data)
+			cfg, fc, plan, err := loadBookieConfig(data)
 			if err != nil {
 				return fmt.Errorf("%s: %w", configPath, err)
 			}

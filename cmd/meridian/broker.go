@@ -130,6 +130,11 @@ func init() {
 				return fmt.Errorf("%s: %w", configPath, err)
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			// Like standalone: tenant "public" and "public/default" exist.
+			if err := srv.EnsureDefaultNamespace(sctx); err != nil {
+				cancel()
+				return fmt.Errorf("default namespace: %w", err)
+			}
 			err = srv.Start(sctx)
 			cancel()
 			if err != nil {
