@@ -63,3 +63,63 @@ func TestCLIAdminTenantsNamespacesTopics(t *testing.T) {
 	ok("namespaces", "delete", "acme/app")
 	ok("tenants", "delete", "acme")
 }
+
+func TestCLIAdminBookies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a region (-short)")
+	}
+	url := cliStandalone(t)
+	ok := func(args ...string) cliResult {
+		t.Helper()
+		r := runCLI(t, "", append([]string{"admin", "--url", url, "bookies"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("bookies %v: exit %d: %s", args, r.code, r.stderr)
+		}
+		return r
+	}
+	r := ok("list", "--output", "json")
+	ls := jsonLines(t, r.stdout)
+	if len(ls) != 1 || ls[0]["bookie_id"] != "bookie-0" || ls[0]["live"] != true || ls[0]["decommissioned"] != false || ls[0]["under_replicated_ledgers"] != float64(0) {
+		t.Fatalf("bookies list json: %q", r.stdout)
+	}
+	r = ok("list")
+	if !strings.HasPrefix(r.stdout, "bookie-0 read-write addr=127.0.0.1:") || !strings.Contains(r.stdout, "under-replicated ledgers: 0") {
+		t.Fatalf("bookies list text: %q", r.stdout)
+	}
+	ok("pause", "--reason", "disk swap")
+	r = ok("status", "--output", "json")
+	if st := jsonLines(t, r.stdout); len(st) != 1 || st[0]["paused"] != true || st[0]["pausedReason"] != "disk swap" {
+		t.Fatalf("status json after pause: %q", r.stdout)
+	}
+	ok("resume")
+	r = ok("status")
+	if !strings.HasPrefix(r.stdout, "autorecovery: running, auditor: ") {
+		t.Fatalf("status text: %q", r.stdout)
+	}
+	ok("decommission", "bookie-0")
+	r = ok("list", "--output", "json")
+	if ls := jsonLines(t, r.stdout); len(ls) != 1 || ls[0]["decommissioned"] != true {
+		t.Fatalf("list after decommission: %q", r.stdout)
+	}
+	ok("recommission", "bookie-0")
+	// Bad input and unreachable servers: one line on stderr, non-zero exit.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "--url", url, "bookies", "decommission"}, "want 1 argument"},
+		{[]string{"admin", "--url", url, "bookies", "decommission", "a/b"}, "bookie ID"},
+		{[]string{"admin", "--url", url, "bookies", "list", "--output", "yaml"}, "--output"},
+		{[]string{"admin", "--url", url, "bookies"}, "missing action"},
+		{[]string{"admin", "--url", cliFreeAddr(t), "--connect-timeout", "2s", "bookies", "list"}, "--url"},
+	} {
+		r := runCLI(t, "", bad.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, bad.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("%v: exit %d, stderr %q (want one line mentioning %q)", bad.args, r.code, r.stderr, bad.want)
+		}
+	}
+	r = ok("list", "--output", "json")
+	if ls := jsonLines(t, r.stdout); len(ls) != 1 || ls[0]["decommissioned"] != false {
+		t.Fatalf("list after bad input: %q", r.stdout)
+	}
+}
