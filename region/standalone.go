@@ -170,7 +170,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	acfg := autorecovery.DefaultAuditorConfig()
 	acfg.Store = regional
 	acfg.ID = "standalone-0"
-	acfg.Logger = log.With("component", "auditor")
+	acfg.Logger = log
 	acfg.Registerer = reg
 	if sa.auditor, err = autorecovery.NewAuditor(acfg); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	wcfg.Store = regional
 	wcfg.Placement = placement
 	wcfg.ID = "standalone-0"
-	wcfg.Logger = log.With("component", "autorecovery-worker")
+	wcfg.Logger = log
 	wcfg.Registerer = reg
 	wcfg.MaxEntryBytes = 6 << 20
 	if sa.worker, err = autorecovery.NewWorker(wcfg); err != nil {

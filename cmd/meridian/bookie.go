@@ -308,8 +308,8 @@ func startAutorecovery(plan autorecoveryPlan, cfg bookie.Config, reg *prometheus
 	}
 	a, w := plan.auditor, plan.worker
 	a.Store, w.Store, w.Placement = cfg.Metadata, cfg.Metadata, placement
-	a.Logger = cfg.Logger.With("component", "auditor")
-	w.Logger = cfg.Logger.With("component", "autorecovery-worker")
+	a.Logger = cfg.Logger
+	w.Logger = cfg.Logger
 	a.Registerer, w.Registerer = reg, reg
 	auditor, err := autorecovery.NewAuditor(a)
 	if err != nil {
