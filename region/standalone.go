@@ -19,6 +19,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // StandaloneConfig configures a whole region in one process.
@@ -87,6 +88,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 		}
 	}()
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	raftAddr, err := stickyAddr(filepath.Join(cfg.DataDir, "raft-address"))
 	if err != nil {

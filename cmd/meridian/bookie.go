@@ -16,6 +16,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/experimental"
 	"gopkg.in/yaml.v3"
@@ -248,6 +249,7 @@ func init() {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			// One registry for the bookie and autorecovery: both on /metrics.
 			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			cfg.Registerer, cfg.Gatherer = reg, reg
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 )
@@ -98,6 +99,7 @@ func init() {
 			}
 			defer regional.Close()
 			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			pcfg := topology.DefaultRackAwareConfig()
 			pcfg.MinRacksPerWriteQuorum = fc.Placement.MinRacksPerWriteQuorum
 			pcfg.Enforce = fc.Placement.Enforce
