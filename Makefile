@@ -5,10 +5,10 @@
 GO        ?= go
 PKGS      := ./...
 # Core packages run under the race detector in CI.
-RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./internal/...
+RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/...
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build test test-race test-short lint proto proto-check bench soak clean
+.PHONY: all build test test-short lint proto proto-check bench bench-metadata bench-storage bench-compare clean
 
 all: build
 
@@ -18,7 +18,7 @@ build:
 ## test: everything CI runs — lint, generated-code check, race tests of the core, the rest plainly.
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
-	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|internal)(/|$$)')
+	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal)(/|$$)')
 
 test-short:
 	$(GO) test -short -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -49,8 +49,19 @@ proto-check:
 	  if ! diff -r $$tmp/before api >/dev/null; then echo "generated protobuf code is stale: run make proto and commit"; diff -r $$tmp/before api | head -20; rm -rf $$tmp; exit 1; fi; \
 	  rm -rf $$tmp; echo "generated protobuf code is current"
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./metadata/... ./bookie/...
+## bench: every benchmark recorded in docs/BENCHMARKS.md (about 3 minutes on 2 cores).
+bench: bench-metadata bench-storage bench-compare
+
+bench-metadata:
+	$(GO) test -run '^$$' -bench Store -benchtime 2000x ./metadata/
+
+## bench-storage: bookie and ledger adds beside the raw disk's fdatasync rate and bandwidth.
+bench-storage:
+	$(GO) test -run '^$$' -bench 'BenchmarkBookie|BenchmarkLedger' -benchtime 2s ./bookie/ ./bookie/ledger/
+
+## bench-compare: raw disk vs Meridian standalone vs embedded NATS JetStream, one run.
+bench-compare:
+	$(GO) test -run '^$$' -bench BenchmarkCompare -benchtime=1x -timeout 10m ./region/
 
 clean:
 	rm -rf .bin
