@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -553,7 +554,7 @@ func (w *Writer) recordEnsembleChange(ensemble []topology.BookieInfo, positions 
 	// Then ask the ensemble: a bookie that answers fenced means a recovery
 	// is under way even if its answer to our add has not arrived yet (or
 	// the failed bookie's error overtook it). Never change around a fence.
-	if b := w.fencedMember(ctx, ensemble); b != "" {
+	if b := w.fencedMember(ctx, ensemble, positions); b != "" {
 		return nil, nil, fmt.Errorf("%w: ledger %d fenced on bookie %s", ErrLedgerFenced, w.id, b)
 	}
 	candidates, err := w.c.writableBookies(ctx)
@@ -607,14 +608,21 @@ func (w *Writer) recordEnsembleChange(ensemble []topology.BookieInfo, positions 
 	}
 }
 
-// fencedMember asks every bookie of ensemble, in parallel, whether the
-// ledger is fenced there; it returns the ID of one that says so, or "".
-// Bookies that do not answer within ReadTimeout are skipped.
-func (w *Writer) fencedMember(ctx context.Context, ensemble []topology.BookieInfo) string {
+// fencedMember asks the bookies of ensemble except those at the failed
+// positions (they just failed; a hung one would only delay the change),
+// in parallel, whether the ledger is fenced there; it returns the ID of
+// one that says so, or "". Bookies that do not answer within ReadTimeout
+// are skipped.
+func (w *Writer) fencedMember(ctx context.Context, ensemble []topology.BookieInfo, failed []int) string {
 	ctx, cancel := context.WithTimeout(ctx, w.c.cfg.ReadTimeout)
 	defer cancel()
 	found := make(chan string, len(ensemble))
-	for _, b := range ensemble {
+	asked := 0
+	for pos, b := range ensemble {
+		if slices.Contains(failed, pos) {
+			continue
+		}
+		asked++
 		go func() {
 			bc, err := w.c.conn(b)
 			if err == nil {
@@ -632,7 +640,7 @@ func (w *Writer) fencedMember(ctx context.Context, ensemble []topology.BookieInf
 			found <- ""
 		}()
 	}
-	for range ensemble {
+	for range asked {
 		if id := <-found; id != "" {
 			return id
 		}
