@@ -8,7 +8,7 @@ PKGS      := ./...
 RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/...
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build test test-short lint proto proto-check bench bench-metadata bench-storage bench-compare clean
+.PHONY: all build test test-long test-short lint proto proto-check bench bench-metadata bench-storage bench-compare clean
 
 all: build
 
@@ -19,6 +19,10 @@ build:
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal)(/|$$)')
+
+## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak); ~10 minutes.
+test-long:
+	MERIDIAN_LONG=1 MERIDIAN_LONG_TESTS=1 LEDGER_SOAK_ROUNDS=8 $(GO) test -timeout 30m -count=1 ./metadata/ ./bookie/ ./bookie/ledger/
 
 test-short:
 	$(GO) test -short -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -57,7 +61,7 @@ bench-metadata:
 
 ## bench-storage: bookie and ledger adds beside the raw disk's fdatasync rate and bandwidth.
 bench-storage:
-	$(GO) test -run '^$$' -bench 'BenchmarkBookie|BenchmarkLedger' -benchtime 2s ./bookie/ ./bookie/ledger/
+	$(GO) test -p 1 -run '^$$' -bench 'BenchmarkBookie|BenchmarkLedger' -benchtime 2s ./bookie/ ./bookie/ledger/
 
 ## bench-compare: raw disk vs Meridian standalone vs embedded NATS JetStream, one run.
 bench-compare:
