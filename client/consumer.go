@@ -207,36 +207,19 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		cancel()
 		return nil, mapError(err)
 	}
-	type recvd struct {
-		r   *clientv1.ConsumeResponse
-		err error
-	}
-	ch := make(chan recvd, 1)
-	go func() { r, err := stream.Recv(); ch <- recvd{r, err} }()
-	timer := time.NewTimer(co.c.opts.ConnectTimeout)
-	defer timer.Stop()
-	var rv recvd
-	select {
-	case rv = <-ch:
-	case <-ctx.Done():
+	first, err := recvFirst(ctx, stream.Recv, co.c.opts.ConnectTimeout, "subscribe on "+co.opts.Topic, addr)
+	if err != nil {
 		cancel()
-		return nil, ctx.Err()
-	case <-timer.C:
-		cancel()
-		return nil, fmt.Errorf("%w: subscribe on %s: no answer from %s within %v", ErrUnavailable, co.opts.Topic, addr, co.c.opts.ConnectTimeout)
+		return nil, err
 	}
-	if rv.err != nil {
-		cancel()
-		return nil, mapError(rv.err)
-	}
-	if e := rv.r.GetError(); e != nil {
+	if e := first.GetError(); e != nil {
 		cancel()
 		return nil, errorFromProto(e)
 	}
-	sub := rv.r.GetSubscribed()
+	sub := first.GetSubscribed()
 	if sub == nil {
 		cancel()
-		return nil, fmt.Errorf("client: subscribe: unexpected first response %T", rv.r.GetKind())
+		return nil, fmt.Errorf("client: subscribe: unexpected first response %T", first.GetKind())
 	}
 	co.mu.Lock()
 	if co.name == "" {

@@ -449,36 +449,16 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 		cancel()
 		return nil, mapError(err)
 	}
-	// The open answer is bounded by the connect timeout, not by the
-	// stream's context (which lives as long as the stream).
-	type recvd struct {
-		r   *clientv1.ProduceResponse
-		err error
-	}
-	ch := make(chan recvd, 1)
-	go func() { r, err := stream.Recv(); ch <- recvd{r, err} }()
-	timer := time.NewTimer(p.c.opts.ConnectTimeout)
-	defer timer.Stop()
-	var rv recvd
-	select {
-	case rv = <-ch:
-	case <-ctx.Done():
+	resp, err := recvFirst(ctx, stream.Recv, p.c.opts.ConnectTimeout, "open producer on "+p.opts.Topic, addr)
+	if err != nil {
 		cancel()
-		return nil, ctx.Err()
-	case <-timer.C:
-		cancel()
-		return nil, fmt.Errorf("%w: open producer on %s: no answer from %s within %v", ErrUnavailable, p.opts.Topic, addr, p.c.opts.ConnectTimeout)
-	}
-	if rv.err != nil {
-		cancel()
-		err := mapError(rv.err)
 		p.c.noteFailure(p.opts.Topic, err)
 		return nil, err
 	}
-	opened := rv.r.GetOpened()
+	opened := resp.GetOpened()
 	if opened == nil {
 		cancel()
-		return nil, fmt.Errorf("client: open producer: unexpected first response %T", rv.r.GetKind())
+		return nil, fmt.Errorf("client: open producer: unexpected first response %T", resp.GetKind())
 	}
 	p.mu.Lock()
 	if p.name == "" {
