@@ -44,7 +44,8 @@ type Config struct {
 	// more entries before the group is written and fsynced. Default 2ms.
 	GroupMaxWait time.Duration
 	// GroupMaxBytes closes a group once this many bytes are queued.
-	// Default 512 KiB.
+	// Default 2 MiB (32 entries of 64 KiB; small entries hit
+	// GroupMaxEntries first).
 	GroupMaxBytes int
 	// GroupMaxEntries closes a group once it holds this many records.
 	// Default 2000.
@@ -130,7 +131,7 @@ func DefaultConfig() Config {
 		HTTPAddr:            "127.0.0.1:0",
 		MaxEntryBytes:       5 << 20,
 		GroupMaxWait:        2 * time.Millisecond,
-		GroupMaxBytes:       512 << 10,
+		GroupMaxBytes:       2 << 20,
 		GroupMaxEntries:     2000,
 		FlushWhenIdle:       true,
 		MaxQueuedAdds:       10000,

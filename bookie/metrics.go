@@ -37,12 +37,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_bookie_read_latency_seconds", Help: "Time to serve one entry read.", Buckets: lat}),
 		fsyncLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meridian_bookie_journal_fsync_latency_seconds", Help: "Duration of each journal fdatasync.", Buckets: lat}),
-		// Group sizes from 1 to GroupMaxEntries (default 2000) in powers of 2.
+		// Records per fdatasync from 1 to 16384 in powers of 2 (one sync
+		// covers up to syncQueueGroups+1 groups of GroupMaxEntries).
 		groupEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "meridian_bookie_journal_group_entries", Help: "Records written per journal group commit (one fdatasync).", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
-		// Group bytes from 64 B to 8 MiB; the default threshold is 512 KiB.
+			Name: "meridian_bookie_journal_group_entries", Help: "Records written per journal group commit (one fdatasync).", Buckets: prometheus.ExponentialBuckets(1, 2, 15)}),
+		// Bytes per fdatasync from 64 B to 64 MiB (GroupMaxBytes is 2 MiB
+		// per group; one sync covers up to syncQueueGroups+1 groups).
 		groupBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "meridian_bookie_journal_group_bytes", Help: "Bytes written per journal group commit.", Buckets: prometheus.ExponentialBuckets(64, 4, 10)}),
+			Name: "meridian_bookie_journal_group_bytes", Help: "Bytes written per journal group commit.", Buckets: prometheus.ExponentialBuckets(64, 4, 11)}),
 		fsyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_bookie_journal_fsyncs_total", Help: "Journal fdatasync calls."}),
 		addEntries: prometheus.NewCounter(prometheus.CounterOpts{
