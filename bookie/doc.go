@@ -15,5 +15,5 @@
 //   - a stored entry whose CRC32C fails is reported corrupt, never missing.
 //
 // It does not replicate: quorum writes, ensembles and recovery live in the
-// ledger client (bookie/ledger). See docs/parts/bookie.md for the design.
+// ledger client (bookie/ledger). See docs/ARCHITECTURE.md ("Bookie") for the design.
 package bookie

@@ -33,7 +33,7 @@ import (
 // messages of the same size with the same bound on messages in flight and
 // record publish-to-ack latency per message. Run with -benchtime=1x: each
 // iteration publishes MERIDIAN_COMPARE_MSGS messages (default 50000) and
-// the reported figures are for the whole run. See docs/parts/compare.md.
+// the reported figures are for the whole run. See docs/BENCHMARKS.md.
 func BenchmarkCompare(b *testing.B) {
 	n := compareMsgs(b)
 	b.Run("disk/fdatasync-4KiB", func(b *testing.B) { benchDiskSync(b, 4<<10, 3000) })
