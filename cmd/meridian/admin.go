@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -81,16 +83,26 @@ func (o *adminOut) done(action, what string) {
 	fmt.Fprintf(o.w, "%s %s\n", action, what)
 }
 
-// message prints a protocol message: protojson on one line, or multi-line
-// protojson for text (readable, and stable for scripts either way).
+// message prints a protocol message as JSON: one line for --output json,
+// indented for text. protojson deliberately varies its whitespace, so the
+// bytes are re-laid out with encoding/json to keep the output stable.
 func (o *adminOut) message(m proto.Message) {
-	if o.json {
-		b, _ := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
-		fmt.Fprintln(o.w, string(b))
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		fmt.Fprintf(o.w, "%v\n", m)
 		return
 	}
-	b, _ := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
-	fmt.Fprintln(o.w, string(b))
+	var out bytes.Buffer
+	if o.json {
+		err = json.Compact(&out, b)
+	} else {
+		err = json.Indent(&out, b, "", "  ")
+	}
+	if err != nil {
+		out.Reset()
+		out.Write(b)
+	}
+	fmt.Fprintln(o.w, out.String())
 }
 
 func newAdminCmd() *cobra.Command {
