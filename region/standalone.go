@@ -257,33 +257,26 @@ func (s *Standalone) Broker() *broker.Server { return s.broker }
 // (no ledger close, no cursor persist, no ownership release) and the bookie
 // skips its final checkpoint. A later StartStandalone on the same data dir
 // must still have every acknowledged message. For tests.
-func (s *Standalone) Kill() {
-	if s.broker != nil {
-		s.broker.Kill()
-		s.broker = nil
-	}
-	s.closeAutorecovery()
-	if s.ledgers != nil {
-		_ = s.ledgers.Close()
-		s.ledgers = nil
-	}
-	if s.bookie != nil {
-		s.bookie.Kill()
-		s.bookie = nil
-	}
-	if s.meta != nil {
-		s.meta.Stop()
-		s.meta = nil
-	}
-}
+func (s *Standalone) Kill() { s.shutdown(false) }
 
 // Close stops the broker (flushing and closing ledgers, persisting cursors),
 // then the bookie and metadata.
 func (s *Standalone) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s.shutdown(true)
+	return nil
+}
+
+// shutdown stops every part, broker first and metadata last; graceful
+// chooses the broker's and bookie's clean stop over their crash-like kill.
+func (s *Standalone) shutdown(graceful bool) {
 	if s.broker != nil {
-		_ = s.broker.Stop(ctx)
+		if graceful {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = s.broker.Stop(ctx)
+			cancel()
+		} else {
+			s.broker.Kill()
+		}
 		s.broker = nil
 	}
 	s.closeAutorecovery()
@@ -292,14 +285,17 @@ func (s *Standalone) Close() error {
 		s.ledgers = nil
 	}
 	if s.bookie != nil {
-		s.bookie.Stop()
+		if graceful {
+			s.bookie.Stop()
+		} else {
+			s.bookie.Kill()
+		}
 		s.bookie = nil
 	}
 	if s.meta != nil {
 		s.meta.Stop()
 		s.meta = nil
 	}
-	return nil
 }
 
 // Auditor returns the autorecovery auditor candidate.

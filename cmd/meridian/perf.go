@@ -148,17 +148,8 @@ func (f *perfFlags) validate(needRate bool) error {
 		if f.producers < 1 || f.producers > 256 {
 			return fmt.Errorf("--producers %d: must be in [1, 256]", f.producers)
 		}
-		if f.maxPending < 1 || f.maxPending > client.MaxMaxPendingMessages {
-			return fmt.Errorf("--max-pending %d: must be in [1, %d]", f.maxPending, client.MaxMaxPendingMessages)
-		}
-		if f.batchMax < 1 || f.batchMax > client.MaxBatchingMaxMessages {
-			return fmt.Errorf("--batch-max-messages %d: must be in [1, %d]", f.batchMax, client.MaxBatchingMaxMessages)
-		}
-		if f.batchDelay <= 0 {
-			return fmt.Errorf("--batch-delay %v: must be > 0", f.batchDelay)
-		}
-		if _, err := client.ParseCompression(f.compression); err != nil {
-			return fmt.Errorf("--compression %q: want none, zstd or s2", f.compression)
+		if err := validateProducerFlags(f.maxPending, f.batchMax, f.batchDelay, f.compression); err != nil {
+			return err
 		}
 	}
 	if _, err := client.ParseSubscriptionType(f.typ); err != nil {

@@ -197,17 +197,23 @@ func (f *produceFlags) validate() error {
 	if f.rate < 0 {
 		return fmt.Errorf("--rate %v: must be >= 0", f.rate)
 	}
-	if f.maxPending < 1 || f.maxPending > client.MaxMaxPendingMessages {
-		return fmt.Errorf("--max-pending %d: must be in [1, %d]", f.maxPending, client.MaxMaxPendingMessages)
+	return validateProducerFlags(f.maxPending, f.batchMax, f.batchDelay, f.compression)
+}
+
+// validateProducerFlags checks the producer flags that produce and perf share;
+// the error names the flag and its limit.
+func validateProducerFlags(maxPending, batchMax int, batchDelay time.Duration, compression string) error {
+	if maxPending < 1 || maxPending > client.MaxMaxPendingMessages {
+		return fmt.Errorf("--max-pending %d: must be in [1, %d]", maxPending, client.MaxMaxPendingMessages)
 	}
-	if f.batchMax < 1 || f.batchMax > client.MaxBatchingMaxMessages {
-		return fmt.Errorf("--batch-max-messages %d: must be in [1, %d]", f.batchMax, client.MaxBatchingMaxMessages)
+	if batchMax < 1 || batchMax > client.MaxBatchingMaxMessages {
+		return fmt.Errorf("--batch-max-messages %d: must be in [1, %d]", batchMax, client.MaxBatchingMaxMessages)
 	}
-	if f.batchDelay <= 0 {
-		return fmt.Errorf("--batch-delay %v: must be > 0", f.batchDelay)
+	if batchDelay <= 0 {
+		return fmt.Errorf("--batch-delay %v: must be > 0", batchDelay)
 	}
-	if _, err := client.ParseCompression(f.compression); err != nil {
-		return fmt.Errorf("--compression %q: want none, zstd or s2", f.compression)
+	if _, err := client.ParseCompression(compression); err != nil {
+		return fmt.Errorf("--compression %q: want none, zstd or s2", compression)
 	}
 	return nil
 }
