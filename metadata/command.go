@@ -8,7 +8,10 @@ import (
 // Commands are the Raft log entries of a shard. They are JSON so that a log or
 // snapshot can be read by eye when debugging; the state machine is the only
 // reader. Every command carries the proposer's wall-clock time (Now, Unix
-// nanoseconds): it is the only source of time inside the state machine.
+// nanoseconds): it is the only source of time inside the state machine. Only
+// ticks, proposed by a shard leader, move the session clock; the time of
+// other commands is bounded by it (see stateMachine.proposerTime), so a
+// proposer whose clock runs fast cannot expire other sessions early.
 const (
 	cmdTxn          = "txn"   // Put, Delete and Txn
 	cmdCreateSess   = "csess" // CreateSession
@@ -28,6 +31,9 @@ type command struct {
 	// leader proposes it first so that sessions do not expire because no
 	// leader could receive their keep-alives during an election.
 	Renew bool `json:"r,omitempty"`
+	// MaxSkew (ns), on a tick, is the leader's max_clock_skew: how far
+	// after the session clock other commands' times may fall.
+	MaxSkew int64 `json:"k,omitempty"`
 }
 
 // cmdOp is one transaction operation inside a command.

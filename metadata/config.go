@@ -72,6 +72,13 @@ type NodeConfig struct {
 	// SessionTick is how often the leader checks for expired sessions and
 	// proposes its clock (default 200ms): expiry is late by at most this.
 	SessionTick time.Duration `yaml:"session_tick"`
+	// MaxClockSkew bounds how far a proposer's clock may run ahead of the
+	// session clock, which only the shard leader's ticks move (default 2s).
+	// A keep-alive or new session through a node whose clock runs fast
+	// gets a deadline at most this much later than the leader would give;
+	// the leader refreshes the session clock every MaxClockSkew/2 while
+	// sessions exist. Must be at least 2×session_tick.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 	// RequestTimeout applies to requests whose context has no deadline
 	// (default 5s).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
@@ -87,6 +94,16 @@ type NodeConfig struct {
 	Logger *slog.Logger `yaml:"-"`
 	// Registerer receives the node's metrics (nil = not registered).
 	Registerer prometheus.Registerer `yaml:"-"`
+
+	// Expert holds injection points for tests; leave it zero in production.
+	Expert ExpertConfig `yaml:"-"`
+}
+
+// ExpertConfig holds test-only injection points.
+type ExpertConfig struct {
+	// Clock replaces the wall clock (nil = SystemClock()), so a test can run
+	// a node whose clock is skewed.
+	Clock Clock
 }
 
 // ShardConfig is one shard hosted by a node.
@@ -120,6 +137,7 @@ func DefaultNodeConfig() NodeConfig {
 		MinSessionTTL:      500 * time.Millisecond,
 		MaxSessionTTL:      time.Hour,
 		SessionTick:        200 * time.Millisecond,
+		MaxClockSkew:       2 * time.Second,
 		RequestTimeout:     5 * time.Second,
 		AttemptTimeout:     2 * time.Second,
 		MaxWatches:         1024,
@@ -246,6 +264,9 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.SessionTick <= 0 {
 		bad("session_tick %v must be positive", c.SessionTick)
+	}
+	if c.MaxClockSkew < 2*c.SessionTick || c.MaxClockSkew > time.Minute {
+		bad("max_clock_skew %v must be in [2×session_tick (%v), 1m]", c.MaxClockSkew, 2*c.SessionTick)
 	}
 	if c.RequestTimeout <= 0 {
 		bad("request_timeout %v must be positive", c.RequestTimeout)

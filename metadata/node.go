@@ -41,6 +41,7 @@ type Node struct {
 	cfg     NodeConfig
 	log     *slog.Logger
 	metrics *metrics
+	clock   Clock
 
 	// Set by Start, read-only afterwards.
 	nh       *dragonboat.NodeHost
@@ -70,8 +71,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	clock := cfg.Expert.Clock
+	if clock == nil {
+		clock = SystemClock()
+	}
 	return &Node{
 		cfg:      cfg,
+		clock:    clock,
 		log:      log.With("component", "metadata", "node", cfg.NodeID),
 		metrics:  newMetrics(cfg.Registerer),
 		watchSem: make(chan struct{}, cfg.MaxWatches),
@@ -386,13 +392,22 @@ func (n *Node) tickLoop(ctx context.Context) {
 				continue
 			}
 			if !renew {
-				due, err := n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: time.Now().UnixNano()})
-				if err != nil || !due.(bool) {
+				now := n.clock.Now().UnixNano()
+				v, err := n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: now})
+				if err != nil {
+					continue
+				}
+				due := v.(sessionDueResult)
+				// Refresh the session clock while sessions exist, so that it
+				// is never more than MaxClockSkew/2 (plus a tick) behind:
+				// other commands' times are bounded by it.
+				stale := due.Sessions > 0 && now-due.Clock >= int64(n.cfg.MaxClockSkew/2)
+				if !due.Due && !stale {
 					continue
 				}
 			}
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew}, false)
+			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew, MaxSkew: int64(n.cfg.MaxClockSkew)}, false)
 			cancel()
 			if err != nil {
 				wasLeader[sc.ShardID] = false // retry the renewal next tick

@@ -70,7 +70,7 @@ func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResu
 			s.node.metrics.proposal(s.name, "unavailable", start)
 			return cmdResult{}, fmt.Errorf("%w: shard %q has no leader: %w", ErrUnavailable, s.name, ctx.Err())
 		}
-		c.Now = time.Now().UnixNano()
+		c.Now = s.node.clock.Now().UnixNano()
 		data, err := json.Marshal(c)
 		if err != nil {
 			return cmdResult{}, fmt.Errorf("%w: encode command: %v", ErrInvalidArgument, err)

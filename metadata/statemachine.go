@@ -37,8 +37,13 @@ type stateMachine struct {
 
 // smState is the replicated state, also the snapshot format.
 type smState struct {
-	Rev          int64                 `json:"rev"`
-	LastTime     int64                 `json:"time"`
+	Rev int64 `json:"rev"`
+	// LastTime is the session clock (Unix ns): the largest time proposed by
+	// a tick, which only a shard leader proposes. Sessions expire by it.
+	LastTime int64 `json:"time"`
+	// MaxSkew (ns) is how far after LastTime another command's proposer
+	// time may fall; set by ticks from the leader's config.
+	MaxSkew      int64                 `json:"skew,omitempty"`
 	NextSession  uint64                `json:"nextSession"`
 	KVs          map[string]*KV        `json:"kvs"`
 	Sessions     map[uint64]*smSession `json:"sessions"`
@@ -73,8 +78,17 @@ func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
 	if err := json.Unmarshal(e.Cmd, &c); err != nil {
 		return sm.Result{Value: codeInvalid, Data: encodeResult(cmdResult{Msg: "undecodable command: " + err.Error()})}, nil
 	}
-	if c.Now > s.st.LastTime {
-		s.st.LastTime = c.Now
+	// Only the leader's ticks move the session clock; other commands use
+	// their proposer's time, bounded by the skew the leader allows.
+	now := s.proposerTime(c.Now)
+	if c.Type == cmdTick {
+		if c.Now > s.st.LastTime {
+			s.st.LastTime = c.Now
+		}
+		if c.MaxSkew > 0 {
+			s.st.MaxSkew = c.MaxSkew
+		}
+		now = s.st.LastTime
 	}
 	before := s.st.Rev
 	var code uint64
@@ -85,7 +99,7 @@ func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
 	case cmdCreateSess:
 		id := s.st.NextSession
 		s.st.NextSession++
-		s.st.Sessions[id] = &smSession{TTL: c.TTL, Deadline: s.st.LastTime + c.TTL, Keys: map[string]struct{}{}}
+		s.st.Sessions[id] = &smSession{TTL: c.TTL, Deadline: now + c.TTL, Keys: map[string]struct{}{}}
 		res.Session = id
 	case cmdKeepAlive:
 		ss, ok := s.liveSession(c.Session)
@@ -93,7 +107,7 @@ func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
 			code, res.Msg = codeSessionExpired, fmt.Sprintf("session %d", c.Session)
 			break
 		}
-		ss.Deadline = s.st.LastTime + ss.TTL
+		ss.Deadline = max(ss.Deadline, now+ss.TTL)
 	case cmdCloseSession:
 		if _, ok := s.st.Sessions[c.Session]; !ok {
 			code, res.Msg = codeSessionExpired, fmt.Sprintf("session %d", c.Session)
@@ -109,6 +123,18 @@ func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
 		s.notify.poke()
 	}
 	return sm.Result{Value: code, Data: encodeResult(res)}, nil
+}
+
+// proposerTime bounds a proposer's clock reading to the session clock: not
+// before the leader's last tick (a slow proposer cannot shorten a session
+// below what the leader would give) and not more than MaxSkew after it (a
+// fast proposer cannot lengthen one by more than the skew). Before the first
+// tick there is no session clock and the proposer's time is taken as is.
+func (s *stateMachine) proposerTime(t int64) int64 {
+	if s.st.LastTime == 0 {
+		return t
+	}
+	return min(max(t, s.st.LastTime), s.st.LastTime+s.st.MaxSkew)
 }
 
 // liveSession returns a session whose deadline has not passed at the state
@@ -329,8 +355,15 @@ type (
 		Found bool
 		Rev   int64
 	}
-	// sessionDueQuery asks whether some session's deadline is before Now.
+	// sessionDueQuery asks whether some session's deadline is before Now,
+	// and for the session clock.
 	sessionDueQuery struct{ Now int64 }
+	sessionDueResult struct {
+		Due      bool
+		Sessions int
+		// Clock is the session clock (Unix ns, 0 before the first tick).
+		Clock int64
+	}
 	// statsQuery returns counts for tests and metrics.
 	statsQuery  struct{}
 	statsResult struct {
@@ -391,12 +424,14 @@ func (s *stateMachine) Lookup(q interface{}) (interface{}, error) {
 		}
 		return res, nil
 	case sessionDueQuery:
+		res := sessionDueResult{Sessions: len(s.st.Sessions), Clock: s.st.LastTime}
 		for _, ss := range s.st.Sessions {
 			if ss.Deadline < q.Now {
-				return true, nil
+				res.Due = true
+				break
 			}
 		}
-		return false, nil
+		return res, nil
 	case statsQuery:
 		return statsResult{
 			Keys: len(s.st.KVs), Sessions: len(s.st.Sessions), HistEvents: len(s.st.Hist),

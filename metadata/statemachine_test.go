@@ -28,7 +28,8 @@ func put(key string, session uint64) cmdOp {
 }
 
 // TestStateMachineSessionTime drives expiry with explicit proposal times:
-// the state machine never reads a clock.
+// the state machine never reads a clock. Only ticks (the leader's clock)
+// move session time; other commands' times are bounded by it.
 func TestStateMachineSessionTime(t *testing.T) {
 	s := newStateMachine(1, 100, 1<<20, nil)
 	sec := int64(time.Second)
@@ -36,17 +37,37 @@ func TestStateMachineSessionTime(t *testing.T) {
 	id := r.Session
 	apply(t, s, command{Type: cmdTxn, Now: 10 * sec, Ops: []cmdOp{put("e/b", id), put("e/a", id), put("p", 0)}})
 	// At the deadline the session still lives.
-	if _, r := apply(t, s, command{Type: cmdTick, Now: 12 * sec}); r.Expired != 0 {
+	if _, r := apply(t, s, command{Type: cmdTick, Now: 12 * sec, MaxSkew: sec}); r.Expired != 0 {
 		t.Fatalf("expired at its deadline")
 	}
-	if code, _ := apply(t, s, command{Type: cmdKeepAlive, Now: 13 * sec, Session: id}); code != codeSessionExpired {
-		t.Fatalf("keep-alive after the deadline: code %d", code)
+	// A proposer whose clock runs 48 s ahead neither moves the session
+	// clock nor extends a session by more than the skew bound.
+	apply(t, s, command{Type: cmdTxn, Now: 100 * sec, Ops: []cmdOp{put("fast", 0)}})
+	if code, _ := apply(t, s, command{Type: cmdKeepAlive, Now: 60 * sec, Session: id}); code != codeOK {
+		t.Fatalf("keep-alive from a fast proposer: code %d", code)
 	}
-	// A stale proposal time never moves the clock back.
-	if _, r := apply(t, s, command{Type: cmdTick, Now: 1 * sec}); r.Expired != 1 {
+	if s.st.LastTime != 12*sec || s.st.Sessions[id].Deadline != 15*sec {
+		t.Fatalf("after fast proposals: clock %v, deadline %v; want 12s, 15s", time.Duration(s.st.LastTime), time.Duration(s.st.Sessions[id].Deadline))
+	}
+	// A slow proposer does not shorten it either.
+	apply(t, s, command{Type: cmdKeepAlive, Now: 1 * sec, Session: id})
+	if d := s.st.Sessions[id].Deadline; d != 15*sec {
+		t.Fatalf("after a slow keep-alive: deadline %v, want 15s", time.Duration(d))
+	}
+	if _, r := apply(t, s, command{Type: cmdTick, Now: 15 * sec}); r.Expired != 0 {
+		t.Fatalf("expired at its deadline")
+	}
+	// A stale tick never moves the clock back.
+	if _, r := apply(t, s, command{Type: cmdTick, Now: 1 * sec}); r.Expired != 0 || s.st.LastTime != 15*sec {
+		t.Fatalf("stale tick: expired %d, clock %v", r.Expired, time.Duration(s.st.LastTime))
+	}
+	if _, r := apply(t, s, command{Type: cmdTick, Now: 16 * sec}); r.Expired != 1 {
 		t.Fatalf("tick after deadline expired %d", r.Expired)
 	}
-	if len(s.st.KVs) != 1 || s.st.KVs["p"] == nil {
+	if code, _ := apply(t, s, command{Type: cmdKeepAlive, Now: 16 * sec, Session: id}); code != codeSessionExpired {
+		t.Fatalf("keep-alive after expiry: code %d", code)
+	}
+	if len(s.st.KVs) != 2 || s.st.KVs["p"] == nil {
 		t.Fatalf("keys after expiry: %v", s.keys)
 	}
 	// Deletes happen in key order with consecutive revisions.
@@ -56,6 +77,9 @@ func TestStateMachineSessionTime(t *testing.T) {
 	}
 	// Renew on a new leader extends every session to now+TTL.
 	_, r = apply(t, s, command{Type: cmdCreateSess, Now: 20 * sec, TTL: 2 * sec})
+	if d := s.st.Sessions[r.Session].Deadline; d != 19*sec {
+		t.Fatalf("session created by a fast proposer: deadline %v, want clock+skew+TTL = 19s", time.Duration(d))
+	}
 	apply(t, s, command{Type: cmdTick, Now: 30 * sec, Renew: true})
 	if _, ok := s.st.Sessions[r.Session]; !ok || s.st.Sessions[r.Session].Deadline != 32*sec {
 		t.Fatalf("renewed session: %+v", s.st.Sessions[r.Session])
