@@ -357,7 +357,7 @@ type (
 	}
 	// sessionDueQuery asks whether some session's deadline is before Now,
 	// and for the session clock.
-	sessionDueQuery struct{ Now int64 }
+	sessionDueQuery  struct{ Now int64 }
 	sessionDueResult struct {
 		Due      bool
 		Sessions int
