@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,7 +10,8 @@ import (
 
 // httpHandler serves /metrics (from the node's Registerer when it is also a
 // Gatherer), /healthz (the process runs) and /readyz (every hosted shard
-// has a leader).
+// has a leader) and /status (JSON: who leads each hosted shard, in which
+// term, and whether this node does; see NodeStatus).
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	if g, ok := n.cfg.Registerer.(prometheus.Gatherer); ok {
@@ -28,6 +30,17 @@ func (n *Node) httpHandler() http.Handler {
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		st, err := n.Status()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
 	})
 	return mux
 }

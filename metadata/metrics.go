@@ -14,6 +14,7 @@ type metrics struct {
 	reads            *prometheus.CounterVec
 	leaderChanges    *prometheus.CounterVec
 	hasLeader        *prometheus.GaugeVec
+	isLeader         *prometheus.GaugeVec
 	sessionExpiries  *prometheus.CounterVec
 	watches          prometheus.Gauge
 }
@@ -43,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_metadata_has_leader",
 			Help: "1 when this node's replica knows a leader, by shard.",
 		}, []string{"shard"}),
+		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meridian_metadata_is_leader",
+			Help: "1 when this node leads the shard, else 0, by shard.",
+		}, []string{"shard"}),
 		sessionExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_metadata_session_expiries_total",
 			Help: "Sessions expired by ticks this node proposed as leader, by shard.",
@@ -53,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proposals, m.proposalDuration, m.reads, m.leaderChanges, m.hasLeader, m.sessionExpiries, m.watches)
+		reg.MustRegister(m.proposals, m.proposalDuration, m.reads, m.leaderChanges, m.hasLeader, m.isLeader, m.sessionExpiries, m.watches)
 	}
 	return m
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/lni/dragonboat/v4"
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	dblogger "github.com/lni/dragonboat/v4/logger"
-	"github.com/lni/dragonboat/v4/raftio"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 	"google.golang.org/grpc"
 )
@@ -112,6 +111,7 @@ func (n *Node) Start(ctx context.Context) error {
 		st := &shardStore{node: n, name: sc.Name, shardID: sc.ShardID, notify: newNotifier()}
 		n.shards[sc.Name] = st
 		n.byID[sc.ShardID] = st
+		n.metrics.isLeader.WithLabelValues(sc.Name).Set(0)
 		members := map[uint64]dragonboat.Target{}
 		for id, addr := range sc.Members {
 			members[id] = addr
@@ -347,25 +347,6 @@ func (n *Node) acquireWatch() bool {
 func (n *Node) releaseWatch() {
 	<-n.watchSem
 	n.metrics.watches.Dec()
-}
-
-// leaderListener feeds Dragonboat's leader notifications to the metrics.
-type leaderListener struct{ n *Node }
-
-// LeaderUpdated implements raftio.IRaftEventListener.
-func (l leaderListener) LeaderUpdated(info raftio.LeaderInfo) {
-	name := fmt.Sprint(info.ShardID)
-	for _, sc := range l.n.cfg.Shards {
-		if sc.ShardID == info.ShardID {
-			name = sc.Name
-		}
-	}
-	l.n.metrics.leaderChanges.WithLabelValues(name).Inc()
-	if info.LeaderID != 0 {
-		l.n.metrics.hasLeader.WithLabelValues(name).Set(1)
-	} else {
-		l.n.metrics.hasLeader.WithLabelValues(name).Set(0)
-	}
 }
 
 // tickLoop makes the leader of each hosted shard propose its clock: right

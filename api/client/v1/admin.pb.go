@@ -32,6 +32,54 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// MetadataShard names the shard of a metadata request.
+type MetadataShard int32
+
+const (
+	// METADATA_SHARD_REGIONAL (the default) is the broker's region's shard.
+	MetadataShard_METADATA_SHARD_REGIONAL MetadataShard = 0
+	MetadataShard_METADATA_SHARD_GLOBAL   MetadataShard = 1
+)
+
+// Enum value maps for MetadataShard.
+var (
+	MetadataShard_name = map[int32]string{
+		0: "METADATA_SHARD_REGIONAL",
+		1: "METADATA_SHARD_GLOBAL",
+	}
+	MetadataShard_value = map[string]int32{
+		"METADATA_SHARD_REGIONAL": 0,
+		"METADATA_SHARD_GLOBAL":   1,
+	}
+)
+
+func (x MetadataShard) Enum() *MetadataShard {
+	p := new(MetadataShard)
+	*p = x
+	return p
+}
+
+func (x MetadataShard) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MetadataShard) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_client_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (MetadataShard) Type() protoreflect.EnumType {
+	return &file_api_client_v1_admin_proto_enumTypes[0]
+}
+
+func (x MetadataShard) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MetadataShard.Descriptor instead.
+func (MetadataShard) EnumDescriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 type ListTenantsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3142,6 +3190,935 @@ func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
 	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
+type GetMetadataStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetadataStatusRequest) Reset() {
+	*x = GetMetadataStatusRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetadataStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetadataStatusRequest) ProtoMessage() {}
+
+func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetadataStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetMetadataStatusRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+type MetadataShardStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ShardId uint64                 `protobuf:"varint,2,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// leader_id is the leader's replica ID (0 = no leader known).
+	LeaderId uint64 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// leader_address is the leader's Raft address ("" if unknown).
+	LeaderAddress string `protobuf:"bytes,4,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// is_leader: the node reporting leads this shard.
+	IsLeader      bool `protobuf:"varint,6,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataShardStatus) Reset() {
+	*x = MetadataShardStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataShardStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataShardStatus) ProtoMessage() {}
+
+func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataShardStatus.ProtoReflect.Descriptor instead.
+func (*MetadataShardStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *MetadataShardStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MetadataShardStatus) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *MetadataShardStatus) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *MetadataShardStatus) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
+func (x *MetadataShardStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *MetadataShardStatus) GetIsLeader() bool {
+	if x != nil {
+		return x.IsLeader
+	}
+	return false
+}
+
+type MetadataNodeStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint is the node's gRPC address ("" for a store embedded in the broker).
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// error is set when the node could not be asked; the rest is then empty.
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,4,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Shards        []*MetadataShardStatus `protobuf:"bytes,5,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataNodeStatus) Reset() {
+	*x = MetadataNodeStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataNodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataNodeStatus) ProtoMessage() {}
+
+func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataNodeStatus.ProtoReflect.Descriptor instead.
+func (*MetadataNodeStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *MetadataNodeStatus) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *MetadataNodeStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *MetadataNodeStatus) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MetadataNodeStatus) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *MetadataNodeStatus) GetShards() []*MetadataShardStatus {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type MetadataStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*MetadataNodeStatus  `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataStatus) Reset() {
+	*x = MetadataStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataStatus) ProtoMessage() {}
+
+func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataStatus.ProtoReflect.Descriptor instead.
+func (*MetadataStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *MetadataStatus) GetNodes() []*MetadataNodeStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type MetadataKeyValue struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Key            string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value          []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Version        int64                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	CreateRevision int64                  `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	ModRevision    int64                  `protobuf:"varint,5,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	// session is the owning session of an ephemeral key (0 = persistent).
+	Session       uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataKeyValue) Reset() {
+	*x = MetadataKeyValue{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataKeyValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataKeyValue) ProtoMessage() {}
+
+func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataKeyValue.ProtoReflect.Descriptor instead.
+func (*MetadataKeyValue) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *MetadataKeyValue) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *MetadataKeyValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *MetadataKeyValue) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MetadataKeyValue) GetCreateRevision() int64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+func (x *MetadataKeyValue) GetModRevision() int64 {
+	if x != nil {
+		return x.ModRevision
+	}
+	return 0
+}
+
+func (x *MetadataKeyValue) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type GetMetadataKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         MetadataShard          `protobuf:"varint,1,opt,name=shard,proto3,enum=meridian.client.v1.MetadataShard" json:"shard,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetadataKeyRequest) Reset() {
+	*x = GetMetadataKeyRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetadataKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetadataKeyRequest) ProtoMessage() {}
+
+func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetadataKeyRequest.ProtoReflect.Descriptor instead.
+func (*GetMetadataKeyRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *GetMetadataKeyRequest) GetShard() MetadataShard {
+	if x != nil {
+		return x.Shard
+	}
+	return MetadataShard_METADATA_SHARD_REGIONAL
+}
+
+func (x *GetMetadataKeyRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type ListMetadataKeysRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Shard  MetadataShard          `protobuf:"varint,1,opt,name=shard,proto3,enum=meridian.client.v1.MetadataShard" json:"shard,omitempty"`
+	Prefix string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// after: list keys after this one (paging; "" = from the start).
+	After string `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// limit caps the page (0 = 100; at most 1000).
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMetadataKeysRequest) Reset() {
+	*x = ListMetadataKeysRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMetadataKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMetadataKeysRequest) ProtoMessage() {}
+
+func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMetadataKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListMetadataKeysRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ListMetadataKeysRequest) GetShard() MetadataShard {
+	if x != nil {
+		return x.Shard
+	}
+	return MetadataShard_METADATA_SHARD_REGIONAL
+}
+
+func (x *ListMetadataKeysRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListMetadataKeysRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListMetadataKeysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListMetadataKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kvs   []*MetadataKeyValue    `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	// more: more keys follow; ask again with after = the last key.
+	More          bool  `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMetadataKeysResponse) Reset() {
+	*x = ListMetadataKeysResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMetadataKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMetadataKeysResponse) ProtoMessage() {}
+
+func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMetadataKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListMetadataKeysResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ListMetadataKeysResponse) GetKvs() []*MetadataKeyValue {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
+func (x *ListMetadataKeysResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ListMetadataKeysResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type LedgerBookie struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BookieId      string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Rack          string                 `protobuf:"bytes,3,opt,name=rack,proto3" json:"rack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerBookie) Reset() {
+	*x = LedgerBookie{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerBookie) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerBookie) ProtoMessage() {}
+
+func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerBookie.ProtoReflect.Descriptor instead.
+func (*LedgerBookie) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *LedgerBookie) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+func (x *LedgerBookie) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *LedgerBookie) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+type LedgerSegment struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	FirstEntry int64                  `protobuf:"varint,1,opt,name=first_entry,json=firstEntry,proto3" json:"first_entry,omitempty"`
+	// last_entry is the segment's last entry (-1 while it is the open tail).
+	LastEntry     int64           `protobuf:"varint,2,opt,name=last_entry,json=lastEntry,proto3" json:"last_entry,omitempty"`
+	Ensemble      []*LedgerBookie `protobuf:"bytes,3,rep,name=ensemble,proto3" json:"ensemble,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerSegment) Reset() {
+	*x = LedgerSegment{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerSegment) ProtoMessage() {}
+
+func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerSegment.ProtoReflect.Descriptor instead.
+func (*LedgerSegment) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *LedgerSegment) GetFirstEntry() int64 {
+	if x != nil {
+		return x.FirstEntry
+	}
+	return 0
+}
+
+func (x *LedgerSegment) GetLastEntry() int64 {
+	if x != nil {
+		return x.LastEntry
+	}
+	return 0
+}
+
+func (x *LedgerSegment) GetEnsemble() []*LedgerBookie {
+	if x != nil {
+		return x.Ensemble
+	}
+	return nil
+}
+
+type LedgerDetails struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	// state: open, in-recovery, closed; "missing" when a topic lists a ledger
+	// whose metadata is gone.
+	State        string           `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	EnsembleSize int32            `protobuf:"varint,3,opt,name=ensemble_size,json=ensembleSize,proto3" json:"ensemble_size,omitempty"`
+	WriteQuorum  int32            `protobuf:"varint,4,opt,name=write_quorum,json=writeQuorum,proto3" json:"write_quorum,omitempty"`
+	AckQuorum    int32            `protobuf:"varint,5,opt,name=ack_quorum,json=ackQuorum,proto3" json:"ack_quorum,omitempty"`
+	Segments     []*LedgerSegment `protobuf:"bytes,6,rep,name=segments,proto3" json:"segments,omitempty"`
+	// last_entry is the last entry ID once closed (-1 = empty or still open).
+	LastEntry int64 `protobuf:"varint,7,opt,name=last_entry,json=lastEntry,proto3" json:"last_entry,omitempty"`
+	// length is the payload bytes once the writer closed it (-1 = unknown).
+	Length        int64             `protobuf:"varint,8,opt,name=length,proto3" json:"length,omitempty"`
+	CreatedUnixMs int64             `protobuf:"varint,9,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Properties    map[string]string `protobuf:"bytes,10,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// version is the metadata key's version.
+	Version int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// For ListTopicLedgers: the topic's own record of the ledger.
+	TopicSeq int64 `protobuf:"varint,12,opt,name=topic_seq,json=topicSeq,proto3" json:"topic_seq,omitempty"`
+	// topic_entries is -1 while the topic writes to it.
+	TopicEntries   int64 `protobuf:"varint,13,opt,name=topic_entries,json=topicEntries,proto3" json:"topic_entries,omitempty"`
+	TopicSizeBytes int64 `protobuf:"varint,14,opt,name=topic_size_bytes,json=topicSizeBytes,proto3" json:"topic_size_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LedgerDetails) Reset() {
+	*x = LedgerDetails{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerDetails) ProtoMessage() {}
+
+func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerDetails.ProtoReflect.Descriptor instead.
+func (*LedgerDetails) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *LedgerDetails) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *LedgerDetails) GetEnsembleSize() int32 {
+	if x != nil {
+		return x.EnsembleSize
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetWriteQuorum() int32 {
+	if x != nil {
+		return x.WriteQuorum
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetAckQuorum() int32 {
+	if x != nil {
+		return x.AckQuorum
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetSegments() []*LedgerSegment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *LedgerDetails) GetLastEntry() int64 {
+	if x != nil {
+		return x.LastEntry
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *LedgerDetails) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetTopicSeq() int64 {
+	if x != nil {
+		return x.TopicSeq
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetTopicEntries() int64 {
+	if x != nil {
+		return x.TopicEntries
+	}
+	return 0
+}
+
+func (x *LedgerDetails) GetTopicSizeBytes() int64 {
+	if x != nil {
+		return x.TopicSizeBytes
+	}
+	return 0
+}
+
+type GetLedgerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLedgerRequest) Reset() {
+	*x = GetLedgerRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLedgerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLedgerRequest) ProtoMessage() {}
+
+func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLedgerRequest.ProtoReflect.Descriptor instead.
+func (*GetLedgerRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *GetLedgerRequest) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+type ListTopicLedgersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicLedgersRequest) Reset() {
+	*x = ListTopicLedgersRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicLedgersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicLedgersRequest) ProtoMessage() {}
+
+func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicLedgersRequest.ProtoReflect.Descriptor instead.
+func (*ListTopicLedgersRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListTopicLedgersRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type ListTopicLedgersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Ledgers       []*LedgerDetails       `protobuf:"bytes,2,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicLedgersResponse) Reset() {
+	*x = ListTopicLedgersResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicLedgersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicLedgersResponse) ProtoMessage() {}
+
+func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicLedgersResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicLedgersResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ListTopicLedgersResponse) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ListTopicLedgersResponse) GetLedgers() []*LedgerDetails {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -3335,7 +4312,85 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1aDecommissionBookieResponse\"8\n" +
 	"\x19RecommissionBookieRequest\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"\x1c\n" +
-	"\x1aRecommissionBookieResponse2\x81\x15\n" +
+	"\x1aRecommissionBookieResponse\"\x1a\n" +
+	"\x18GetMetadataStatusRequest\"\xb9\x01\n" +
+	"\x13MetadataShardStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\x04R\bleaderId\x12%\n" +
+	"\x0eleader_address\x18\x04 \x01(\tR\rleaderAddress\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x1b\n" +
+	"\tis_leader\x18\x06 \x01(\bR\bisLeader\"\xc3\x01\n" +
+	"\x12MetadataNodeStatus\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\x04R\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x04 \x01(\tR\vraftAddress\x12?\n" +
+	"\x06shards\x18\x05 \x03(\v2'.meridian.client.v1.MetadataShardStatusR\x06shards\"N\n" +
+	"\x0eMetadataStatus\x12<\n" +
+	"\x05nodes\x18\x01 \x03(\v2&.meridian.client.v1.MetadataNodeStatusR\x05nodes\"\xba\x01\n" +
+	"\x10MetadataKeyValue\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\x12'\n" +
+	"\x0fcreate_revision\x18\x04 \x01(\x03R\x0ecreateRevision\x12!\n" +
+	"\fmod_revision\x18\x05 \x01(\x03R\vmodRevision\x12\x18\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\"b\n" +
+	"\x15GetMetadataKeyRequest\x127\n" +
+	"\x05shard\x18\x01 \x01(\x0e2!.meridian.client.v1.MetadataShardR\x05shard\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\x96\x01\n" +
+	"\x17ListMetadataKeysRequest\x127\n" +
+	"\x05shard\x18\x01 \x01(\x0e2!.meridian.client.v1.MetadataShardR\x05shard\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x82\x01\n" +
+	"\x18ListMetadataKeysResponse\x126\n" +
+	"\x03kvs\x18\x01 \x03(\v2$.meridian.client.v1.MetadataKeyValueR\x03kvs\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"Y\n" +
+	"\fLedgerBookie\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x03 \x01(\tR\x04rack\"\x8d\x01\n" +
+	"\rLedgerSegment\x12\x1f\n" +
+	"\vfirst_entry\x18\x01 \x01(\x03R\n" +
+	"firstEntry\x12\x1d\n" +
+	"\n" +
+	"last_entry\x18\x02 \x01(\x03R\tlastEntry\x12<\n" +
+	"\bensemble\x18\x03 \x03(\v2 .meridian.client.v1.LedgerBookieR\bensemble\"\xdf\x04\n" +
+	"\rLedgerDetails\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
+	"\rensemble_size\x18\x03 \x01(\x05R\fensembleSize\x12!\n" +
+	"\fwrite_quorum\x18\x04 \x01(\x05R\vwriteQuorum\x12\x1d\n" +
+	"\n" +
+	"ack_quorum\x18\x05 \x01(\x05R\tackQuorum\x12=\n" +
+	"\bsegments\x18\x06 \x03(\v2!.meridian.client.v1.LedgerSegmentR\bsegments\x12\x1d\n" +
+	"\n" +
+	"last_entry\x18\a \x01(\x03R\tlastEntry\x12\x16\n" +
+	"\x06length\x18\b \x01(\x03R\x06length\x12&\n" +
+	"\x0fcreated_unix_ms\x18\t \x01(\x03R\rcreatedUnixMs\x12Q\n" +
+	"\n" +
+	"properties\x18\n" +
+	" \x03(\v21.meridian.client.v1.LedgerDetails.PropertiesEntryR\n" +
+	"properties\x12\x18\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\x12\x1b\n" +
+	"\ttopic_seq\x18\f \x01(\x03R\btopicSeq\x12#\n" +
+	"\rtopic_entries\x18\r \x01(\x03R\ftopicEntries\x12(\n" +
+	"\x10topic_size_bytes\x18\x0e \x01(\x03R\x0etopicSizeBytes\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"/\n" +
+	"\x10GetLedgerRequest\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\"/\n" +
+	"\x17ListTopicLedgersRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"m\n" +
+	"\x18ListTopicLedgersResponse\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12;\n" +
+	"\aledgers\x18\x02 \x03(\v2!.meridian.client.v1.LedgerDetailsR\aledgers*G\n" +
+	"\rMetadataShard\x12\x1b\n" +
+	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xff\x18\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -3362,7 +4417,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x11PauseAutorecovery\x12,.meridian.client.v1.PauseAutorecoveryRequest\x1a-.meridian.client.v1.PauseAutorecoveryResponse\x12s\n" +
 	"\x12ResumeAutorecovery\x12-.meridian.client.v1.ResumeAutorecoveryRequest\x1a..meridian.client.v1.ResumeAutorecoveryResponse\x12s\n" +
 	"\x12DecommissionBookie\x12-.meridian.client.v1.DecommissionBookieRequest\x1a..meridian.client.v1.DecommissionBookieResponse\x12s\n" +
-	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponse\x12e\n" +
+	"\x11GetMetadataStatus\x12,.meridian.client.v1.GetMetadataStatusRequest\x1a\".meridian.client.v1.MetadataStatus\x12a\n" +
+	"\x0eGetMetadataKey\x12).meridian.client.v1.GetMetadataKeyRequest\x1a$.meridian.client.v1.MetadataKeyValue\x12m\n" +
+	"\x10ListMetadataKeys\x12+.meridian.client.v1.ListMetadataKeysRequest\x1a,.meridian.client.v1.ListMetadataKeysResponse\x12T\n" +
+	"\tGetLedger\x12$.meridian.client.v1.GetLedgerRequest\x1a!.meridian.client.v1.LedgerDetails\x12m\n" +
+	"\x10ListTopicLedgers\x12+.meridian.client.v1.ListTopicLedgersRequest\x1a,.meridian.client.v1.ListTopicLedgersResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -3376,146 +4436,182 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_admin_proto_rawDescData
 }
 
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(*ListTenantsRequest)(nil),           // 0: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 1: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),          // 2: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),         // 3: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),          // 4: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),         // 5: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),            // 6: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),        // 7: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 8: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),       // 9: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),      // 10: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),       // 11: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),      // 12: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),  // 13: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil), // 14: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),  // 15: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil), // 16: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),            // 17: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),           // 18: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),           // 19: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 20: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),           // 21: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 22: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),         // 23: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil), // 24: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),           // 25: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),          // 26: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                // 27: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                // 28: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),            // 29: meridian.client.v1.SubscriptionStats
-	(*TopicStats)(nil),                   // 30: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                   // 31: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                   // 32: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),           // 33: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),     // 34: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),    // 35: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),    // 36: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),   // 37: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),    // 38: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),   // 39: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),     // 40: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),    // 41: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),           // 42: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                   // 43: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),          // 44: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                 // 45: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),           // 46: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),          // 47: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),        // 48: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil), // 49: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),           // 50: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),     // 51: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),    // 52: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),    // 53: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),   // 54: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),    // 55: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),   // 56: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),    // 57: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),   // 58: meridian.client.v1.RecommissionBookieResponse
-	(SubscriptionType)(0),                // 59: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 60: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 61: meridian.client.v1.InitialPosition
+	(MetadataShard)(0),                   // 0: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),           // 1: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),          // 2: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),          // 3: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),         // 4: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),          // 5: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),         // 6: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),            // 7: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),        // 8: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),       // 9: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),       // 10: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),      // 11: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),       // 12: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),      // 13: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),  // 14: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil), // 15: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),  // 16: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil), // 17: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),            // 18: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),           // 19: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),           // 20: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 21: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),           // 22: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 23: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),         // 24: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil), // 25: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),           // 26: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),          // 27: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                // 28: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                // 29: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),            // 30: meridian.client.v1.SubscriptionStats
+	(*TopicStats)(nil),                   // 31: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                   // 32: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                   // 33: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),           // 34: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),     // 35: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),    // 36: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),    // 37: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),   // 38: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),    // 39: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),   // 40: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),     // 41: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),    // 42: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),           // 43: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                   // 44: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),          // 45: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                 // 46: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),           // 47: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),          // 48: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),        // 49: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil), // 50: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),           // 51: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),     // 52: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),    // 53: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),    // 54: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),   // 55: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),    // 56: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),   // 57: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),    // 58: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),   // 59: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),     // 60: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),          // 61: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),           // 62: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),               // 63: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),             // 64: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),        // 65: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),      // 66: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),     // 67: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                 // 68: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                // 69: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                // 70: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),             // 71: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),      // 72: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),     // 73: meridian.client.v1.ListTopicLedgersResponse
+	nil,                                  // 74: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                // 75: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 76: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 77: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
-	6,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	6,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	6,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	59, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	28, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	60, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	27, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	29, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	60, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	31, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	32, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	60, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	61, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	60, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	61, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	43, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	45, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	48, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	45, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	0,  // 19: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	2,  // 20: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	4,  // 21: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	7,  // 22: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	9,  // 23: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	11, // 24: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	13, // 25: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	15, // 26: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	17, // 27: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	19, // 28: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	21, // 29: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	23, // 30: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	24, // 31: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	25, // 32: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	34, // 33: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	36, // 34: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	38, // 35: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	40, // 36: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	42, // 37: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	46, // 38: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	49, // 39: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	51, // 40: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	53, // 41: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	55, // 42: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	57, // 43: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	1,  // 44: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	3,  // 45: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	5,  // 46: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	8,  // 47: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	10, // 48: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	12, // 49: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	14, // 50: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	16, // 51: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	18, // 52: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	20, // 53: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	22, // 54: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	30, // 55: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	33, // 56: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	26, // 57: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	35, // 58: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	37, // 59: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	39, // 60: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	41, // 61: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	44, // 62: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	47, // 63: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	50, // 64: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	52, // 65: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	54, // 66: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	56, // 67: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	58, // 68: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	44, // [44:69] is the sub-list for method output_type
-	19, // [19:44] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	7,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	7,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	7,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	75, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	29, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	76, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	28, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	30, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	76, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	32, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	33, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	76, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	77, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	76, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	77, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	44, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	46, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	49, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	46, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	61, // 19: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	62, // 20: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	0,  // 21: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	0,  // 22: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	64, // 23: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	68, // 24: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	69, // 25: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	74, // 26: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	70, // 27: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	1,  // 28: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	3,  // 29: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	5,  // 30: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	8,  // 31: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	10, // 32: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	12, // 33: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	14, // 34: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	16, // 35: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	18, // 36: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	20, // 37: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	22, // 38: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	24, // 39: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	25, // 40: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	26, // 41: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	35, // 42: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	37, // 43: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	39, // 44: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	41, // 45: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	43, // 46: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	47, // 47: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	50, // 48: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	52, // 49: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	54, // 50: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	56, // 51: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	58, // 52: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	60, // 53: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	65, // 54: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	66, // 55: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	71, // 56: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	72, // 57: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	2,  // 58: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	4,  // 59: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	6,  // 60: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	9,  // 61: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	11, // 62: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	13, // 63: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	15, // 64: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	17, // 65: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	19, // 66: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	21, // 67: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	23, // 68: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	31, // 69: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	34, // 70: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	27, // 71: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	36, // 72: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	38, // 73: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	40, // 74: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	42, // 75: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	45, // 76: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	48, // 77: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	51, // 78: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	53, // 79: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	55, // 80: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	57, // 81: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	59, // 82: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	63, // 83: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	64, // 84: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	67, // 85: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	70, // 86: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	73, // 87: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	58, // [58:88] is the sub-list for method output_type
+	28, // [28:58] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -3535,13 +4631,14 @@ func file_api_client_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   59,
+			NumEnums:      1,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_api_client_v1_admin_proto_goTypes,
 		DependencyIndexes: file_api_client_v1_admin_proto_depIdxs,
+		EnumInfos:         file_api_client_v1_admin_proto_enumTypes,
 		MessageInfos:      file_api_client_v1_admin_proto_msgTypes,
 	}.Build()
 	File_api_client_v1_admin_proto = out.File

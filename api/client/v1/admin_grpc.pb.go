@@ -55,6 +55,11 @@ const (
 	Admin_ResumeAutorecovery_FullMethodName    = "/meridian.client.v1.Admin/ResumeAutorecovery"
 	Admin_DecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/DecommissionBookie"
 	Admin_RecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/RecommissionBookie"
+	Admin_GetMetadataStatus_FullMethodName     = "/meridian.client.v1.Admin/GetMetadataStatus"
+	Admin_GetMetadataKey_FullMethodName        = "/meridian.client.v1.Admin/GetMetadataKey"
+	Admin_ListMetadataKeys_FullMethodName      = "/meridian.client.v1.Admin/ListMetadataKeys"
+	Admin_GetLedger_FullMethodName             = "/meridian.client.v1.Admin/GetLedger"
+	Admin_ListTopicLedgers_FullMethodName      = "/meridian.client.v1.Admin/ListTopicLedgers"
 )
 
 // AdminClient is the client API for Admin service.
@@ -107,6 +112,20 @@ type AdminClient interface {
 	DecommissionBookie(ctx context.Context, in *DecommissionBookieRequest, opts ...grpc.CallOption) (*DecommissionBookieResponse, error)
 	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
 	RecommissionBookie(ctx context.Context, in *RecommissionBookieRequest, opts ...grpc.CallOption) (*RecommissionBookieResponse, error)
+	// GetMetadataStatus reports, for every metadata node the broker reaches,
+	// who leads each shard, in which term, and whether that node leads it.
+	GetMetadataStatus(ctx context.Context, in *GetMetadataStatusRequest, opts ...grpc.CallOption) (*MetadataStatus, error)
+	// GetMetadataKey reads one metadata key (read-only; for operators).
+	GetMetadataKey(ctx context.Context, in *GetMetadataKeyRequest, opts ...grpc.CallOption) (*MetadataKeyValue, error)
+	// ListMetadataKeys lists one page of metadata keys with a prefix, in key
+	// order (read-only; for operators).
+	ListMetadataKeys(ctx context.Context, in *ListMetadataKeysRequest, opts ...grpc.CallOption) (*ListMetadataKeysResponse, error)
+	// GetLedger reports a ledger's metadata: state, quorums, ensembles by
+	// segment, last entry and length.
+	GetLedger(ctx context.Context, in *GetLedgerRequest, opts ...grpc.CallOption) (*LedgerDetails, error)
+	// ListTopicLedgers lists a topic's ledgers in order (from its managed
+	// ledger key), each with its ledger metadata.
+	ListTopicLedgers(ctx context.Context, in *ListTopicLedgersRequest, opts ...grpc.CallOption) (*ListTopicLedgersResponse, error)
 }
 
 type adminClient struct {
@@ -367,6 +386,56 @@ func (c *adminClient) RecommissionBookie(ctx context.Context, in *RecommissionBo
 	return out, nil
 }
 
+func (c *adminClient) GetMetadataStatus(ctx context.Context, in *GetMetadataStatusRequest, opts ...grpc.CallOption) (*MetadataStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataStatus)
+	err := c.cc.Invoke(ctx, Admin_GetMetadataStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetMetadataKey(ctx context.Context, in *GetMetadataKeyRequest, opts ...grpc.CallOption) (*MetadataKeyValue, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataKeyValue)
+	err := c.cc.Invoke(ctx, Admin_GetMetadataKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListMetadataKeys(ctx context.Context, in *ListMetadataKeysRequest, opts ...grpc.CallOption) (*ListMetadataKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMetadataKeysResponse)
+	err := c.cc.Invoke(ctx, Admin_ListMetadataKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetLedger(ctx context.Context, in *GetLedgerRequest, opts ...grpc.CallOption) (*LedgerDetails, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LedgerDetails)
+	err := c.cc.Invoke(ctx, Admin_GetLedger_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListTopicLedgers(ctx context.Context, in *ListTopicLedgersRequest, opts ...grpc.CallOption) (*ListTopicLedgersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTopicLedgersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListTopicLedgers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -417,6 +486,20 @@ type AdminServer interface {
 	DecommissionBookie(context.Context, *DecommissionBookieRequest) (*DecommissionBookieResponse, error)
 	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
 	RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error)
+	// GetMetadataStatus reports, for every metadata node the broker reaches,
+	// who leads each shard, in which term, and whether that node leads it.
+	GetMetadataStatus(context.Context, *GetMetadataStatusRequest) (*MetadataStatus, error)
+	// GetMetadataKey reads one metadata key (read-only; for operators).
+	GetMetadataKey(context.Context, *GetMetadataKeyRequest) (*MetadataKeyValue, error)
+	// ListMetadataKeys lists one page of metadata keys with a prefix, in key
+	// order (read-only; for operators).
+	ListMetadataKeys(context.Context, *ListMetadataKeysRequest) (*ListMetadataKeysResponse, error)
+	// GetLedger reports a ledger's metadata: state, quorums, ensembles by
+	// segment, last entry and length.
+	GetLedger(context.Context, *GetLedgerRequest) (*LedgerDetails, error)
+	// ListTopicLedgers lists a topic's ledgers in order (from its managed
+	// ledger key), each with its ledger metadata.
+	ListTopicLedgers(context.Context, *ListTopicLedgersRequest) (*ListTopicLedgersResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -501,6 +584,21 @@ func (UnimplementedAdminServer) DecommissionBookie(context.Context, *Decommissio
 }
 func (UnimplementedAdminServer) RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecommissionBookie not implemented")
+}
+func (UnimplementedAdminServer) GetMetadataStatus(context.Context, *GetMetadataStatusRequest) (*MetadataStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetMetadataStatus not implemented")
+}
+func (UnimplementedAdminServer) GetMetadataKey(context.Context, *GetMetadataKeyRequest) (*MetadataKeyValue, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetMetadataKey not implemented")
+}
+func (UnimplementedAdminServer) ListMetadataKeys(context.Context, *ListMetadataKeysRequest) (*ListMetadataKeysResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListMetadataKeys not implemented")
+}
+func (UnimplementedAdminServer) GetLedger(context.Context, *GetLedgerRequest) (*LedgerDetails, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetLedger not implemented")
+}
+func (UnimplementedAdminServer) ListTopicLedgers(context.Context, *ListTopicLedgersRequest) (*ListTopicLedgersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTopicLedgers not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -973,6 +1071,96 @@ func _Admin_RecommissionBookie_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetMetadataStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMetadataStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetMetadataStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetMetadataStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetMetadataStatus(ctx, req.(*GetMetadataStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetMetadataKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMetadataKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetMetadataKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetMetadataKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetMetadataKey(ctx, req.(*GetMetadataKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListMetadataKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMetadataKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListMetadataKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListMetadataKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListMetadataKeys(ctx, req.(*ListMetadataKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetLedger_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLedgerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetLedger(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetLedger_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetLedger(ctx, req.(*GetLedgerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListTopicLedgers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTopicLedgersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListTopicLedgers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListTopicLedgers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListTopicLedgers(ctx, req.(*ListTopicLedgersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1079,6 +1267,26 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecommissionBookie",
 			Handler:    _Admin_RecommissionBookie_Handler,
+		},
+		{
+			MethodName: "GetMetadataStatus",
+			Handler:    _Admin_GetMetadataStatus_Handler,
+		},
+		{
+			MethodName: "GetMetadataKey",
+			Handler:    _Admin_GetMetadataKey_Handler,
+		},
+		{
+			MethodName: "ListMetadataKeys",
+			Handler:    _Admin_ListMetadataKeys_Handler,
+		},
+		{
+			MethodName: "GetLedger",
+			Handler:    _Admin_GetLedger_Handler,
+		},
+		{
+			MethodName: "ListTopicLedgers",
+			Handler:    _Admin_ListTopicLedgers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1301,6 +1301,199 @@ func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
 	return file_api_metadata_v1_metadata_proto_rawDescGZIP(), []int{20}
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_api_metadata_v1_metadata_proto_rawDescGZIP(), []int{21}
+}
+
+// ShardStatus is one hosted shard as this node sees it.
+type ShardStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ShardId uint64                 `protobuf:"varint,2,opt,name=shard_id,json=shardId,proto3" json:"shard_id,omitempty"`
+	// leader_id is the leader's replica ID (0 = no leader known).
+	LeaderId uint64 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// leader_address is the leader's Raft address ("" if unknown).
+	LeaderAddress string `protobuf:"bytes,4,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// is_leader: this node leads the shard.
+	IsLeader bool `protobuf:"varint,6,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
+	// members maps replica IDs to Raft addresses.
+	Members       map[uint64]string `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatus) Reset() {
+	*x = ShardStatus{}
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatus) ProtoMessage() {}
+
+func (x *ShardStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
+func (*ShardStatus) Descriptor() ([]byte, []int) {
+	return file_api_metadata_v1_metadata_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ShardStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetShardId() uint64 {
+	if x != nil {
+		return x.ShardId
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetIsLeader() bool {
+	if x != nil {
+		return x.IsLeader
+	}
+	return false
+}
+
+func (x *ShardStatus) GetMembers() map[uint64]string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type StatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Shards        []*ShardStatus         `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_metadata_v1_metadata_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_api_metadata_v1_metadata_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StatusResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetShards() []*ShardStatus {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
 var File_api_metadata_v1_metadata_proto protoreflect.FileDescriptor
 
 const file_api_metadata_v1_metadata_proto_rawDesc = "" +
@@ -1378,7 +1571,23 @@ const file_api_metadata_v1_metadata_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\"\x16\n" +
-	"\x14CloseSessionResponse*Y\n" +
+	"\x14CloseSessionResponse\"\x0f\n" +
+	"\rStatusRequest\"\xb7\x02\n" +
+	"\vShardStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bshard_id\x18\x02 \x01(\x04R\ashardId\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\x04R\bleaderId\x12%\n" +
+	"\x0eleader_address\x18\x04 \x01(\tR\rleaderAddress\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x1b\n" +
+	"\tis_leader\x18\x06 \x01(\bR\bisLeader\x12H\n" +
+	"\amembers\x18\a \x03(\v2..meridian.metadata.v1.ShardStatus.MembersEntryR\amembers\x1a:\n" +
+	"\fMembersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
+	"\x0eStatusResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x129\n" +
+	"\x06shards\x18\x03 \x03(\v2!.meridian.metadata.v1.ShardStatusR\x06shards*Y\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_PUT\x10\x01\x12\x12\n" +
@@ -1387,7 +1596,7 @@ const file_api_metadata_v1_metadata_proto_rawDesc = "" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eEVENT_TYPE_PUT\x10\x01\x12\x15\n" +
-	"\x11EVENT_TYPE_DELETE\x10\x022\x95\x06\n" +
+	"\x11EVENT_TYPE_DELETE\x10\x022\xea\x06\n" +
 	"\bMetadata\x12J\n" +
 	"\x03Get\x12 .meridian.metadata.v1.GetRequest\x1a!.meridian.metadata.v1.GetResponse\x12J\n" +
 	"\x03Put\x12 .meridian.metadata.v1.PutRequest\x1a!.meridian.metadata.v1.PutResponse\x12S\n" +
@@ -1397,7 +1606,8 @@ const file_api_metadata_v1_metadata_proto_rawDesc = "" +
 	"\x05Watch\x12\".meridian.metadata.v1.WatchRequest\x1a#.meridian.metadata.v1.WatchResponse0\x01\x12h\n" +
 	"\rCreateSession\x12*.meridian.metadata.v1.CreateSessionRequest\x1a+.meridian.metadata.v1.CreateSessionResponse\x12\\\n" +
 	"\tKeepAlive\x12&.meridian.metadata.v1.KeepAliveRequest\x1a'.meridian.metadata.v1.KeepAliveResponse\x12e\n" +
-	"\fCloseSession\x12).meridian.metadata.v1.CloseSessionRequest\x1a*.meridian.metadata.v1.CloseSessionResponseB;Z9github.com/meridianmq/meridian/api/metadata/v1;metadatav1b\x06proto3"
+	"\fCloseSession\x12).meridian.metadata.v1.CloseSessionRequest\x1a*.meridian.metadata.v1.CloseSessionResponse\x12S\n" +
+	"\x06Status\x12#.meridian.metadata.v1.StatusRequest\x1a$.meridian.metadata.v1.StatusResponseB;Z9github.com/meridianmq/meridian/api/metadata/v1;metadatav1b\x06proto3"
 
 var (
 	file_api_metadata_v1_metadata_proto_rawDescOnce sync.Once
@@ -1412,7 +1622,7 @@ func file_api_metadata_v1_metadata_proto_rawDescGZIP() []byte {
 }
 
 var file_api_metadata_v1_metadata_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_metadata_v1_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_metadata_v1_metadata_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_metadata_v1_metadata_proto_goTypes = []any{
 	(OpType)(0),                   // 0: meridian.metadata.v1.OpType
 	(EventType)(0),                // 1: meridian.metadata.v1.EventType
@@ -1437,6 +1647,10 @@ var file_api_metadata_v1_metadata_proto_goTypes = []any{
 	(*KeepAliveResponse)(nil),     // 20: meridian.metadata.v1.KeepAliveResponse
 	(*CloseSessionRequest)(nil),   // 21: meridian.metadata.v1.CloseSessionRequest
 	(*CloseSessionResponse)(nil),  // 22: meridian.metadata.v1.CloseSessionResponse
+	(*StatusRequest)(nil),         // 23: meridian.metadata.v1.StatusRequest
+	(*ShardStatus)(nil),           // 24: meridian.metadata.v1.ShardStatus
+	(*StatusResponse)(nil),        // 25: meridian.metadata.v1.StatusResponse
+	nil,                           // 26: meridian.metadata.v1.ShardStatus.MembersEntry
 }
 var file_api_metadata_v1_metadata_proto_depIdxs = []int32{
 	2,  // 0: meridian.metadata.v1.GetResponse.kv:type_name -> meridian.metadata.v1.KeyValue
@@ -1448,29 +1662,33 @@ var file_api_metadata_v1_metadata_proto_depIdxs = []int32{
 	1,  // 6: meridian.metadata.v1.Event.type:type_name -> meridian.metadata.v1.EventType
 	2,  // 7: meridian.metadata.v1.Event.kv:type_name -> meridian.metadata.v1.KeyValue
 	15, // 8: meridian.metadata.v1.WatchResponse.events:type_name -> meridian.metadata.v1.Event
-	3,  // 9: meridian.metadata.v1.Metadata.Get:input_type -> meridian.metadata.v1.GetRequest
-	5,  // 10: meridian.metadata.v1.Metadata.Put:input_type -> meridian.metadata.v1.PutRequest
-	7,  // 11: meridian.metadata.v1.Metadata.Delete:input_type -> meridian.metadata.v1.DeleteRequest
-	9,  // 12: meridian.metadata.v1.Metadata.List:input_type -> meridian.metadata.v1.ListRequest
-	12, // 13: meridian.metadata.v1.Metadata.Txn:input_type -> meridian.metadata.v1.TxnRequest
-	14, // 14: meridian.metadata.v1.Metadata.Watch:input_type -> meridian.metadata.v1.WatchRequest
-	17, // 15: meridian.metadata.v1.Metadata.CreateSession:input_type -> meridian.metadata.v1.CreateSessionRequest
-	19, // 16: meridian.metadata.v1.Metadata.KeepAlive:input_type -> meridian.metadata.v1.KeepAliveRequest
-	21, // 17: meridian.metadata.v1.Metadata.CloseSession:input_type -> meridian.metadata.v1.CloseSessionRequest
-	4,  // 18: meridian.metadata.v1.Metadata.Get:output_type -> meridian.metadata.v1.GetResponse
-	6,  // 19: meridian.metadata.v1.Metadata.Put:output_type -> meridian.metadata.v1.PutResponse
-	8,  // 20: meridian.metadata.v1.Metadata.Delete:output_type -> meridian.metadata.v1.DeleteResponse
-	10, // 21: meridian.metadata.v1.Metadata.List:output_type -> meridian.metadata.v1.ListResponse
-	13, // 22: meridian.metadata.v1.Metadata.Txn:output_type -> meridian.metadata.v1.TxnResponse
-	16, // 23: meridian.metadata.v1.Metadata.Watch:output_type -> meridian.metadata.v1.WatchResponse
-	18, // 24: meridian.metadata.v1.Metadata.CreateSession:output_type -> meridian.metadata.v1.CreateSessionResponse
-	20, // 25: meridian.metadata.v1.Metadata.KeepAlive:output_type -> meridian.metadata.v1.KeepAliveResponse
-	22, // 26: meridian.metadata.v1.Metadata.CloseSession:output_type -> meridian.metadata.v1.CloseSessionResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	26, // 9: meridian.metadata.v1.ShardStatus.members:type_name -> meridian.metadata.v1.ShardStatus.MembersEntry
+	24, // 10: meridian.metadata.v1.StatusResponse.shards:type_name -> meridian.metadata.v1.ShardStatus
+	3,  // 11: meridian.metadata.v1.Metadata.Get:input_type -> meridian.metadata.v1.GetRequest
+	5,  // 12: meridian.metadata.v1.Metadata.Put:input_type -> meridian.metadata.v1.PutRequest
+	7,  // 13: meridian.metadata.v1.Metadata.Delete:input_type -> meridian.metadata.v1.DeleteRequest
+	9,  // 14: meridian.metadata.v1.Metadata.List:input_type -> meridian.metadata.v1.ListRequest
+	12, // 15: meridian.metadata.v1.Metadata.Txn:input_type -> meridian.metadata.v1.TxnRequest
+	14, // 16: meridian.metadata.v1.Metadata.Watch:input_type -> meridian.metadata.v1.WatchRequest
+	17, // 17: meridian.metadata.v1.Metadata.CreateSession:input_type -> meridian.metadata.v1.CreateSessionRequest
+	19, // 18: meridian.metadata.v1.Metadata.KeepAlive:input_type -> meridian.metadata.v1.KeepAliveRequest
+	21, // 19: meridian.metadata.v1.Metadata.CloseSession:input_type -> meridian.metadata.v1.CloseSessionRequest
+	23, // 20: meridian.metadata.v1.Metadata.Status:input_type -> meridian.metadata.v1.StatusRequest
+	4,  // 21: meridian.metadata.v1.Metadata.Get:output_type -> meridian.metadata.v1.GetResponse
+	6,  // 22: meridian.metadata.v1.Metadata.Put:output_type -> meridian.metadata.v1.PutResponse
+	8,  // 23: meridian.metadata.v1.Metadata.Delete:output_type -> meridian.metadata.v1.DeleteResponse
+	10, // 24: meridian.metadata.v1.Metadata.List:output_type -> meridian.metadata.v1.ListResponse
+	13, // 25: meridian.metadata.v1.Metadata.Txn:output_type -> meridian.metadata.v1.TxnResponse
+	16, // 26: meridian.metadata.v1.Metadata.Watch:output_type -> meridian.metadata.v1.WatchResponse
+	18, // 27: meridian.metadata.v1.Metadata.CreateSession:output_type -> meridian.metadata.v1.CreateSessionResponse
+	20, // 28: meridian.metadata.v1.Metadata.KeepAlive:output_type -> meridian.metadata.v1.KeepAliveResponse
+	22, // 29: meridian.metadata.v1.Metadata.CloseSession:output_type -> meridian.metadata.v1.CloseSessionResponse
+	25, // 30: meridian.metadata.v1.Metadata.Status:output_type -> meridian.metadata.v1.StatusResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_metadata_v1_metadata_proto_init() }
@@ -1484,7 +1702,7 @@ func file_api_metadata_v1_metadata_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_metadata_v1_metadata_proto_rawDesc), len(file_api_metadata_v1_metadata_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	Metadata_CreateSession_FullMethodName = "/meridian.metadata.v1.Metadata/CreateSession"
 	Metadata_KeepAlive_FullMethodName     = "/meridian.metadata.v1.Metadata/KeepAlive"
 	Metadata_CloseSession_FullMethodName  = "/meridian.metadata.v1.Metadata/CloseSession"
+	Metadata_Status_FullMethodName        = "/meridian.metadata.v1.Metadata/Status"
 )
 
 // MetadataClient is the client API for Metadata service.
@@ -76,6 +77,9 @@ type MetadataClient interface {
 	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (*KeepAliveResponse, error)
 	// CloseSession ends a session and deletes its ephemeral keys.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Status reports this node's view of the shards it hosts: who leads each
+	// one, in which term, and whether this node is the leader.
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type metadataClient struct {
@@ -185,6 +189,16 @@ func (c *metadataClient) CloseSession(ctx context.Context, in *CloseSessionReque
 	return out, nil
 }
 
+func (c *metadataClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Metadata_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetadataServer is the server API for Metadata service.
 // All implementations must embed UnimplementedMetadataServer
 // for forward compatibility.
@@ -209,6 +223,9 @@ type MetadataServer interface {
 	KeepAlive(context.Context, *KeepAliveRequest) (*KeepAliveResponse, error)
 	// CloseSession ends a session and deletes its ephemeral keys.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Status reports this node's view of the shards it hosts: who leads each
+	// one, in which term, and whether this node is the leader.
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedMetadataServer()
 }
 
@@ -245,6 +262,9 @@ func (UnimplementedMetadataServer) KeepAlive(context.Context, *KeepAliveRequest)
 }
 func (UnimplementedMetadataServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedMetadataServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedMetadataServer) mustEmbedUnimplementedMetadataServer() {}
 func (UnimplementedMetadataServer) testEmbeddedByValue()                  {}
@@ -422,6 +442,24 @@ func _Metadata_CloseSession_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Metadata_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetadataServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Metadata_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetadataServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Metadata_ServiceDesc is the grpc.ServiceDesc for Metadata service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -460,6 +498,10 @@ var Metadata_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloseSession",
 			Handler:    _Metadata_CloseSession_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Metadata_Status_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
