@@ -47,7 +47,7 @@ func route[Req proto.Message, Resp proto.Message](newReq func() Req, fn func(con
 
 func (s *Server) adminRoutes() map[string]adminRoute {
 	a := &adminService{b: s}
-	return map[string]adminRoute{
+	routes := map[string]adminRoute{
 		"ListTenants":           route(func() *clientv1.ListTenantsRequest { return &clientv1.ListTenantsRequest{} }, a.ListTenants),
 		"CreateTenant":          route(func() *clientv1.CreateTenantRequest { return &clientv1.CreateTenantRequest{} }, a.CreateTenant),
 		"DeleteTenant":          route(func() *clientv1.DeleteTenantRequest { return &clientv1.DeleteTenantRequest{} }, a.DeleteTenant),
@@ -74,6 +74,8 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 		"DecommissionBookie":    route(func() *clientv1.DecommissionBookieRequest { return &clientv1.DecommissionBookieRequest{} }, a.DecommissionBookie),
 		"RecommissionBookie":    route(func() *clientv1.RecommissionBookieRequest { return &clientv1.RecommissionBookieRequest{} }, a.RecommissionBookie),
 	}
+	addMetadataAdminRoutes(routes, a)
+	return routes
 }
 
 func (s *Server) httpHandler() http.Handler {

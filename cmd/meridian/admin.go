@@ -323,6 +323,7 @@ func newAdminCmd() *cobra.Command {
 		}),
 	)
 	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
+	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
 	return root
 }
 
