@@ -1,0 +1,80 @@
+package broker
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestDedupLRUSurvivesTakeover: the LRU order is by real last use and is
+// carried by the snapshot, so after a takeover the name forgotten first is
+// the one least recently used, not an arbitrary one.
+func TestDedupLRUSurvivesTakeover(t *testing.T) {
+	d := newDedupTable(3)
+	for i, name := range []string{"a", "b", "c"} {
+		if dup, _, _, _, _ := d.check(name, 0, 0, int64(100+i)); dup {
+			t.Fatalf("first send of %s is a duplicate", name)
+		}
+		d.stored(name, 0, 0, pos{7, int64(i)}, int64(100+i))
+	}
+	// a sends again (a duplicate still counts as a use): b is now the LRU.
+	if dup, stored, id, bi, known := d.check("a", 0, 0, 200); !dup || !stored || !known || id != (pos{7, 0}) || bi != 0 {
+		t.Fatalf("resend of a: dup=%v stored=%v known=%v id=%v index=%d", dup, stored, known, id, bi)
+	}
+	ledgers := []ledgerInfo{{ID: 7, Seq: 0, Entries: 3}}
+	snap, through := d.snapshot(ledgers, 0)
+	if through != 0 || len(snap) != 3 {
+		t.Fatalf("snapshot of 3 names: through %d, %d names", through, len(snap))
+	}
+	// Takeover: a new table restored from the snapshot.
+	d2 := newDedupTable(3)
+	d2.restore(snap, nil)
+	d2.order()
+	d2.check("d", 0, 0, 300)
+	for name, want := range map[string]int64{"a": 0, "b": -1, "c": 0, "d": 0} {
+		if got := d2.lastSequence(name); got != want {
+			t.Errorf("after takeover and a new name, last sequence of %s is %d, want %d (b was least recently used)", name, got, want)
+		}
+	}
+}
+
+// TestDedupSnapshotLeavesOutOldestAndRescans: beyond the snapshot's limit
+// the least recently used names are left out, and DedupThrough stays below
+// the ledgers holding their last batches so a takeover finds them again,
+// within the rescan bounds.
+func TestDedupSnapshotLeavesOutOldestAndRescans(t *testing.T) {
+	n := maxDedupSnapshotProducers + 10
+	d := newDedupTable(n)
+	// Names 0..9 wrote in ledger seq 2 (id 12), the rest in seq 3 (id 13),
+	// later.
+	for i := range n {
+		name := fmt.Sprintf("p%05d", i)
+		l := int64(13)
+		if i < 10 {
+			l = 12
+		}
+		d.check(name, 5, 5, int64(1000+i))
+		d.stored(name, 5, 5, pos{l, int64(i)}, int64(1000+i))
+	}
+	ledgers := []ledgerInfo{
+		{ID: 10, Seq: 0, Entries: 100}, {ID: 11, Seq: 1, Entries: 100},
+		{ID: 12, Seq: 2, Entries: 10}, {ID: 13, Seq: 3, Entries: int64(n - 10)}, {ID: 14, Seq: 4, Entries: -1},
+	}
+	snap, through := d.snapshot(ledgers, 3)
+	if len(snap) != maxDedupSnapshotProducers {
+		t.Fatalf("snapshot holds %d names, want %d", len(snap), maxDedupSnapshotProducers)
+	}
+	if _, ok := snap["p00000"]; ok {
+		t.Fatal("the least recently used name is in the full snapshot")
+	}
+	if _, ok := snap[fmt.Sprintf("p%05d", n-1)]; !ok {
+		t.Fatal("the most recently used name is not in the snapshot")
+	}
+	if through != 1 {
+		t.Fatalf("DedupThrough %d, want 1 (rescan the ledger holding the names left out)", through)
+	}
+	// A ledger too big to rescan: the names left out are forgotten.
+	ledgers[2].Entries = maxDedupRescanEntries + 1
+	if _, through := d.snapshot(ledgers, 3); through != 2 {
+		t.Fatalf("DedupThrough %d with an oversize ledger to rescan, want 2", through)
+	}
+}
