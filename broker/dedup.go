@@ -159,7 +159,10 @@ func (d *dedupTable) check(name string, seq, highest, nowMs int64) (dup, stored 
 			return true, stored, pos{}, 0, false
 		}
 	} else {
-		for len(d.byName) >= d.max && d.lru.Len() > 0 {
+		// One out per new name: producers found in scanned ledgers may
+		// exceed max, and they stay tracked until they are the least
+		// recently used.
+		if len(d.byName) >= d.max && d.lru.Len() > 0 {
 			old := d.lru.Remove(d.lru.Back()).(*dedupProducer)
 			delete(d.byName, old.name)
 		}

@@ -35,6 +35,19 @@ func TestDedupLRUSurvivesTakeover(t *testing.T) {
 			t.Errorf("after takeover and a new name, last sequence of %s is %d, want %d (b was least recently used)", name, got, want)
 		}
 	}
+	// Producers found in scanned ledgers are tracked beyond the limit; a
+	// new name then forgets only the least recently used one.
+	d3 := newDedupTable(2)
+	d3.restore(snap, nil)
+	d3.observe("e", 4, 4, pos{8, 0}, 250)
+	d3.order()
+	if d3.len() != 4 {
+		t.Fatalf("restored and scanned producers tracked: %d, want 4", d3.len())
+	}
+	d3.check("f", 0, 0, 400)
+	if d3.len() != 4 || d3.lastSequence("b") != -1 || d3.lastSequence("c") != 0 {
+		t.Fatalf("after a new name beyond the limit: %d tracked, b=%d c=%d (want 4, -1, 0)", d3.len(), d3.lastSequence("b"), d3.lastSequence("c"))
+	}
 }
 
 // TestDedupSnapshotLeavesOutOldestAndRescans: beyond the snapshot's limit
