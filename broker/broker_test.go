@@ -98,13 +98,18 @@ func TestCursorAndDedupSurviveUnload(t *testing.T) {
 	if opened.LastSequenceId != -1 {
 		t.Fatalf("new producer last sequence %d", opened.LastSequenceId)
 	}
-	var id19 *clientv1.MessageId
+	ids := make([]*clientv1.MessageId, 20)
 	for i := range int64(20) {
-		id19 = p.sendOK(i)
+		ids[i] = p.sendOK(i)
 	}
-	// An older batch: a duplicate whose first ID is no longer known.
-	if r := p.send(3, []byte("again")); !r.GetDuplicate() || r.GetError() != nil || r.GetMessageId() != nil {
-		t.Fatalf("resend of 3: %v", r)
+	id19 := ids[19]
+	// A duplicate is answered with the ID it was first stored under when
+	// the broker still knows it (recent batches), else with none.
+	if r := p.send(3, []byte("again")); !r.GetDuplicate() || r.GetError() != nil || r.GetMessageId() != nil && !proto.Equal(r.GetMessageId(), ids[3]) {
+		t.Fatalf("resend of 3: %v, first stored at %v", r, ids[3])
+	}
+	if r := p.send(17, []byte("again")); !r.GetDuplicate() || r.GetError() != nil || !proto.Equal(r.GetMessageId(), ids[17]) {
+		t.Fatalf("resend of recent 17: %v, first stored at %v", r, ids[17])
 	}
 	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
 	for i := range 10 {

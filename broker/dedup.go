@@ -10,7 +10,10 @@ import (
 // Per producer name a topic remembers the highest sequence ID stored, the
 // highest queued, and where the batch holding the highest stored one is
 // (its first sequence ID and position), so that a resend of that batch is
-// answered with the ID it was first stored under. Names are kept in LRU
+// answered with the ID it was first stored under. In memory only, it also
+// keeps where the producer's last dedupRecentBatches batches went (written
+// here or found by the takeover scan), which covers a producer resending
+// its in-flight window after a reconnect. Names are kept in LRU
 // order of real last use (a send, stored or not), which is persisted with
 // the snapshot, so a takeover keeps the order instead of resetting it.
 //
@@ -31,7 +34,16 @@ const (
 	// it: about one ledger at the default rollover limits.
 	maxDedupRescanEntries = 50000
 	maxDedupRescanBytes   = 256 << 20
+	// dedupRecentBatches bounds the recent batch positions kept per
+	// producer (about 32 bytes each, allocated as used).
+	dedupRecentBatches = 16
 )
+
+// batchPos is where the batch [first, last] of a producer is stored.
+type batchPos struct {
+	first, last int64
+	at          pos
+}
 
 // dedupSnap is one producer in the stored snapshot.
 type dedupSnap struct {
@@ -56,6 +68,33 @@ type dedupProducer struct {
 	known  bool  // at is known
 	usedMs int64 // last use, Unix ms
 	elem   *list.Element
+	// recent holds the last stored batches (a ring once full; next is
+	// where the next one goes).
+	recent []batchPos
+	next   int
+}
+
+// remember adds a stored batch to the recent ring.
+func (p *dedupProducer) remember(b batchPos) {
+	if len(p.recent) < dedupRecentBatches {
+		p.recent = append(p.recent, b)
+		return
+	}
+	p.recent[p.next] = b
+	p.next = (p.next + 1) % dedupRecentBatches
+}
+
+// find returns where the message with sequence seq was stored, if known.
+func (p *dedupProducer) find(seq int64) (pos, int32, bool) {
+	if p.known && seq >= p.first && seq <= p.stored {
+		return p.at, int32(seq - p.first), true
+	}
+	for _, b := range p.recent {
+		if seq >= b.first && seq <= b.last {
+			return b.at, int32(seq - b.first), true
+		}
+	}
+	return pos{}, 0, false
 }
 
 // dedupTable tracks producers in LRU order of last use. It is a plain data
@@ -91,6 +130,7 @@ func (d *dedupTable) restore(snap map[string]dedupSnap, legacy map[string]int64)
 func (d *dedupTable) observe(name string, first, highest int64, at pos, usedMs int64) {
 	p := d.upsert(name)
 	p.raise(highest, first, at, true)
+	p.remember(batchPos{first, highest, at})
 	p.usedMs = max(p.usedMs, usedMs)
 }
 
@@ -153,10 +193,10 @@ func (d *dedupTable) check(name string, seq, highest, nowMs int64) (dup, stored 
 		d.touch(p, nowMs)
 		if seq <= p.pushed {
 			stored = seq <= p.stored
-			if stored && p.known && seq >= p.first {
-				return true, true, p.at, int32(seq - p.first), true
+			if stored {
+				id, batchIndex, known = p.find(seq)
 			}
-			return true, stored, pos{}, 0, false
+			return true, stored, id, batchIndex, known
 		}
 	} else {
 		// One out per new name: producers found in scanned ledgers may
@@ -185,6 +225,7 @@ func (d *dedupTable) unpush(name string, highest int64) {
 func (d *dedupTable) stored(name string, first, highest int64, at pos, nowMs int64) {
 	p := d.upsert(name)
 	p.raise(highest, first, at, true)
+	p.remember(batchPos{first, highest, at})
 	d.touch(p, nowMs)
 }
 

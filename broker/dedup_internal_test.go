@@ -91,3 +91,44 @@ func TestDedupSnapshotLeavesOutOldestAndRescans(t *testing.T) {
 		t.Fatalf("DedupThrough %d with an oversize ledger to rescan, want 2", through)
 	}
 }
+
+// TestDedupRecentBatchIDs: a duplicate of one of the producer's recent
+// batches is answered with where it was first stored (with its index in
+// the batch); older ones, and all but the last after a restore from the
+// snapshot, are duplicates without an ID.
+func TestDedupRecentBatchIDs(t *testing.T) {
+	d := newDedupTable(10)
+	const batches = dedupRecentBatches + 4
+	for i := range int64(batches) {
+		d.check("p", 2*i, 2*i+1, 100)
+		d.stored("p", 2*i, 2*i+1, pos{9, i}, 100)
+	}
+	for _, c := range []struct {
+		seq   int64
+		known bool
+		at    pos
+		index int32
+	}{
+		{2*(batches-1) + 1, true, pos{9, batches - 1}, 1},
+		{2 * 4, true, pos{9, 4}, 0},
+		{2*4 + 1, true, pos{9, 4}, 1},
+		{2*3 + 1, false, pos{}, 0},
+		{0, false, pos{}, 0},
+	} {
+		dup, stored, at, index, known := d.check("p", c.seq, c.seq, 200)
+		if !dup || !stored || known != c.known || at != c.at || index != c.index {
+			t.Errorf("resend of %d: dup=%v stored=%v known=%v at=%v index=%d, want known=%v at=%v index=%d",
+				c.seq, dup, stored, known, at, index, c.known, c.at, c.index)
+		}
+	}
+	snap, _ := d.snapshot([]ledgerInfo{{ID: 9, Seq: 0, Entries: batches}}, 0)
+	d2 := newDedupTable(10)
+	d2.restore(snap, nil)
+	d2.order()
+	if _, _, at, _, known := d2.check("p", 2*(batches-1), 2*(batches-1), 300); !known || at != (pos{9, batches - 1}) {
+		t.Errorf("after restore, the last batch: known=%v at=%v", known, at)
+	}
+	if _, _, _, _, known := d2.check("p", 2*4, 2*4, 300); known {
+		t.Error("after restore, an older batch has a known ID")
+	}
+}
