@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -100,11 +101,11 @@ func (p *holdProxy) cut() {
 	}
 }
 
-// TestDuplicateResolvedWithFirstID: the broker stores a batch but its
-// receipt never reaches the producer; the connection breaks, the producer
-// resends the batch and the broker drops it as a duplicate. The message is
-// resolved with Duplicate set and the ID it was first stored under (not
-// UnknownMessageID), and it is stored once.
+// TestDuplicateResolvedWithFirstID: the broker stores a window of batches
+// but their receipts never reach the producer; the connection breaks, the
+// producer resends the window and the broker drops it as duplicates. Each
+// message is resolved with Duplicate set and the ID it was first stored
+// under (not UnknownMessageID), and is stored once.
 func TestDuplicateResolvedWithFirstID(t *testing.T) {
 	brokerAddr := freeAddr(t)
 	var proxy *holdProxy
@@ -127,16 +128,12 @@ func TestDuplicateResolvedWithFirstID(t *testing.T) {
 	c := newClient(t, url)
 	ctx := tctx(t, 120*time.Second)
 	topic := "public/default/dup-id"
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
 		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		// The topic does not exist yet: create it first.
-		if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-			InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal(err)
 	}
 	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, Name: "dup-id", BatchingMaxMessages: 1})
 	if err != nil {
@@ -148,62 +145,71 @@ func TestDuplicateResolvedWithFirstID(t *testing.T) {
 		t.Fatalf("first send: %v %v duplicate=%v", id0, err, m0.Duplicate)
 	}
 
+	// Hold the receipts of a window of sends, let the broker store them,
+	// then cut the connection: the producer resends the whole window.
+	const window = 5
 	proxy.hold()
-	m1 := &client.Message{Payload: []byte("m1")}
 	type result struct {
+		m   *client.Message
 		id  client.MessageID
 		err error
 	}
-	done := make(chan result, 1)
-	p.SendAsync(ctx, m1, func(id client.MessageID, _ *client.Message, err error) { done <- result{id, err} })
+	done := make(chan result, window)
+	for i := 1; i <= window; i++ {
+		p.SendAsync(ctx, &client.Message{Payload: fmt.Appendf(nil, "m%d", i)}, func(id client.MessageID, m *client.Message, err error) {
+			done <- result{m, id, err}
+		})
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st, err := adm.GetTopicStats(ctx, &clientv1.GetTopicStatsRequest{Topic: topic})
-		if err == nil && st.GetEntries() == 2 {
+		if err == nil && st.GetEntries() == 1+window {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("m1 not stored: %v %v", st, err)
+			t.Fatalf("window not stored: %v %v", st, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	proxy.cut() // the receipt of m1 is lost
+	proxy.cut() // their receipts are lost
 
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("m1 not resolved after the reconnect")
+	resolved := map[string]client.MessageID{}
+	for range window {
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("window not resolved after the reconnect")
+		}
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.m.Payload, r.err)
+		}
+		t.Logf("%s resolved at %v, duplicate=%v", r.m.Payload, r.id, r.m.Duplicate)
+		if !r.m.Duplicate {
+			t.Fatalf("%s was stored again instead of being dropped as a duplicate", r.m.Payload)
+		}
+		if r.id == client.UnknownMessageID {
+			t.Fatalf("duplicate %s resolved with %v, want where it was first stored", r.m.Payload, r.id)
+		}
+		resolved[string(r.m.Payload)] = r.id
 	}
-	if r.err != nil {
-		t.Fatalf("m1: %v", r.err)
-	}
-	t.Logf("m0 at %v; m1 resolved at %v, duplicate=%v; producer %+v", id0, r.id, m1.Duplicate, p.Stats())
-	if !m1.Duplicate {
-		t.Fatal("m1 was stored again instead of being dropped as a duplicate")
-	}
-	if r.id == client.UnknownMessageID || r.id.LedgerID != id0.LedgerID || r.id.EntryID != id0.EntryID+1 {
-		t.Fatalf("duplicate m1 resolved with %v, want where it was first stored (after m0 at %v)", r.id, id0)
-	}
+	t.Logf("m0 at %v; producer %+v", id0, p.Stats())
 	st, err := adm.GetTopicStats(ctx, &clientv1.GetTopicStatsRequest{Topic: topic})
-	if err != nil || st.GetEntries() != 2 {
-		t.Fatalf("entries after the resend: %v %v (want 2)", st.GetEntries(), err)
+	if err != nil || st.GetEntries() != 1+window {
+		t.Fatalf("entries after the resend: %v %v (want %d)", st.GetEntries(), err, 1+window)
 	}
-	// The ID names the message.
+	// Each ID names its message.
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
+	for range 1 + window {
 		rm, err := cons.Receive(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rm.ID == r.id && string(rm.Payload) != "m1" {
-			t.Fatalf("ID %v holds %q, not m1", r.id, rm.Payload)
-		}
-		if string(rm.Payload) == "m1" && rm.ID != r.id {
-			t.Fatalf("m1 is stored at %v, resolved with %v", rm.ID, r.id)
+		if id, ok := resolved[string(rm.Payload)]; ok && id != rm.ID {
+			t.Fatalf("%s is stored at %v, resolved with %v", rm.Payload, rm.ID, id)
 		}
 	}
 }
