@@ -2,6 +2,7 @@ package broker
 
 import (
 	"container/list"
+	"encoding/json"
 	"sort"
 )
 
@@ -27,8 +28,12 @@ import (
 // name whose last batch lies further back was among the least recently used
 // and is forgotten, as the in-memory LRU would have forgotten it.
 const (
-	// maxDedupSnapshotProducers bounds the names stored in the snapshot.
+	// maxDedupSnapshotProducers and maxDedupSnapshotBytes bound the names
+	// stored in the snapshot; the bytes bound (names as JSON, plus their
+	// state) keeps names full of escaped characters from pushing the
+	// ledger list over the metadata value limit.
 	maxDedupSnapshotProducers = 2000
+	maxDedupSnapshotBytes     = 640 << 10
 	// maxDedupRescanEntries and maxDedupRescanBytes bound what a takeover
 	// reads again, beyond the snapshot, to find the producers left out of
 	// it: about one ledger at the default rollover limits.
@@ -44,6 +49,9 @@ type batchPos struct {
 	first, last int64
 	at          pos
 }
+
+// dedupSnapStateBytes bounds the JSON of a dedupSnap plus its punctuation.
+const dedupSnapStateBytes = 140
 
 // dedupSnap is one producer in the stored snapshot.
 type dedupSnap struct {
@@ -249,12 +257,15 @@ func (d *dedupTable) snapshot(ledgers []ledgerInfo, covered int64) (map[string]d
 	}
 	snap := make(map[string]dedupSnap, min(len(d.byName), maxDedupSnapshotProducers))
 	through := covered
+	size := 0
 	for e := d.lru.Front(); e != nil; e = e.Next() {
 		p := e.Value.(*dedupProducer)
 		if p.stored < 0 {
 			continue // queued only: nothing stored to remember
 		}
-		if len(snap) < maxDedupSnapshotProducers {
+		if len(snap) < maxDedupSnapshotProducers && size < maxDedupSnapshotBytes {
+			n, _ := json.Marshal(p.name)
+			size += len(n) + dedupSnapStateBytes
 			s := dedupSnap{Seq: p.stored, First: p.first, L: p.at.L, E: p.at.E, Used: p.usedMs}
 			if !p.known {
 				s.L, s.E = -1, -1

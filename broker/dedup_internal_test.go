@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -131,4 +133,24 @@ func TestDedupRecentBatchIDs(t *testing.T) {
 	if _, _, _, _, known := d2.check("p", 2*4, 2*4, 300); known {
 		t.Error("after restore, an older batch has a known ID")
 	}
+}
+
+// TestDedupSnapshotFitsTheMetadataLimit: names that grow when escaped in
+// JSON cannot push the snapshot over the metadata value limit (1 MiB).
+func TestDedupSnapshotFitsTheMetadataLimit(t *testing.T) {
+	d := newDedupTable(maxDedupSnapshotProducers)
+	for i := range maxDedupSnapshotProducers {
+		name := fmt.Sprintf("%04d", i) + strings.Repeat("\x01", 252)
+		d.check(name, 0, 0, int64(i))
+		d.stored(name, 0, 0, pos{1, int64(i)}, int64(i))
+	}
+	snap, _ := d.snapshot([]ledgerInfo{{ID: 1, Seq: 0, Entries: maxDedupSnapshotProducers}}, 0)
+	b, err := json.Marshal(mlRecord{Producers: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > maxDedupSnapshotBytes+4<<10 {
+		t.Fatalf("snapshot of %d names is %d bytes, over %d", len(snap), len(b), maxDedupSnapshotBytes)
+	}
+	t.Logf("%d escaped names in %d bytes", len(snap), len(b))
 }

@@ -185,7 +185,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
 		if d.stored {
 			// Answer with where the batch was first stored when that is
-			// known (the producer's last stored batch); else without an ID.
+			// known (one of the producer's recent batches); else without an ID.
 			rc := &clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), Duplicate: true}
 			if d.known {
 				rc.MessageId = &clientv1.MessageId{LedgerId: d.id.L, EntryId: d.id.E, BatchIndex: d.batchIndex}
