@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -212,29 +213,94 @@ func (a *adminService) DeleteTopic(ctx context.Context, r *clientv1.DeleteTopicR
 	if (np > 0 || nc > 0) && !r.GetForce() {
 		return nil, GRPCError(fmt.Errorf("%w: topic %s has %d producers and %d consumers connected; use force", ErrNotAllowed, t.name, np, nc))
 	}
-	key := t.name.String()
-	t.mu.Lock()
-	subs := make([]string, 0, len(t.subs))
-	for n := range t.subs {
-		subs = append(subs, n)
-	}
-	t.mu.Unlock()
 	a.b.unloadTopicCtx(ctx, t, true, nil)
-	for _, n := range subs {
-		_ = a.b.cfg.Regional.Delete(ctx, cursorPrefix+key+"/"+n, metadata.AnyVersion)
+	if h := a.b.beforeTopicDelete.Load(); h != nil {
+		(*h)()
 	}
 	t.ml.mu.Lock()
-	ledgers := append([]ledgerInfo(nil), t.ml.rec.Ledgers...)
-	t.ml.mu.Unlock()
-	if err := a.b.cfg.Regional.Delete(ctx, managedLedgerPrefix+key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
-		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	ledgers := make(map[int64]bool, len(t.ml.rec.Ledgers))
+	for _, li := range t.ml.rec.Ledgers {
+		ledgers[li.ID] = true
 	}
-	for _, li := range ledgers {
-		if err := a.b.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
-			a.b.log.Warn("delete ledger of deleted topic", "ledger", li.ID, "err", err)
-		}
+	t.ml.mu.Unlock()
+	if err := a.b.deleteUnloadedTopic(ctx, t.name, ledgers); err != nil {
+		return nil, GRPCError(err)
 	}
 	return &clientv1.DeleteTopicResponse{}, nil
+}
+
+// deleteUnloadedTopic deletes the metadata and the ledgers of a topic this
+// broker has just unloaded, whose ledger list held the ledgers closed. Once
+// unloaded, anyone may take the topic again (a producer reconnecting), so
+// every metadata delete is guarded by the versions read after the unload,
+// and the ledger list must still be the one closed here: a topic taken
+// again has a new ledger (and a new version), and then nothing is deleted
+// and the error says to retry. No acknowledged message is ever orphaned.
+func (s *Server) deleteUnloadedTopic(ctx context.Context, name TopicName, closed map[int64]bool) error {
+	mlKey := managedLedgerPrefix + name.String()
+	deleted := 0 // cursors
+	reclaimed := func() error {
+		what := "nothing was deleted"
+		if deleted > 0 {
+			what = fmt.Sprintf("only %d of its cursors were deleted", deleted)
+		}
+		return fmt.Errorf("%w: topic %s was taken again (a producer or consumer reconnected) while it was being deleted; %s; retry the delete", ErrUnavailable, name, what)
+	}
+	kv, err := s.cfg.Regional.Get(ctx, mlKey, metadata.ReadOptions{})
+	if errors.Is(err, metadata.ErrNotFound) {
+		return fmt.Errorf("%w: topic %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: read ledger list of %s: %v", ErrUnavailable, name, err)
+	}
+	var rec mlRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return fmt.Errorf("broker: ledger list of %s is corrupt: %v", name, err)
+	}
+	for _, li := range rec.Ledgers {
+		if !closed[li.ID] {
+			return reclaimed()
+		}
+	}
+	var cursors []metadata.KV
+	if err := s.listAll(ctx, cursorPrefix+name.String()+"/", func(c metadata.KV) { cursors = append(cursors, c) }); err != nil {
+		return err
+	}
+	// Cursors go first, in transactions that each check the ledger list's
+	// version (a transaction holds at most 128 operations); the list goes
+	// with the last one. A topic taken again in between fails the check.
+	const perTxn = 100
+	for {
+		n := min(len(cursors), perTxn)
+		ops := make([]metadata.Op, 0, n+1)
+		for _, c := range cursors[:n] {
+			ops = append(ops, metadata.Op{Type: metadata.OpDelete, Key: c.Key, ExpectedVersion: c.Version})
+		}
+		cursors = cursors[n:]
+		last := len(cursors) == 0
+		guard := metadata.Op{Type: metadata.OpCheck, Key: mlKey, ExpectedVersion: kv.Version}
+		if last {
+			guard.Type = metadata.OpDelete
+		}
+		ops = append(ops, guard)
+		if _, err := s.cfg.Regional.Txn(ctx, ops); err != nil {
+			if errors.Is(err, metadata.ErrVersionMismatch) || errors.Is(err, metadata.ErrNotFound) {
+				return reclaimed()
+			}
+			return fmt.Errorf("%w: delete metadata of %s: %v", ErrUnavailable, name, err)
+		}
+		deleted += n
+		if last {
+			break
+		}
+	}
+	for _, li := range rec.Ledgers {
+		if err := s.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
+			s.log.Warn("delete ledger of deleted topic", "topic", name.String(), "ledger", li.ID, "err", err)
+		}
+	}
+	s.log.Info("topic deleted", "topic", name.String(), "ledgers", len(rec.Ledgers))
+	return nil
 }
 
 func (a *adminService) UnloadTopic(ctx context.Context, r *clientv1.UnloadTopicRequest) (*clientv1.UnloadTopicResponse, error) {

@@ -85,15 +85,31 @@ func TestCursorAndDedupSurviveUnload(t *testing.T) {
 	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 7; c.CursorPersistInterval = 50 * time.Millisecond })
 	ctx := context.Background()
 	topic := "public/default/unload"
+	// Subscribe first: retention (0/0, every 100 ms) deletes the ledgers of
+	// a topic without subscriptions, which made this test flaky under load.
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
 	p, opened := openProducer(t, cli, topic, "dp")
 	if opened.LastSequenceId != -1 {
 		t.Fatalf("new producer last sequence %d", opened.LastSequenceId)
 	}
+	ids := make([]*clientv1.MessageId, 20)
 	for i := range int64(20) {
-		p.sendOK(i)
+		ids[i] = p.sendOK(i)
 	}
-	if r := p.send(3, []byte("again")); !r.GetDuplicate() || r.GetError() != nil {
-		t.Fatalf("resend of 3: %v", r)
+	id19 := ids[19]
+	// A duplicate is answered with the ID it was first stored under when
+	// the broker still knows it (recent batches), else with none.
+	if r := p.send(3, []byte("again")); !r.GetDuplicate() || r.GetError() != nil || r.GetMessageId() != nil && !proto.Equal(r.GetMessageId(), ids[3]) {
+		t.Fatalf("resend of 3: %v, first stored at %v", r, ids[3])
+	}
+	if r := p.send(17, []byte("again")); !r.GetDuplicate() || r.GetError() != nil || !proto.Equal(r.GetMessageId(), ids[17]) {
+		t.Fatalf("resend of recent 17: %v, first stored at %v", r, ids[17])
 	}
 	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
 	for i := range 10 {
@@ -115,8 +131,9 @@ func TestCursorAndDedupSurviveUnload(t *testing.T) {
 	if opened2.LastSequenceId != 19 {
 		t.Fatalf("after reload last sequence %d, want 19", opened2.LastSequenceId)
 	}
-	if r := p2.send(19, []byte("dup")); !r.GetDuplicate() {
-		t.Fatalf("resend of 19 after reload: %v", r)
+	// The last batch: a duplicate answered with where it was first stored.
+	if r := p2.send(19, []byte("dup")); !r.GetDuplicate() || !proto.Equal(r.GetMessageId(), id19) {
+		t.Fatalf("resend of 19 after reload: %v, first stored at %v", r, id19)
 	}
 	c2 := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
 	want := []string{"m5", "m10", "m11"}

@@ -85,6 +85,14 @@ type Config struct {
 	// persisted with a cursor (default 100000); beyond it the latest ones
 	// are redelivered after a restart, never lost.
 	MaxIndividualAcks int `yaml:"max_individual_acks"`
+	// DedupMaxProducers bounds the producer names a topic tracks for
+	// deduplication in memory (default 10000); a new name beyond it makes
+	// the topic forget the least recently used one. Producers found in the
+	// ledgers scanned when the topic is taken are tracked even beyond it.
+	// At most 2000 of them (the most recently used) are stored in the
+	// ledger list; the others are found again by rescanning the ledgers
+	// that hold their last batches (see broker/dedup.go).
+	DedupMaxProducers int `yaml:"dedup_max_producers"`
 }
 
 // DefaultConfig returns a Config with every limit at its default.
@@ -107,6 +115,7 @@ func DefaultConfig() Config {
 		MaxUnackedPerConsumer: 50000,
 		TailCacheBytes:        256 << 20,
 		MaxIndividualAcks:     100000,
+		DedupMaxProducers:     10000,
 	}
 }
 
@@ -152,6 +161,8 @@ func (c Config) Validate() error {
 		return bad("tail_cache_bytes %d must be >= 0", c.TailCacheBytes)
 	case c.MaxIndividualAcks < 1:
 		return bad("max_individual_acks %d must be >= 1", c.MaxIndividualAcks)
+	case c.DedupMaxProducers < 1 || c.DedupMaxProducers > 1000000:
+		return bad("dedup_max_producers %d must be in [1, 1000000]", c.DedupMaxProducers)
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
 		return bad("default quorums: %v", err)

@@ -26,12 +26,6 @@ const (
 	brokerPrefix = "brokers/"
 )
 
-// maxDedupProducers bounds the producer names whose last sequence ID a topic
-// remembers for deduplication (the least recently used name is forgotten
-// first). It keeps the snapshot stored in the ledger list well under the
-// metadata value limit (about 100 bytes a name).
-const maxDedupProducers = 2000
-
 // ledgerInfo is one ledger of a topic's list.
 type ledgerInfo struct {
 	ID int64 `json:"id"`
@@ -50,10 +44,13 @@ type mlRecord struct {
 	Ledgers   []ledgerInfo `json:"ledgers"`
 	NextSeq   int64        `json:"next_seq"`
 	CreatedMs int64        `json:"created_ms"`
-	// Dedup maps producer name → highest sequence ID stored in ledgers with
-	// Seq <= DedupThrough.
-	Dedup        map[string]int64 `json:"dedup,omitempty"`
-	DedupThrough int64            `json:"dedup_through"`
+	// Producers is the dedup snapshot (see dedup.go): the most recently
+	// used producers' state as of the ledgers with Seq <= DedupThrough.
+	// Ledgers after DedupThrough are scanned when the topic is taken.
+	Producers    map[string]dedupSnap `json:"producers,omitempty"`
+	DedupThrough int64                `json:"dedup_through"`
+	// Dedup is the sequence-only snapshot of earlier versions (read only).
+	Dedup map[string]int64 `json:"dedup,omitempty"`
 }
 
 // pos is an entry position; E = -1 means "before the ledger's first entry".
@@ -63,6 +60,7 @@ type pos struct{ L, E int64 }
 type appendReq struct {
 	data     []byte
 	producer string
+	firstSeq int64
 	lastSeq  int64
 	done     func(p pos, err error)
 }
@@ -103,9 +101,7 @@ type managedLedger struct {
 	cacheSize int64
 	// cacheTotal is the broker-wide cache size shared by every topic.
 	cacheTotal *atomic.Int64
-	dedup      map[string]int64     // highest stored sequence per producer
-	lastUsed   map[string]time.Time // when each tracked producer last sent
-	pushed     map[string]int64     // highest sequence queued per producer
+	dedup      *dedupTable
 	lastWrite  time.Time
 }
 
@@ -116,7 +112,7 @@ func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *
 		appendCh: make(chan *appendReq, cfg.MaxPendingSends),
 		stop:     make(chan struct{}), loopDone: make(chan struct{}),
 		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
-		dedup: map[string]int64{}, pushed: map[string]int64{}, lastUsed: map[string]time.Time{},
+		dedup: newDedupTable(cfg.DedupMaxProducers),
 	}
 }
 
@@ -142,10 +138,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		}
 		version = kv.Version
 	}
-	dedup := map[string]int64{}
-	for k, v := range rec.Dedup {
-		dedup[k] = v
-	}
+	dedup := newDedupTable(ml.cfg.DedupMaxProducers)
+	dedup.restore(rec.Producers, rec.Dedup)
+	rec.Dedup = nil
 	// Recover every ledger still marked open (normally only the last):
 	// fencing makes the previous owner unable to add to it.
 	for i := range rec.Ledgers {
@@ -164,7 +159,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		}
 		lac := r.LastAddConfirmed()
 		// Scan the entries not covered by the dedup snapshot: their sizes and
-		// the producers' last sequence IDs.
+		// the producers' last batches. Every producer found is tracked.
 		var size int64
 		for first := int64(0); first <= lac; first += 500 {
 			last := min(first+499, lac)
@@ -180,11 +175,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 					if hs < md.GetSequenceId() {
 						hs = md.GetSequenceId() + int64(md.GetNumMessages()) - 1
 					}
-					if cur, ok := dedup[md.GetProducerName()]; ok {
-						dedup[md.GetProducerName()] = max(cur, hs)
-					} else if len(dedup) < maxDedupProducers {
-						dedup[md.GetProducerName()] = hs
-					}
+					dedup.observe(md.GetProducerName(), md.GetSequenceId(), hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 				}
 			}
 		}
@@ -204,8 +195,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	now := time.Now()
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
-	rec.Dedup = dedup
-	rec.DedupThrough = rec.NextSeq - 2 // everything before the new ledger
+	dedup.order()
+	// Everything before the new ledger has been seen.
+	rec.Producers, rec.DedupThrough = dedup.snapshot(rec.Ledgers, rec.NextSeq-2)
 	val, _ := json.Marshal(&rec)
 	kv2, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
 	if err != nil {
@@ -226,14 +218,10 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.curSize = 0
 	ml.curOpened = now
 	ml.dedup = dedup
-	for k, v := range dedup {
-		ml.pushed[k] = v
-		ml.lastUsed[k] = now
-	}
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
 	go ml.appendLoop()
-	ml.log.Info("topic loaded", "ledgers", len(rec.Ledgers), "ledger", w.ID())
+	ml.log.Info("topic loaded", "ledgers", len(rec.Ledgers), "ledger", w.ID(), "producers", dedup.len())
 	return nil
 }
 
@@ -276,38 +264,25 @@ func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
 	}
 }
 
-// checkDup tells whether (producer, first sequence) was already stored
-// (dup=true, stored=true) or is still in flight (dup=true, stored=false).
-// Otherwise it records the batch as queued.
-func (ml *managedLedger) checkDup(producer string, seq, highest int64) (dup, stored bool) {
-	ml.mu.Lock()
-	defer ml.mu.Unlock()
-	if last, ok := ml.pushed[producer]; ok && seq <= last {
-		st, ok2 := ml.dedup[producer]
-		return true, ok2 && seq <= st
-	}
-	ml.trackLocked(producer)
-	ml.pushed[producer] = highest
-	return false, false
+// dupResult is checkDup's answer for a duplicate send.
+type dupResult struct {
+	// stored: the original is stored (else it is still in flight).
+	stored bool
+	// known: id and batchIndex are where the send's first message was
+	// first stored.
+	known      bool
+	id         pos
+	batchIndex int32
 }
 
-// trackLocked marks producer as used now, making room (forgetting the least
-// recently used producer) when maxDedupProducers names are tracked.
-func (ml *managedLedger) trackLocked(producer string) {
-	now := time.Now()
-	if _, ok := ml.lastUsed[producer]; !ok && len(ml.lastUsed) >= maxDedupProducers {
-		var oldest string
-		var at time.Time
-		for name, t := range ml.lastUsed {
-			if oldest == "" || t.Before(at) {
-				oldest, at = name, t
-			}
-		}
-		delete(ml.lastUsed, oldest)
-		delete(ml.pushed, oldest)
-		delete(ml.dedup, oldest)
-	}
-	ml.lastUsed[producer] = now
+// checkDup tells whether the batch [seq, highest] of producer was already
+// queued or stored (dup=true, see dupResult). Otherwise it records the
+// batch as queued.
+func (ml *managedLedger) checkDup(producer string, seq, highest int64) (dup bool, r dupResult) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	dup, r.stored, r.id, r.batchIndex, r.known = ml.dedup.check(producer, seq, highest, time.Now().UnixMilli())
+	return dup, r
 }
 
 // unpush forgets a queued batch that will not be stored, so that its
@@ -315,24 +290,14 @@ func (ml *managedLedger) trackLocked(producer string) {
 func (ml *managedLedger) unpush(producer string, highest int64) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	if ml.pushed[producer] != highest {
-		return
-	}
-	if st, ok := ml.dedup[producer]; ok {
-		ml.pushed[producer] = st
-	} else {
-		delete(ml.pushed, producer)
-	}
+	ml.dedup.unpush(producer, highest)
 }
 
 // lastSequence returns the highest stored sequence ID of producer (-1 none).
 func (ml *managedLedger) lastSequence(producer string) int64 {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	if v, ok := ml.pushed[producer]; ok {
-		return v
-	}
-	return -1
+	return ml.dedup.lastSequence(producer)
 }
 
 func (ml *managedLedger) appendLoop() {
@@ -395,11 +360,7 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 		}
 		ml.lastWrite = time.Now()
 		if r.producer != "" {
-			if cur, ok := ml.dedup[r.producer]; !ok || r.lastSeq > cur {
-				if _, tracked := ml.lastUsed[r.producer]; tracked {
-					ml.dedup[r.producer] = r.lastSeq
-				}
-			}
+			ml.dedup.stored(r.producer, r.firstSeq, r.lastSeq, p, ml.lastWrite.UnixMilli())
 		}
 		ml.cacheLocked(p, r.data)
 		ml.mu.Unlock()
@@ -462,11 +423,7 @@ func (ml *managedLedger) rollover() error {
 	last.ClosedMs = now.UnixMilli()
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
-	rec.Dedup = make(map[string]int64, len(ml.dedup))
-	for k, v := range ml.dedup {
-		rec.Dedup[k] = v
-	}
-	rec.DedupThrough = last.Seq
+	rec.Producers, rec.DedupThrough = ml.dedup.snapshot(rec.Ledgers, last.Seq)
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)
@@ -555,11 +512,7 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	last.Entries = w.LastAddConfirmed() + 1
 	last.Size = ml.curSize
 	last.ClosedMs = time.Now().UnixMilli()
-	rec.Dedup = make(map[string]int64, len(ml.dedup))
-	for k, v := range ml.dedup {
-		rec.Dedup[k] = v
-	}
-	rec.DedupThrough = last.Seq
+	rec.Producers, rec.DedupThrough = ml.dedup.snapshot(rec.Ledgers, last.Seq)
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)

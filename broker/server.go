@@ -54,6 +54,10 @@ type Server struct {
 	// cacheBytes is the tail cache held by all topics (Config.TailCacheBytes).
 	cacheBytes atomic.Int64
 
+	// beforeTopicDelete, set only by tests (export_test.go), runs in
+	// DeleteTopic between the unload and the guarded delete.
+	beforeTopicDelete atomic.Pointer[func()]
+
 	ready    atomic.Bool
 	zombie   atomic.Bool
 	stopOnce sync.Once

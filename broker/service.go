@@ -182,9 +182,15 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
-	if dup, stored := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
-		if stored {
-			reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), Duplicate: true})
+	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
+		if d.stored {
+			// Answer with where the batch was first stored when that is
+			// known (one of the producer's recent batches); else without an ID.
+			rc := &clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), Duplicate: true}
+			if d.known {
+				rc.MessageId = &clientv1.MessageId{LedgerId: d.id.L, EntryId: d.id.E, BatchIndex: d.batchIndex}
+			}
+			reply(rc)
 		} else {
 			fail(fmt.Errorf("%w: sequence_id %d of producer %s is still being stored; retry", ErrUnavailable, sd.GetSequenceId(), p.name))
 		}
@@ -211,7 +217,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, lastSeq: highest, done: func(ps pos, err error) {
+	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, done: func(ps pos, err error) {
 		if err != nil {
 			t.ml.unpush(p.name, highest)
 			fail(err)

@@ -22,6 +22,9 @@ type batch struct {
 	// broker sees the same sequence IDs and content.
 	payload []byte
 	usize   int64 // serialized size before compression
+	// duplicate is set when the broker answered that it had already
+	// stored the batch.
+	duplicate bool
 }
 
 func (b *batch) firstSeq() int64 { return b.msgs[0].seq }

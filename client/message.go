@@ -22,6 +22,12 @@ type Message struct {
 	// message (before the callback runs). Do not reuse a Message for
 	// another send until its send is resolved.
 	SequenceID int64
+	// Duplicate is an output: the producer sets it before the callback runs
+	// (or Send returns) when the broker had already stored the message, as
+	// happens to a message resent after a reconnect. The message is not
+	// stored twice. Its MessageID is where it was first stored when the
+	// broker still knows it, else UnknownMessageID.
+	Duplicate bool
 }
 
 // size is the message's contribution to a batch's byte budget.

@@ -194,6 +194,7 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 	}
 	pm := pendingMsg{msg: m, seq: p.nextSeq, callback: cb, accepted: time.Now()}
 	m.SequenceID = pm.seq
+	m.Duplicate = false
 	p.nextSeq++
 	wasEmpty := p.builder.empty()
 	closed, full := p.builder.add(pm)
@@ -251,8 +252,10 @@ func (p *Producer) enqueueLocked(b *batch) {
 // gets first + batch index i.
 func (p *Producer) resolveLocked(b *batch, first MessageID, err error) {
 	msgs := b.msgs
+	dup := b.duplicate && err == nil
 	p.disp.push(func() {
 		for i, pm := range msgs {
+			pm.msg.Duplicate = dup
 			id := MessageID{}
 			if err == nil {
 				id = first
@@ -622,6 +625,7 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 		if rc.GetDuplicate() {
 			p.duplicates.Add(1)
 			p.c.metrics.duplicates.Inc()
+			b.duplicate = true
 		}
 		p.removeLocked(idx)
 		id := UnknownMessageID

@@ -144,7 +144,10 @@ func newProduceCmd() *cobra.Command {
 The messages are --message TEXT (sent --count times, default 1); else the
 lines of stdin when stdin is not a terminal (all lines, or the first --count);
 else --count (default 1) generated payloads of --size bytes.
-With --output json, one line per ACKNOWLEDGED message: {"id":"L:E:B","seq":N,"key":"..."}.`,
+With --output json, one line per ACKNOWLEDGED message: {"id":"L:E:B","seq":N,"key":"..."}.
+A message the broker had already stored (resent after a reconnect) is not stored
+again: its line adds "duplicate":true, and "id" is where it was first stored, or
+"-1:-1:-1" when the broker no longer knows.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
 	}
@@ -269,6 +272,16 @@ func generatedPayload(i, size int) []byte {
 	return append(p, []byte(strings.Repeat("x", size-len(p)))...)
 }
 
+// produceRecord is one --output json line of produce.
+type produceRecord struct {
+	ID  string `json:"id"`
+	Seq int64  `json:"seq"`
+	Key string `json:"key"`
+	// Duplicate: the broker had already stored the message; ID is where it
+	// was first stored ("-1:-1:-1" when the broker no longer knows).
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
 func runProduce(cmd *cobra.Command, f *produceFlags) error {
 	if err := f.validate(); err != nil {
 		return err
@@ -325,11 +338,7 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			}
 			acked++
 			if f.output == "json" {
-				out.json(struct {
-					ID  string `json:"id"`
-					Seq int64  `json:"seq"`
-					Key string `json:"key"`
-				}{id.String(), m.SequenceID, m.Key})
+				out.json(produceRecord{ID: id.String(), Seq: m.SequenceID, Key: m.Key, Duplicate: m.Duplicate})
 			}
 		})
 	}
