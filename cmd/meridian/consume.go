@@ -42,7 +42,7 @@ without a message). With --output json, one line per message:
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	fl.StringVar(&f.name, "consumer-name", "", "consumer name (default: assigned by the broker)")
 	fl.IntVar(&f.queue, "receiver-queue", 1000, "entries buffered in the client (flow-control window)")
-	fl.DurationVar(&f.idle, "idle", 0, "exit with an error when no message arrives for this long (0 = wait forever)")
+	fl.DurationVar(&f.idle, "idle", 0, "exit when no message arrives for this long (0 = wait forever): with 0 if at least one message arrived and --count is 0, else with an error")
 	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
 	return cmd
@@ -159,6 +159,9 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 				return nil // interrupted: a normal end without --count
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
+				if n > 0 && f.count == 0 {
+					return nil // the normal end of a drain: quiet for --idle
+				}
 				return fmt.Errorf("no message for --idle %v (received %d)", f.idle, n)
 			}
 			return fmt.Errorf("receive: %w", err)

@@ -144,7 +144,10 @@ func newProduceCmd() *cobra.Command {
 The messages are --message TEXT (sent --count times, default 1); else the
 lines of stdin when stdin is not a terminal (all lines, or the first --count);
 else --count (default 1) generated payloads of --size bytes.
-With --output json, one line per ACKNOWLEDGED message: {"id":"L:E:B","seq":N,"key":"..."}.`,
+With --output json, one line per ACKNOWLEDGED message:
+{"id":"L:E:B","seq":N,"key":"...","producer":"NAME","ack_time":"RFC3339Nano"}.
+A topic with no subscription in a namespace that retains nothing gets a
+warning on stderr: its messages would be deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
 	}
@@ -289,6 +292,8 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 	if err != nil {
 		return fmt.Errorf("open producer on %s: %w", f.topic, err)
 	}
+	warnIfRetainsNothing(ctx, c, f.topic, cmd.ErrOrStderr())
+	producerName := p.Name()
 	out := &lineWriter{w: cmd.OutOrStdout()}
 	var (
 		mu       sync.Mutex
@@ -326,10 +331,12 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			acked++
 			if f.output == "json" {
 				out.json(struct {
-					ID  string `json:"id"`
-					Seq int64  `json:"seq"`
-					Key string `json:"key"`
-				}{id.String(), m.SequenceID, m.Key})
+					ID       string `json:"id"`
+					Seq      int64  `json:"seq"`
+					Key      string `json:"key"`
+					Producer string `json:"producer"`
+					AckTime  string `json:"ack_time"`
+				}{id.String(), m.SequenceID, m.Key, producerName, time.Now().UTC().Format(time.RFC3339Nano)})
 			}
 		})
 	}
