@@ -27,7 +27,7 @@ func newConsumeCmd() *cobra.Command {
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
 Exits after --count messages (0 = until interrupted, or until --idle passes
-without a message). With --output json, one line per message:
+without a message: exit 0 when at least one message arrived, else 1). With --output json, one line per message:
 {"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",...}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
