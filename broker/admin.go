@@ -349,8 +349,21 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
 	sort.Slice(st.Subscriptions, func(i, j int) bool { return st.Subscriptions[i].Name < st.Subscriptions[j].Name })
+	t.mu.Lock()
+	st.RetainsNothing = len(st.Subscriptions) == 0 && retainsNothing(t.policies)
+	t.mu.Unlock()
 	return st, nil
 }
+
+// retainsNothing reports a retention of 0 in time and size: with no
+// subscription holding it back, retention deletes every closed ledger.
+func retainsNothing(p *clientv1.NamespacePolicies) bool {
+	return p.GetRetentionTimeSeconds() == 0 && p.GetRetentionSizeBytes() == 0
+}
+
+// maxShownAcks bounds the individually acknowledged entries internal
+// stats lists (as ranges), so one answer stays small.
+const maxShownAcks = 1000
 
 func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.GetTopicInternalStatsRequest) (*clientv1.TopicInternalStats, error) {
 	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
@@ -378,7 +391,8 @@ func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.Ge
 	for _, s := range t.subList() {
 		s.mu.Lock()
 		ci := &clientv1.CursorInfo{Name: s.name, MarkDeletePosition: &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E},
-			IndividuallyAcked: formatRanges(ackRanges(s.acked, 1000)), LastPersistMs: s.lastPersist.UnixMilli()}
+			IndividuallyAcked: formatRanges(ackRanges(s.acked, maxShownAcks)), LastPersistMs: s.lastPersist.UnixMilli(),
+			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks}
 		s.mu.Unlock()
 		st.Cursors = append(st.Cursors, ci)
 	}

@@ -93,7 +93,34 @@ type Config struct {
 	// ledger list; the others are found again by rescanning the ledgers
 	// that hold their last batches (see broker/dedup.go).
 	DedupMaxProducers int `yaml:"dedup_max_producers"`
+	// KeepaliveTime is how long a client connection may stay silent before
+	// the broker pings it (default 30s), and KeepaliveTimeout how long the
+	// broker waits for the answer before it closes the connection (default
+	// 10s): a client that vanished without closing its TCP connection
+	// releases its producers and consumers.
+	KeepaliveTime    time.Duration `yaml:"keepalive_time"`
+	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
+	// KeepaliveMinTime is the shortest interval at which the broker lets a
+	// client ping it, with or without an open stream (default 5s, below the
+	// client's 10s default). A client pinging faster is disconnected with
+	// "too many pings", so keep it below every client's keepalive time.
+	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
+	// DefaultRetentionTime and DefaultRetentionSizeBytes are the retention
+	// of a namespace created without one (both its retention fields 0),
+	// including public/default. Default 0/0, Pulsar's rule: a topic with
+	// no subscription keeps nothing. Standalone sets 7 days / 10 GiB so a
+	// new user's messages wait for a later `consume --from earliest`. -1
+	// means forever / unlimited, as in the namespace policies.
+	DefaultRetentionTime      time.Duration `yaml:"default_retention_time"`
+	DefaultRetentionSizeBytes int64         `yaml:"default_retention_size_bytes"`
 }
+
+// Retention kept by standalone (and development) regions for namespaces
+// created without a retention policy.
+const (
+	StandaloneRetentionTime      = 7 * 24 * time.Hour
+	StandaloneRetentionSizeBytes = 10 << 30
+)
 
 // DefaultConfig returns a Config with every limit at its default.
 func DefaultConfig() Config {
@@ -116,6 +143,9 @@ func DefaultConfig() Config {
 		TailCacheBytes:        256 << 20,
 		MaxIndividualAcks:     100000,
 		DedupMaxProducers:     10000,
+		KeepaliveTime:         30 * time.Second,
+		KeepaliveTimeout:      10 * time.Second,
+		KeepaliveMinTime:      5 * time.Second,
 	}
 }
 
@@ -163,6 +193,16 @@ func (c Config) Validate() error {
 		return bad("max_individual_acks %d must be >= 1", c.MaxIndividualAcks)
 	case c.DedupMaxProducers < 1 || c.DedupMaxProducers > 1000000:
 		return bad("dedup_max_producers %d must be in [1, 1000000]", c.DedupMaxProducers)
+	case c.KeepaliveTime < time.Second:
+		return bad("keepalive_time %v must be >= 1s", c.KeepaliveTime)
+	case c.KeepaliveTimeout < time.Second:
+		return bad("keepalive_timeout %v must be >= 1s", c.KeepaliveTimeout)
+	case c.DefaultRetentionTime < 0 && c.DefaultRetentionTime != -time.Second:
+		return bad("default_retention_time %v must be -1s (forever) or >= 0", c.DefaultRetentionTime)
+	case c.DefaultRetentionSizeBytes < -1:
+		return bad("default_retention_size_bytes %d must be -1 (unlimited) or >= 0", c.DefaultRetentionSizeBytes)
+	case c.KeepaliveMinTime < 0 || c.KeepaliveMinTime > 10*time.Second:
+		return bad("keepalive_min_time %v must be in [0, 10s] (clients ping every 10s by default)", c.KeepaliveMinTime)
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
 		return bad("default quorums: %v", err)

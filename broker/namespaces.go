@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // Key prefixes in the global shard.
@@ -135,6 +137,14 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 	}
 	if p == nil {
 		p = &clientv1.NamespacePolicies{}
+	}
+	if p.GetRetentionTimeSeconds() == 0 && p.GetRetentionSizeBytes() == 0 {
+		p = proto.Clone(p).(*clientv1.NamespacePolicies)
+		p.RetentionTimeSeconds = int64(s.cfg.DefaultRetentionTime / time.Second)
+		if s.cfg.DefaultRetentionTime < 0 {
+			p.RetentionTimeSeconds = -1
+		}
+		p.RetentionSizeBytes = s.cfg.DefaultRetentionSizeBytes
 	}
 	val, _ := protojson.Marshal(p)
 	if _, err := s.cfg.Global.Put(ctx, namespacePrefix+ns, val, metadata.MustNotExist, 0); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -63,6 +64,8 @@ type Server struct {
 	stopOnce sync.Once
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
+	// takeWarn rate-limits "taking the topic" warnings (one per 10s).
+	takeWarn warnEvery
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -86,7 +89,8 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{})}
+	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
+		takeWarn: warnEvery{interval: 10 * time.Second}}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -131,7 +135,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20))
+	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes+1<<20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}))
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
 	reflection.Register(s.grpcSrv)
@@ -143,6 +149,7 @@ func (s *Server) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
 	go s.keepAlive(bg)
+	s.warnNoSpareBookie(ctx)
 	s.ready.Store(true)
 	s.log.Info("broker started", "grpc", s.self.GRPC, "http", s.self.HTTP)
 	return nil
@@ -542,7 +549,7 @@ func (s *Server) lookup(ctx context.Context, name TopicName, authoritative bool)
 			if ferr == nil {
 				return o, nil
 			}
-			s.log.Warn("forwarded lookup failed; taking the topic", "target", target.BrokerID, "err", ferr)
+			s.takeWarn.warn(s.log, "forwarded lookup failed; taking the topic", "target", target.BrokerID, "topic", name.String(), "err", ferr)
 		}
 	}
 	if _, err := s.getTopic(ctx, name, true); err != nil {

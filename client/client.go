@@ -130,13 +130,17 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr,
+	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxGRPCMessageBytes),
 			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes)),
 		grpc.WithConnectParams(connectParams(c.opts)),
-	)
+	}
+	if kp, ok := keepaliveParams(c.opts); ok {
+		dopts = append(dopts, grpc.WithKeepaliveParams(kp))
+	}
+	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: broker address %q: %v", ErrInvalidArgument, addr, err)
 	}

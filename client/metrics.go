@@ -17,6 +17,7 @@ type clientMetrics struct {
 	received   prometheus.Counter
 	duplicates prometheus.Counter
 	reconnects *prometheus.CounterVec
+	stalls     prometheus.Counter
 }
 
 func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
@@ -38,6 +39,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Name: "meridian_client_duplicate_batches_total", Help: "Resent batches the broker had already stored."}),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_client_reconnects_total", Help: "Successful reconnections after a broken stream."}, []string{"kind"}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_client_producer_stalls_total", Help: "Produce streams dropped after repeated send timeouts (the producer then looks the topic up again)."}),
 	}
 	if reg != nil {
 		m.sent = register(reg, m.sent)
@@ -47,6 +50,7 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		m.received = register(reg, m.received)
 		m.duplicates = register(reg, m.duplicates)
 		m.reconnects = register(reg, m.reconnects)
+		m.stalls = register(reg, m.stalls)
 	}
 	return m
 }

@@ -137,7 +137,21 @@ type Options struct {
 	// Registerer receives the client's metrics (meridian_client_*); nil
 	// exports none. Clients sharing a registry share the counters.
 	Registerer prometheus.Registerer
+	// KeepaliveTime is how long a broker connection may stay silent before
+	// the client pings it. Default 10s, the smallest gRPC allows (smaller
+	// values are refused); negative disables keepalive pings. A broker that
+	// hangs with its TCP connection open (paused process, stuck host) is
+	// then noticed within KeepaliveTime + KeepaliveTimeout: the connection
+	// is dropped and every stream on it reconnects after a new lookup.
+	KeepaliveTime time.Duration
+	// KeepaliveTimeout is how long the client waits for a ping's answer
+	// before it drops the connection. Default 5s.
+	KeepaliveTimeout time.Duration
 }
+
+// MinKeepaliveTime is the smallest KeepaliveTime: gRPC raises anything
+// below it to it, so the client refuses it rather than pretend.
+const MinKeepaliveTime = 10 * time.Second
 
 // DefaultOptions returns Options with every default filled in (URL empty).
 func DefaultOptions() Options {
@@ -146,6 +160,8 @@ func DefaultOptions() Options {
 		OperationTimeout: 30 * time.Second,
 		InitialBackoff:   100 * time.Millisecond,
 		MaxBackoff:       5 * time.Second,
+		KeepaliveTime:    MinKeepaliveTime,
+		KeepaliveTimeout: 5 * time.Second,
 	}
 }
 
@@ -164,6 +180,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = d.MaxBackoff
 	}
+	if o.KeepaliveTime == 0 {
+		o.KeepaliveTime = d.KeepaliveTime
+	}
+	if o.KeepaliveTimeout == 0 {
+		o.KeepaliveTimeout = d.KeepaliveTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -180,6 +202,12 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBackoff > 0 && o.InitialBackoff > o.MaxBackoff {
 		return fmt.Errorf("%w: InitialBackoff %v > MaxBackoff %v", ErrInvalidArgument, o.InitialBackoff, o.MaxBackoff)
+	}
+	if o.KeepaliveTime > 0 && o.KeepaliveTime < MinKeepaliveTime {
+		return fmt.Errorf("%w: KeepaliveTime %v must be >= %v (or negative to disable)", ErrInvalidArgument, o.KeepaliveTime, MinKeepaliveTime)
+	}
+	if o.KeepaliveTimeout < 0 {
+		return fmt.Errorf("%w: KeepaliveTimeout %v must be >= 0", ErrInvalidArgument, o.KeepaliveTimeout)
 	}
 	return nil
 }
@@ -218,7 +246,14 @@ type ProducerOptions struct {
 	// SendTimeout fails a message with ErrSendTimeout when it is not
 	// acknowledged this long after SendAsync accepted it. Default 30s;
 	// negative disables it. A timed-out message may still have been stored.
+	// After StallTimeouts send timeouts in a row with no receipt between
+	// them, the producer drops its stream and looks the topic up again.
 	SendTimeout time.Duration
+	// StallTimeouts is how many send timeouts in a row, with no receipt in
+	// between, make the producer give up on its stream: it reconnects
+	// after a new lookup, so a hung owner does not stall it forever.
+	// Default 3; negative never gives up on a stream for timeouts.
+	StallTimeouts int
 	// MaxPendingMessages bounds messages accepted but not yet resolved
 	// (batching, in flight, awaiting resend). Default 1000.
 	MaxPendingMessages int
@@ -237,6 +272,7 @@ func DefaultProducerOptions() ProducerOptions {
 		BatchingMaxBytes:    128 << 10,
 		BatchingMaxDelay:    10 * time.Millisecond,
 		SendTimeout:         30 * time.Second,
+		StallTimeouts:       3,
 		MaxPendingMessages:  1000,
 		MaxMessageSize:      5 << 20,
 	}
@@ -255,6 +291,9 @@ func (o ProducerOptions) withDefaults() ProducerOptions {
 	}
 	if o.SendTimeout == 0 {
 		o.SendTimeout = d.SendTimeout
+	}
+	if o.StallTimeouts == 0 {
+		o.StallTimeouts = d.StallTimeouts
 	}
 	if o.MaxPendingMessages == 0 {
 		o.MaxPendingMessages = d.MaxPendingMessages

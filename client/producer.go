@@ -48,7 +48,9 @@ type Producer struct {
 	inflight []*batch // closed batches awaiting a receipt, in send order
 	toSend   int      // inflight[toSend:] are not yet sent on the current stream
 	wake     chan struct{}
-	maxBytes int64 // broker's max entry payload
+	stalled  int           // send timeouts in a row with no receipt between
+	stallCh  chan struct{} // signalled when stalled reaches StallTimeouts
+	maxBytes int64         // broker's max entry payload
 	waiters  []flushWaiter
 	closing  bool
 	fatal    error // set when the producer can no longer send
@@ -97,6 +99,7 @@ func (c *Client) NewProducer(ctx context.Context, opts ProducerOptions) (*Produc
 		name:    opts.Name,
 		builder: newBatchBuilder(opts.BatchingMaxMessages, opts.BatchingMaxBytes),
 		wake:    make(chan struct{}, 1),
+		stallCh: make(chan struct{}, 1),
 	}
 	stream, err := p.connectRetry(ctx, true)
 	if err != nil {
@@ -364,7 +367,9 @@ func (p *Producer) failAll(err error) {
 }
 
 // timeoutLoop fails batches older than SendTimeout. Batches are in accept
-// order, so only the head of the queue needs checking.
+// order, so only the head of the queue needs checking. StallTimeouts
+// timeouts in a row without a receipt make the current stream give up
+// (see serve): its broker may hang with the connection still open.
 func (p *Producer) timeoutLoop() {
 	if p.opts.SendTimeout < 0 {
 		return
@@ -382,6 +387,7 @@ func (p *Producer) timeoutLoop() {
 				b := p.inflight[0]
 				p.popHeadLocked()
 				p.resolveLocked(b, MessageID{}, fmt.Errorf("%w: not acknowledged within %v", ErrSendTimeout, p.opts.SendTimeout))
+				p.noteTimeoutLocked()
 			}
 			if len(p.inflight) == 0 && p.builder.cur != nil && now.Sub(p.builder.cur.oldest()) > p.opts.SendTimeout {
 				b := p.builder.take()
@@ -390,6 +396,20 @@ func (p *Producer) timeoutLoop() {
 			}
 			p.mu.Unlock()
 		}
+	}
+}
+
+// noteTimeoutLocked counts a send timeout of a sent batch and asks serve
+// to drop the stream once StallTimeouts have happened in a row.
+func (p *Producer) noteTimeoutLocked() {
+	p.stalled++
+	if p.opts.StallTimeouts <= 0 || p.stalled < p.opts.StallTimeouts {
+		return
+	}
+	p.stalled = 0
+	select {
+	case p.stallCh <- struct{}{}:
+	default:
 	}
 }
 
@@ -524,9 +544,14 @@ func (p *Producer) serve(stream clientv1.Meridian_ProduceClient) error {
 		p.resent.Add(int64(p.toSend))
 	}
 	p.toSend = 0 // resend everything unresolved on the new stream
+	p.stalled = 0
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
+	default:
+	}
+	select { // a stall of the previous stream
+	case <-p.stallCh:
 	default:
 	}
 
@@ -534,12 +559,23 @@ func (p *Producer) serve(stream clientv1.Meridian_ProduceClient) error {
 	stop := make(chan struct{})
 	go func() { errc <- p.writeLoop(stream, stop) }()
 	go func() { errc <- p.readLoop(stream) }()
-	err := <-errc
+	var err error
+	running := 2
+	select {
+	case err = <-errc:
+		running--
+	case <-p.stallCh:
+		err = fmt.Errorf("%w: %d sends in a row not acknowledged within %v; dropping the stream to look the topic up again",
+			ErrSendTimeout, p.opts.StallTimeouts, p.opts.SendTimeout)
+		p.c.metrics.stalls.Inc()
+	}
 	close(stop)
 	if c, ok := stream.(*cancelOnEnd); ok {
 		c.cancel()
 	}
-	<-errc
+	for ; running > 0; running-- {
+		<-errc
+	}
 	return err
 }
 
@@ -610,6 +646,7 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 			continue
 		}
 		b := p.inflight[idx]
+		p.stalled = 0
 		if e := rc.GetError(); e != nil {
 			err := errorFromProto(e)
 			if retryable(err) {

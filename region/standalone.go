@@ -204,6 +204,9 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	brcfg.DefaultEnsembleSize, brcfg.DefaultWriteQuorum, brcfg.DefaultAckQuorum = 1, 1, 1
 	// One broker: a restart should not wait long for its old claims.
 	brcfg.SessionTTL = 3 * time.Second
+	// A new user's data waits for a later `consume --from earliest`.
+	brcfg.DefaultRetentionTime = broker.StandaloneRetentionTime
+	brcfg.DefaultRetentionSizeBytes = broker.StandaloneRetentionSizeBytes
 	if cfg.Broker != nil {
 		cfg.Broker(&brcfg)
 	}

@@ -13,9 +13,7 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/client"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -238,6 +236,9 @@ func newAdminCmd() *cobra.Command {
 			s, err := a.TopicStats(ctx, args[0])
 			if err == nil {
 				out.message(s)
+				if s.GetRetainsNothing() && !out.json {
+					fmt.Fprintln(out.w, "note: "+retainsNothingNote(args[0]))
+				}
 			}
 			return err
 		}),
@@ -345,9 +346,9 @@ func adminAPIRun(o *adminOpts, nargs int, fn func(ctx context.Context, api clien
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
-		cc, err := grpc.NewClient(o.url, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := dialBrokers(o.url)
 		if err != nil {
-			return fmt.Errorf("--url %s: %w", o.url, err)
+			return err
 		}
 		defer cc.Close()
 		if err := fn(ctx, clientv1.NewAdminClient(cc), &adminOut{w: cmd.OutOrStdout(), json: o.output == "json"}, args); err != nil {

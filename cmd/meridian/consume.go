@@ -27,7 +27,7 @@ func newConsumeCmd() *cobra.Command {
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
 Exits after --count messages (0 = until interrupted, or until --idle passes
-without a message). With --output json, one line per message:
+without a message: exit 0 when at least one message arrived, else 1). With --output json, one line per message:
 {"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",...}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
@@ -42,7 +42,7 @@ without a message). With --output json, one line per message:
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	fl.StringVar(&f.name, "consumer-name", "", "consumer name (default: assigned by the broker)")
 	fl.IntVar(&f.queue, "receiver-queue", 1000, "entries buffered in the client (flow-control window)")
-	fl.DurationVar(&f.idle, "idle", 0, "exit with an error when no message arrives for this long (0 = wait forever)")
+	fl.DurationVar(&f.idle, "idle", 0, "exit when no message arrives for this long (0 = wait forever): with 0 if at least one message arrived and --count is 0, else with an error")
 	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
 	return cmd
@@ -159,6 +159,9 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 				return nil // interrupted: a normal end without --count
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
+				if n > 0 && f.count == 0 {
+					return nil // the normal end of a drain: quiet for --idle
+				}
 				return fmt.Errorf("no message for --idle %v (received %d)", f.idle, n)
 			}
 			return fmt.Errorf("receive: %w", err)

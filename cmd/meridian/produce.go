@@ -144,10 +144,13 @@ func newProduceCmd() *cobra.Command {
 The messages are --message TEXT (sent --count times, default 1); else the
 lines of stdin when stdin is not a terminal (all lines, or the first --count);
 else --count (default 1) generated payloads of --size bytes.
-With --output json, one line per ACKNOWLEDGED message: {"id":"L:E:B","seq":N,"key":"..."}.
+With --output json, one line per ACKNOWLEDGED message:
+{"id":"L:E:B","seq":N,"key":"...","producer":"NAME","ack_time":"RFC3339Nano"}.
 A message the broker had already stored (resent after a reconnect) is not stored
 again: its line adds "duplicate":true, and "id" is where it was first stored, or
-"-1:-1:-1" when the broker no longer knows.`,
+"-1:-1:-1" when the broker no longer knows.
+A topic with no subscription in a namespace that retains nothing gets a
+warning on stderr: its messages would be deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
 	}
@@ -277,6 +280,10 @@ type produceRecord struct {
 	ID  string `json:"id"`
 	Seq int64  `json:"seq"`
 	Key string `json:"key"`
+	// Producer is the producer's name; AckTime when the acknowledgement
+	// arrived (RFC 3339, UTC).
+	Producer string `json:"producer"`
+	AckTime  string `json:"ack_time"`
 	// Duplicate: the broker had already stored the message; ID is where it
 	// was first stored ("-1:-1:-1" when the broker no longer knows).
 	Duplicate bool `json:"duplicate,omitempty"`
@@ -302,6 +309,8 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 	if err != nil {
 		return fmt.Errorf("open producer on %s: %w", f.topic, err)
 	}
+	warnIfRetainsNothing(ctx, c, f.topic, cmd.ErrOrStderr())
+	producerName := p.Name()
 	out := &lineWriter{w: cmd.OutOrStdout()}
 	var (
 		mu       sync.Mutex
@@ -338,7 +347,8 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			}
 			acked++
 			if f.output == "json" {
-				out.json(produceRecord{ID: id.String(), Seq: m.SequenceID, Key: m.Key, Duplicate: m.Duplicate})
+				out.json(produceRecord{ID: id.String(), Seq: m.SequenceID, Key: m.Key, Producer: producerName,
+					AckTime: time.Now().UTC().Format(time.RFC3339Nano), Duplicate: m.Duplicate})
 			}
 		})
 	}

@@ -1554,6 +1554,10 @@ type TopicStats struct {
 	BacklogEntries int64                `protobuf:"varint,11,opt,name=backlog_entries,json=backlogEntries,proto3" json:"backlog_entries,omitempty"`
 	Producers      []*ProducerStats     `protobuf:"bytes,12,rep,name=producers,proto3" json:"producers,omitempty"`
 	Subscriptions  []*SubscriptionStats `protobuf:"bytes,13,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	// retains_nothing is true when the topic has no subscription and its
+	// namespace's retention is 0 (time and size): retention deletes every
+	// closed ledger, so a later subscription from earliest finds nothing.
+	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1679,6 +1683,13 @@ func (x *TopicStats) GetSubscriptions() []*SubscriptionStats {
 	return nil
 }
 
+func (x *TopicStats) GetRetainsNothing() bool {
+	if x != nil {
+		return x.RetainsNothing
+	}
+	return false
+}
+
 type LedgerInfo struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -1764,8 +1775,13 @@ type CursorInfo struct {
 	// "[L:E..L:E]" ranges.
 	IndividuallyAcked []string `protobuf:"bytes,3,rep,name=individually_acked,json=individuallyAcked,proto3" json:"individually_acked,omitempty"`
 	LastPersistMs     int64    `protobuf:"varint,4,opt,name=last_persist_ms,json=lastPersistMs,proto3" json:"last_persist_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// individually_acked_count is the number of acknowledged entries after
+	// mark-delete; individually_acked lists only the first 1000 of them, and
+	// individually_acked_truncated says when it was cut.
+	IndividuallyAckedCount     int64 `protobuf:"varint,5,opt,name=individually_acked_count,json=individuallyAckedCount,proto3" json:"individually_acked_count,omitempty"`
+	IndividuallyAckedTruncated bool  `protobuf:"varint,6,opt,name=individually_acked_truncated,json=individuallyAckedTruncated,proto3" json:"individually_acked_truncated,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *CursorInfo) Reset() {
@@ -1824,6 +1840,20 @@ func (x *CursorInfo) GetLastPersistMs() int64 {
 		return x.LastPersistMs
 	}
 	return 0
+}
+
+func (x *CursorInfo) GetIndividuallyAckedCount() int64 {
+	if x != nil {
+		return x.IndividuallyAckedCount
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetIndividuallyAckedTruncated() bool {
+	if x != nil {
+		return x.IndividuallyAckedTruncated
+	}
+	return false
 }
 
 type TopicInternalStats struct {
@@ -4203,7 +4233,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fmsg_rate_out\x18\x04 \x01(\x01R\n" +
 	"msgRateOut\x12?\n" +
 	"\tconsumers\x18\x05 \x03(\v2!.meridian.client.v1.ConsumerStatsR\tconsumers\x12O\n" +
-	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\"\x9a\x04\n" +
+	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\"\xc3\x04\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -4220,7 +4250,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	" \x01(\x03R\aentries\x12'\n" +
 	"\x0fbacklog_entries\x18\v \x01(\x03R\x0ebacklogEntries\x12?\n" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
-	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\"\x99\x01\n" +
+	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
+	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -4229,13 +4260,15 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\x04 \x01(\x03R\tcreatedMs\x12\x16\n" +
-	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xc8\x01\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xc4\x02\n" +
 	"\n" +
 	"CursorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\x14mark_delete_position\x18\x02 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x12-\n" +
 	"\x12individually_acked\x18\x03 \x03(\tR\x11individuallyAcked\x12&\n" +
-	"\x0flast_persist_ms\x18\x04 \x01(\x03R\rlastPersistMs\"\xb7\x02\n" +
+	"\x0flast_persist_ms\x18\x04 \x01(\x03R\rlastPersistMs\x128\n" +
+	"\x18individually_acked_count\x18\x05 \x01(\x03R\x16individuallyAckedCount\x12@\n" +
+	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\"\xb7\x02\n" +
 	"\x12TopicInternalStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x128\n" +
 	"\aledgers\x18\x02 \x03(\v2\x1e.meridian.client.v1.LedgerInfoR\aledgers\x128\n" +
