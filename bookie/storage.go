@@ -73,7 +73,8 @@ type storage struct {
 	// truncations lists the torn tails this process's recovery cut off.
 	truncations []tornTail
 
-	corruptLog logLimiter // rate-limits the log line per corrupt read
+	corruptLog  logLimiter // rate-limits the log line per corrupt read
+	corruptSeen chan int64 // ledgers of corrupt reads, for marking (dropped when full)
 
 	readersMu sync.RWMutex // guards readers; held (R) during ReadAt
 	readers   map[uint64]faultfs.File
@@ -166,6 +167,8 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 		syncCh:   make(chan *syncGroup, syncQueueGroups),
 		syncDone: make(chan struct{}),
 		roNotify: make(chan struct{}, 1),
+
+		corruptSeen: make(chan int64, 64),
 	}
 	if s.idir == "" {
 		s.idir = filepath.Join(s.jdir, "index")
@@ -727,8 +730,13 @@ func (s *storage) flagCorrupt(ledger, entry int64, l loc) {
 	}
 }
 
-// corruptErr logs a corrupt read (rate-limited) and returns ErrEntryCorrupt.
+// corruptErr logs a corrupt read (rate-limited), reports the ledger for
+// marking and returns ErrEntryCorrupt.
 func (s *storage) corruptErr(ledger, entry int64, why string) error {
+	select {
+	case s.corruptSeen <- ledger:
+	default:
+	}
 	if ok, suppressed := s.corruptLog.allow(time.Now()); ok {
 		s.log.Error("read of a corrupt entry (answered DATA_LOSS; autorecovery repairs it from other replicas)",
 			"ledger", ledger, "entry", entry, "reason", why, "suppressed_since_last", suppressed)

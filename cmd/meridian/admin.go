@@ -463,6 +463,7 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 			return fmt.Errorf("admin bookies: missing action (%s)", subNames(cmd))
 		}}
 	g.AddCommand(list, statusCmd, pause, resume, decom, recom)
+	g.AddCommand(newBookiesScrubCmd(o))
 	return g
 }
 

@@ -267,6 +267,12 @@ func init() {
 				}
 				defer mc.Close()
 				cfg.Metadata = mc
+				// Damaged replicas found by scrubs and reads are marked for
+				// autorecovery, which rewrites them from healthy replicas.
+				id := cfg.ID
+				cfg.MarkUnderReplicated = func(ctx context.Context, ledgerID int64, reason string) error {
+					return autorecovery.MarkCorrupt(ctx, mc, ledgerID, id, reason)
+				}
 			}
 			// Large entries: gRPC's default pool zeroes a 1 MiB buffer per
 			// 64 KiB message; the bookie's pool does not (see bookie.BufferPool).

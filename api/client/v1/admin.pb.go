@@ -3142,6 +3142,300 @@ func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
 	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
+type ScrubBookieRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BookieId      string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubBookieRequest) Reset() {
+	*x = ScrubBookieRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubBookieRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubBookieRequest) ProtoMessage() {}
+
+func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubBookieRequest.ProtoReflect.Descriptor instead.
+func (*ScrubBookieRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ScrubBookieRequest) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+// BookieCorruptRange is a run of corrupt entries [first_entry, last_entry].
+type BookieCorruptRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	FirstEntry    int64                  `protobuf:"varint,2,opt,name=first_entry,json=firstEntry,proto3" json:"first_entry,omitempty"`
+	LastEntry     int64                  `protobuf:"varint,3,opt,name=last_entry,json=lastEntry,proto3" json:"last_entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BookieCorruptRange) Reset() {
+	*x = BookieCorruptRange{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieCorruptRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieCorruptRange) ProtoMessage() {}
+
+func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieCorruptRange.ProtoReflect.Descriptor instead.
+func (*BookieCorruptRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *BookieCorruptRange) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *BookieCorruptRange) GetFirstEntry() int64 {
+	if x != nil {
+		return x.FirstEntry
+	}
+	return 0
+}
+
+func (x *BookieCorruptRange) GetLastEntry() int64 {
+	if x != nil {
+		return x.LastEntry
+	}
+	return 0
+}
+
+// BookieDamagedJournalRange is a byte range of a journal file whose records
+// could not be identified or trusted; ledgers have records in that file.
+type BookieDamagedJournalRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	FromOffset    int64                  `protobuf:"varint,2,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
+	ToOffset      int64                  `protobuf:"varint,3,opt,name=to_offset,json=toOffset,proto3" json:"to_offset,omitempty"`
+	Ledgers       []int64                `protobuf:"varint,4,rep,packed,name=ledgers,proto3" json:"ledgers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BookieDamagedJournalRange) Reset() {
+	*x = BookieDamagedJournalRange{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieDamagedJournalRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieDamagedJournalRange) ProtoMessage() {}
+
+func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieDamagedJournalRange.ProtoReflect.Descriptor instead.
+func (*BookieDamagedJournalRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *BookieDamagedJournalRange) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *BookieDamagedJournalRange) GetFromOffset() int64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *BookieDamagedJournalRange) GetToOffset() int64 {
+	if x != nil {
+		return x.ToOffset
+	}
+	return 0
+}
+
+func (x *BookieDamagedJournalRange) GetLedgers() []int64 {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+type ScrubBookieResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BookieId       string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	EntriesChecked int64                  `protobuf:"varint,2,opt,name=entries_checked,json=entriesChecked,proto3" json:"entries_checked,omitempty"`
+	BytesChecked   int64                  `protobuf:"varint,3,opt,name=bytes_checked,json=bytesChecked,proto3" json:"bytes_checked,omitempty"`
+	CorruptEntries int64                  `protobuf:"varint,4,opt,name=corrupt_entries,json=corruptEntries,proto3" json:"corrupt_entries,omitempty"`
+	// corrupt_ranges lists at most 1000 runs (ranges_truncated: more found).
+	CorruptRanges   []*BookieCorruptRange        `protobuf:"bytes,5,rep,name=corrupt_ranges,json=corruptRanges,proto3" json:"corrupt_ranges,omitempty"`
+	RangesTruncated bool                         `protobuf:"varint,6,opt,name=ranges_truncated,json=rangesTruncated,proto3" json:"ranges_truncated,omitempty"`
+	DamagedJournal  []*BookieDamagedJournalRange `protobuf:"bytes,7,rep,name=damaged_journal,json=damagedJournal,proto3" json:"damaged_journal,omitempty"`
+	// damaged_ledgers lists the ledgers with damage; ledgers_marked those
+	// marked under-replicated.
+	DamagedLedgers []int64 `protobuf:"varint,8,rep,packed,name=damaged_ledgers,json=damagedLedgers,proto3" json:"damaged_ledgers,omitempty"`
+	LedgersMarked  []int64 `protobuf:"varint,9,rep,packed,name=ledgers_marked,json=ledgersMarked,proto3" json:"ledgers_marked,omitempty"`
+	TookMs         int64   `protobuf:"varint,10,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScrubBookieResponse) Reset() {
+	*x = ScrubBookieResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubBookieResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubBookieResponse) ProtoMessage() {}
+
+func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubBookieResponse.ProtoReflect.Descriptor instead.
+func (*ScrubBookieResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ScrubBookieResponse) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+func (x *ScrubBookieResponse) GetEntriesChecked() int64 {
+	if x != nil {
+		return x.EntriesChecked
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetBytesChecked() int64 {
+	if x != nil {
+		return x.BytesChecked
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetCorruptEntries() int64 {
+	if x != nil {
+		return x.CorruptEntries
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetCorruptRanges() []*BookieCorruptRange {
+	if x != nil {
+		return x.CorruptRanges
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetRangesTruncated() bool {
+	if x != nil {
+		return x.RangesTruncated
+	}
+	return false
+}
+
+func (x *ScrubBookieResponse) GetDamagedJournal() []*BookieDamagedJournalRange {
+	if x != nil {
+		return x.DamagedJournal
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetDamagedLedgers() []int64 {
+	if x != nil {
+		return x.DamagedLedgers
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetLedgersMarked() []int64 {
+	if x != nil {
+		return x.LedgersMarked
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetTookMs() int64 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -3335,7 +3629,33 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1aDecommissionBookieResponse\"8\n" +
 	"\x19RecommissionBookieRequest\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"\x1c\n" +
-	"\x1aRecommissionBookieResponse2\x81\x15\n" +
+	"\x1aRecommissionBookieResponse\"1\n" +
+	"\x12ScrubBookieRequest\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"q\n" +
+	"\x12BookieCorruptRange\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x1f\n" +
+	"\vfirst_entry\x18\x02 \x01(\x03R\n" +
+	"firstEntry\x12\x1d\n" +
+	"\n" +
+	"last_entry\x18\x03 \x01(\x03R\tlastEntry\"\x87\x01\n" +
+	"\x19BookieDamagedJournalRange\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x1f\n" +
+	"\vfrom_offset\x18\x02 \x01(\x03R\n" +
+	"fromOffset\x12\x1b\n" +
+	"\tto_offset\x18\x03 \x01(\x03R\btoOffset\x12\x18\n" +
+	"\aledgers\x18\x04 \x03(\x03R\aledgers\"\xe4\x03\n" +
+	"\x13ScrubBookieResponse\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12'\n" +
+	"\x0fentries_checked\x18\x02 \x01(\x03R\x0eentriesChecked\x12#\n" +
+	"\rbytes_checked\x18\x03 \x01(\x03R\fbytesChecked\x12'\n" +
+	"\x0fcorrupt_entries\x18\x04 \x01(\x03R\x0ecorruptEntries\x12M\n" +
+	"\x0ecorrupt_ranges\x18\x05 \x03(\v2&.meridian.client.v1.BookieCorruptRangeR\rcorruptRanges\x12)\n" +
+	"\x10ranges_truncated\x18\x06 \x01(\bR\x0frangesTruncated\x12V\n" +
+	"\x0fdamaged_journal\x18\a \x03(\v2-.meridian.client.v1.BookieDamagedJournalRangeR\x0edamagedJournal\x12'\n" +
+	"\x0fdamaged_ledgers\x18\b \x03(\x03R\x0edamagedLedgers\x12%\n" +
+	"\x0eledgers_marked\x18\t \x03(\x03R\rledgersMarked\x12\x17\n" +
+	"\atook_ms\x18\n" +
+	" \x01(\x03R\x06tookMs2\xe1\x15\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -3362,7 +3682,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x11PauseAutorecovery\x12,.meridian.client.v1.PauseAutorecoveryRequest\x1a-.meridian.client.v1.PauseAutorecoveryResponse\x12s\n" +
 	"\x12ResumeAutorecovery\x12-.meridian.client.v1.ResumeAutorecoveryRequest\x1a..meridian.client.v1.ResumeAutorecoveryResponse\x12s\n" +
 	"\x12DecommissionBookie\x12-.meridian.client.v1.DecommissionBookieRequest\x1a..meridian.client.v1.DecommissionBookieResponse\x12s\n" +
-	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponse\x12^\n" +
+	"\vScrubBookie\x12&.meridian.client.v1.ScrubBookieRequest\x1a'.meridian.client.v1.ScrubBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -3376,7 +3697,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_admin_proto_rawDescData
 }
 
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ListTenantsRequest)(nil),           // 0: meridian.client.v1.ListTenantsRequest
 	(*ListTenantsResponse)(nil),          // 1: meridian.client.v1.ListTenantsResponse
@@ -3437,85 +3758,93 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*DecommissionBookieResponse)(nil),   // 56: meridian.client.v1.DecommissionBookieResponse
 	(*RecommissionBookieRequest)(nil),    // 57: meridian.client.v1.RecommissionBookieRequest
 	(*RecommissionBookieResponse)(nil),   // 58: meridian.client.v1.RecommissionBookieResponse
-	(SubscriptionType)(0),                // 59: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 60: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 61: meridian.client.v1.InitialPosition
+	(*ScrubBookieRequest)(nil),           // 59: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),           // 60: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),    // 61: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),          // 62: meridian.client.v1.ScrubBookieResponse
+	(SubscriptionType)(0),                // 63: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 64: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 65: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	6,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	59, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	63, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	28, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	60, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	64, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	27, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	29, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	60, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	64, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	31, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
 	32, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	60, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	61, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	60, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	61, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	64, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	65, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	64, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	65, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
 	43, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
 	45, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
 	48, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
 	45, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	0,  // 19: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	2,  // 20: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	4,  // 21: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	7,  // 22: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	9,  // 23: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	11, // 24: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	13, // 25: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	15, // 26: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	17, // 27: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	19, // 28: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	21, // 29: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	23, // 30: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	24, // 31: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	25, // 32: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	34, // 33: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	36, // 34: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	38, // 35: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	40, // 36: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	42, // 37: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	46, // 38: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	49, // 39: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	51, // 40: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	53, // 41: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	55, // 42: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	57, // 43: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	1,  // 44: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	3,  // 45: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	5,  // 46: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	8,  // 47: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	10, // 48: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	12, // 49: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	14, // 50: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	16, // 51: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	18, // 52: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	20, // 53: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	22, // 54: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	30, // 55: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	33, // 56: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	26, // 57: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	35, // 58: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	37, // 59: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	39, // 60: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	41, // 61: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	44, // 62: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	47, // 63: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	50, // 64: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	52, // 65: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	54, // 66: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	56, // 67: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	58, // 68: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	44, // [44:69] is the sub-list for method output_type
-	19, // [19:44] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	60, // 19: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	61, // 20: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	0,  // 21: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	2,  // 22: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	4,  // 23: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	7,  // 24: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	9,  // 25: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	11, // 26: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	13, // 27: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	15, // 28: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	17, // 29: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	19, // 30: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	21, // 31: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	23, // 32: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	24, // 33: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	25, // 34: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	34, // 35: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	36, // 36: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	38, // 37: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	40, // 38: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	42, // 39: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	46, // 40: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	49, // 41: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	51, // 42: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	53, // 43: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	55, // 44: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	57, // 45: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	59, // 46: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	1,  // 47: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	3,  // 48: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	5,  // 49: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	8,  // 50: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	10, // 51: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	12, // 52: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	14, // 53: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	16, // 54: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	18, // 55: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	20, // 56: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	22, // 57: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	30, // 58: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	33, // 59: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	26, // 60: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	35, // 61: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	37, // 62: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	39, // 63: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	41, // 64: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	44, // 65: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	47, // 66: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	50, // 67: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	52, // 68: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	54, // 69: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	56, // 70: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	58, // 71: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	62, // 72: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	47, // [47:73] is the sub-list for method output_type
+	21, // [21:47] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -3536,7 +3865,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
