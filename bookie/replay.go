@@ -228,7 +228,7 @@ func (s *storage) replayFile(seq uint64, last bool) (replayResult, error) {
 	flushPending := func() {
 		for _, pr := range pending {
 			s.log.Error("journal record with bad payload CRC; indexed as corrupt", "file", p, "offset", pr.off, "ledger", pr.h.ledger, "entry", pr.h.entry)
-			s.applyReplay(pr.h, loc{file: seq, off: pr.off, size: pr.h.length, corrupt: true}, true, inFile)
+			s.applyReplay(pr.h, loc{file: seq, off: pr.off, size: pr.h.length, corrupt: true}, damagedAt >= 0, inFile)
 		}
 		pending = pending[:0]
 	}
@@ -281,8 +281,8 @@ func (s *storage) replayFile(seq uint64, last bool) (replayResult, error) {
 				break
 			}
 			flushPending()
+			s.applyReplay(h, loc{file: seq, off: off, size: h.length, corrupt: true}, damagedAt >= 0, inFile)
 			damage(off, size, "record runs past the end of a closed file")
-			s.applyReplay(h, loc{file: seq, off: off, size: h.length, corrupt: true}, true, inFile)
 			break
 		}
 		n := int(h.length) - recHeaderSize
@@ -348,9 +348,15 @@ func resync(f faultfs.File, from, size int64) (int64, bool, error) {
 	return 0, false, nil
 }
 
-// applyReplay applies one record to the index. suspect records (bad CRC,
-// or after damage in their file) index entries as corrupt and never delete.
-func (s *storage) applyReplay(h recHeader, l loc, suspect bool, inFile map[int64]bool) {
+// applyReplay applies one record to the index. An untrusted record (found
+// after damage in its file: it may be planted in a payload) indexes its
+// entry as corrupt without raising the ledger's last entry or LAC, applies
+// a fence, and never deletes. A record with a bad payload CRC but an intact
+// header (l.corrupt) has a trusted identity.
+func (s *storage) applyReplay(h recHeader, l loc, untrusted bool, inFile map[int64]bool) {
+	if untrusted {
+		l.corrupt = true
+	}
 	switch h.typ {
 	case recEntry:
 		inFile[h.ledger] = true
@@ -363,8 +369,8 @@ func (s *storage) applyReplay(h recHeader, l loc, suspect bool, inFile map[int64
 			return // keep the good copy (a recovery add wrote it twice)
 		}
 		ls.entries[h.entry] = l
-		ls.last = max(ls.last, h.entry)
-		if !suspect {
+		if !untrusted {
+			ls.last = max(ls.last, h.entry)
 			ls.lac = max(ls.lac, h.lac)
 		}
 	case recFence:
@@ -376,8 +382,8 @@ func (s *storage) applyReplay(h recHeader, l loc, suspect bool, inFile map[int64
 		}
 		ls.fenced = true
 	case recDelete:
-		if suspect {
-			s.log.Error("delete record in a damaged journal range not applied (it may be forged by a payload)",
+		if untrusted {
+			s.log.Error("delete record in a damaged journal range not applied (it may be planted in a payload)",
 				"ledger", h.ledger, "file", journalFileName(l.file), "offset", l.off)
 			return
 		}

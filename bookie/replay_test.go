@@ -86,6 +86,10 @@ func TestTornTailNeverScansIntoPayload(t *testing.T) {
 	if err := c.Restart(0); err != nil {
 		t.Fatal(err)
 	}
+	// The torn record was cut off the file, durably.
+	if st, err := os.Stat(f); err != nil || st.Size() != int64(at-40) {
+		t.Fatalf("torn file after recovery: %v, size %d, want cut at %d", err, st.Size(), at-40)
+	}
 	cl = c.Client(0)
 	checkAcked(t, cl, 1, acked, 512)
 	if _, err := read(ctx, cl, 2, 0); err != nil {
@@ -317,4 +321,59 @@ func TestJournalNumberingNeverBelowCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAcked(t, c.Client(0), 10, acked, 100)
+}
+
+// A damaged header in the middle of a file: replay finds the next intact
+// record to learn where the damage ends, which here is a delete planted in
+// the damaged record's payload. Nothing after the damage is trusted: the
+// delete is not applied, and the entries after it read as corrupt.
+func TestDamagedHeaderPlantedDeleteNotApplied(t *testing.T) {
+	c := bookietest.StartCluster(t, 1)
+	ctx := ctxT(t)
+	cl := c.Client(0)
+	var acked []int64
+	for e := int64(0); e < 5; e++ {
+		if err := add(ctx, cl, 1, e, payloadFor(1, e, 512)); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, e)
+	}
+	planted := bookie.EncodeRecordForTest(bookie.RecDeleteForTest, 1, -1, -1, nil)
+	evil := append(append(bytes.Repeat([]byte{0xab}, 100), planted...), bytes.Repeat([]byte{0xcd}, 1000)...)
+	if err := add(ctx, cl, 2, 0, evil); err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(5); e < 8; e++ {
+		if err := add(ctx, cl, 1, e, payloadFor(1, e, 512)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jdir, _ := c.Dirs(0)
+	c.Kill(0)
+	f, at := findInJournal(t, jdir, evil)
+	fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt([]byte{0xff}, int64(at-40+13)); err != nil { // the ledger field of the header
+		t.Fatal(err)
+	}
+	fh.Close()
+	if err := c.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	cl = c.Client(0)
+	checkAcked(t, cl, 1, acked, 512) // before the damage: intact, and not deleted
+	for e := int64(5); e < 8; e++ {
+		if _, err := read(ctx, cl, 1, e); !errors.Is(err, bookie.ErrEntryCorrupt) {
+			t.Fatalf("entry 1/%d after the damage: %v, want entry corrupt", e, err)
+		}
+	}
+	// Ledger 2's only record is the one with the damaged header: nothing on
+	// this bookie names it, so it reads as unknown (a documented limit).
+	if got, err := read(ctx, cl, 2, 0); err == nil {
+		t.Fatalf("entry with the damaged header served %d bytes", len(got))
+	} else {
+		t.Logf("entry with the damaged header: %v", err)
+	}
 }
