@@ -12,6 +12,7 @@ import (
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/bookie/bookietest"
 	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata/metadatatest"
@@ -114,6 +115,14 @@ func TestRegistryCarriesReadOnlyReason(t *testing.T) {
 		bi := registry(t, store)[c.ID(0)]
 		return bi.ReadOnly && strings.Contains(bi.ReadOnlyReason, "disk usage")
 	})
+	// `meridian admin bookies list` shows it (through autorecovery.Status).
+	st, err := autorecovery.Status(ctxT(t), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Bookies) != 1 || !strings.Contains(st.Bookies[0].ReadOnlyReason, "disk usage") {
+		t.Fatalf("status bookies: %+v", st.Bookies)
+	}
 	c.FaultFS(0).SetUsage(nil)
 	c.Server(0).CheckDisk()
 	waitFor(t, 20*time.Second, "writable, no reason", func() bool {

@@ -2457,8 +2457,11 @@ type BookieStatus struct {
 	Decommissioned bool `protobuf:"varint,7,opt,name=decommissioned,proto3" json:"decommissioned,omitempty"`
 	// under_replicated_ledgers counts the ledgers marked as missing this bookie.
 	UnderReplicatedLedgers int32 `protobuf:"varint,8,opt,name=under_replicated_ledgers,json=underReplicatedLedgers,proto3" json:"under_replicated_ledgers,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// read_only_reason says why a live bookie is read-only (disk usage, I/O
+	// error), "" when writable.
+	ReadOnlyReason string `protobuf:"bytes,9,opt,name=read_only_reason,json=readOnlyReason,proto3" json:"read_only_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BookieStatus) Reset() {
@@ -2545,6 +2548,13 @@ func (x *BookieStatus) GetUnderReplicatedLedgers() int32 {
 		return x.UnderReplicatedLedgers
 	}
 	return 0
+}
+
+func (x *BookieStatus) GetReadOnlyReason() string {
+	if x != nil {
+		return x.ReadOnlyReason
+	}
+	return ""
 }
 
 type ListBookiesRequest struct {
@@ -3592,7 +3602,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\x12!\n" +
 	"\fowned_topics\x18\x04 \x01(\x05R\vownedTopics\"O\n" +
 	"\x13ListBrokersResponse\x128\n" +
-	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\x84\x02\n" +
+	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\xae\x02\n" +
 	"\fBookieStatus\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
@@ -3601,7 +3611,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x04live\x18\x05 \x01(\bR\x04live\x12\x1b\n" +
 	"\tread_only\x18\x06 \x01(\bR\breadOnly\x12&\n" +
 	"\x0edecommissioned\x18\a \x01(\bR\x0edecommissioned\x128\n" +
-	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\"\x14\n" +
+	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\x12(\n" +
+	"\x10read_only_reason\x18\t \x01(\tR\x0ereadOnlyReason\"\x14\n" +
 	"\x12ListBookiesRequest\"\x87\x01\n" +
 	"\x13ListBookiesResponse\x12:\n" +
 	"\abookies\x18\x01 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\x124\n" +
