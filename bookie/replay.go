@@ -227,7 +227,10 @@ func (s *storage) replayFile(seq uint64, last bool) (replayResult, error) {
 	}
 	flushPending := func() {
 		for _, pr := range pending {
-			s.log.Error("journal record with bad payload CRC; indexed as corrupt", "file", p, "offset", pr.off, "ledger", pr.h.ledger, "entry", pr.h.entry)
+			if ok, suppressed := s.corruptLog.allow(time.Now()); ok {
+				s.log.Error("journal record with bad payload CRC; indexed as corrupt", "file", p, "offset", pr.off,
+					"ledger", pr.h.ledger, "entry", pr.h.entry, "suppressed_since_last", suppressed)
+			}
 			s.applyReplay(pr.h, loc{file: seq, off: pr.off, size: pr.h.length, corrupt: true}, damagedAt >= 0, inFile)
 		}
 		pending = pending[:0]
@@ -383,8 +386,10 @@ func (s *storage) applyReplay(h recHeader, l loc, untrusted bool, inFile map[int
 		ls.fenced = true
 	case recDelete:
 		if untrusted {
-			s.log.Error("delete record in a damaged journal range not applied (it may be planted in a payload)",
-				"ledger", h.ledger, "file", journalFileName(l.file), "offset", l.off)
+			if ok, suppressed := s.corruptLog.allow(time.Now()); ok {
+				s.log.Error("delete record in a damaged journal range not applied (it may be planted in a payload)",
+					"ledger", h.ledger, "file", journalFileName(l.file), "offset", l.off, "suppressed_since_last", suppressed)
+			}
 			return
 		}
 		delete(s.ledgers, h.ledger)

@@ -121,7 +121,9 @@ func (s *storage) scrub(ctx context.Context, bytesPerSec int64) (ScrubResult, er
 		}
 		if why != "" {
 			s.flagCorrupt(it.ledger, it.entry, it.l)
-			s.log.Error("scrub found a corrupt entry", "ledger", it.ledger, "entry", it.entry, "reason", why)
+			if ok, suppressed := s.corruptLog.allow(time.Now()); ok {
+				s.log.Error("scrub found a corrupt entry", "ledger", it.ledger, "entry", it.entry, "reason", why, "suppressed_since_last", suppressed)
+			}
 			bad = append(bad, it)
 		}
 		if err := pace(ctx, start, res.BytesChecked, bytesPerSec); err != nil {
