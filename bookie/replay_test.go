@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -89,6 +90,14 @@ func TestTornTailNeverScansIntoPayload(t *testing.T) {
 	// The torn record was cut off the file, durably.
 	if st, err := os.Stat(f); err != nil || st.Size() != int64(at-40) {
 		t.Fatalf("torn file after recovery: %v, size %d, want cut at %d", err, st.Size(), at-40)
+	}
+	// ... and the cut is recorded as the first record of the next file
+	// (type 4, truncate).
+	files := journalFiles(t, jdir)
+	if i := slices.Index(files, f); i < 0 || i+1 >= len(files) {
+		t.Fatalf("no journal file after the torn one: %v", files)
+	} else if next, err := os.ReadFile(files[i+1]); err != nil || len(next) < 40 || next[8] != 4 {
+		t.Fatalf("next journal file %s does not start with a truncate record (%v, %d bytes)", files[i+1], err, len(next))
 	}
 	cl = c.Client(0)
 	checkAcked(t, cl, 1, acked, 512)
