@@ -70,9 +70,9 @@ func (s *storage) recover() error {
 	}
 	slices.Sort(seqs)
 	var from uint64
+	missing := map[uint64]int{} // journal file -> checkpoint entries in it
 	if snap != nil {
 		from = snap.pos
-		missing := map[uint64]int{}
 		for _, l := range snap.ledgers {
 			ls := &ledgerState{fenced: l.fenced, lac: l.lac, last: l.last, entries: make(map[int64]loc, len(l.entries))}
 			for _, e := range l.entries {
@@ -89,13 +89,24 @@ func (s *storage) recover() error {
 			}
 		}
 		s.ckptSeq = snap.pos
-		if len(missing) > 0 {
-			return missingFilesError(filepath.Join(s.idir, ckptName), s.jdir, missing)
-		}
 	}
 	var maxSeq uint64
 	if len(seqs) > 0 {
 		maxSeq = seqs[len(seqs)-1]
+	}
+	if snap != nil {
+		// Files pos, pos+1, ... up to the newest hold everything written
+		// after the checkpoint (file pos is created before the checkpoint
+		// is written, and GC deletes only files below pos): a gap there is
+		// lost acknowledged data, not an empty journal.
+		for seq := from; seq <= max(maxSeq, from); seq++ {
+			if !present[seq] {
+				missing[seq] += 0
+			}
+		}
+		if len(missing) > 0 {
+			return missingFilesError(filepath.Join(s.idir, ckptName), s.jdir, missing)
+		}
 	}
 	replayed := 0
 	var torn *tornTail
@@ -153,9 +164,9 @@ func missingFilesError(ckpt, jdir string, missing map[uint64]int) error {
 	for i, seq := range seqs {
 		names[i] = journalFileName(seq)
 	}
-	return fmt.Errorf("%w: checkpoint %s references %d entries in journal files missing from %s: %v; "+
+	return fmt.Errorf("%w: checkpoint %s references journal files missing from %s: %v (%d indexed entries in them, and whatever was written after the checkpoint); "+
 		"refusing to start (restore the files, or wipe this bookie's journal and ledger directories and "+
-		"re-format it so autorecovery re-replicates its ledgers)", ErrJournalMissing, ckpt, n, jdir, names)
+		"re-format it so autorecovery re-replicates its ledgers)", ErrJournalMissing, ckpt, jdir, names, n)
 }
 
 // ErrJournalMissing: the checkpoint references journal files that are not
