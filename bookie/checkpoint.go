@@ -17,18 +17,27 @@ import (
 // The index checkpoint is one file, LedgerDir/checkpoint, replaced
 // atomically (write checkpoint.tmp, fdatasync, rename, fsync the dir):
 //
-//	"MRDNCKP1" | pos u64 | nLedgers u64 |
+//	"MRDNCKP2" | pos u64 | nLedgers u64 |
 //	  per ledger: id i64 | fenced u8 | lac i64 | last i64 | n u64 |
 //	    per entry: entry i64 | file u64 | off i64 | size u32
+//	| nDamaged u64 |
+//	  per damaged range: file u64 | from i64 | to i64 | n u64 | n × ledger i64
 //	| CRC32C of everything before, u32
+//
+// The top bit of size flags an entry indexed as corrupt (records are far
+// below 2 GiB). "MRDNCKP1" checkpoints (no damaged ranges, no flag) are
+// still read.
 //
 // pos is a journal file sequence number: the checkpoint reflects every
 // record in files < pos and none in files >= pos, so recovery loads it and
 // replays files >= pos. A corrupt checkpoint stops the bookie from starting
 // (files before pos may already be deleted, fences in them live only here).
 const (
-	ckptMagic = "MRDNCKP1"
-	ckptName  = "checkpoint"
+	ckptMagic   = "MRDNCKP2"
+	ckptMagicV1 = "MRDNCKP1"
+	ckptName    = "checkpoint"
+
+	ckptCorruptBit = uint32(1) << 31
 )
 
 type snapEntry struct {
@@ -47,6 +56,7 @@ type snapLedger struct {
 type snapshot struct {
 	pos     uint64
 	ledgers []snapLedger
+	damage  []damagedRange
 }
 
 func encodeSnapshot(w io.Writer, s *snapshot) error {
@@ -71,8 +81,22 @@ func encodeSnapshot(w io.Writer, s *snapshot) error {
 			u64(uint64(e.entry))
 			u64(e.loc.file)
 			u64(uint64(e.loc.off))
-			binary.LittleEndian.PutUint32(b[:4], e.loc.size)
+			size := e.loc.size
+			if e.loc.corrupt {
+				size |= ckptCorruptBit
+			}
+			binary.LittleEndian.PutUint32(b[:4], size)
 			bw.Write(b[:4])
+		}
+	}
+	u64(uint64(len(s.damage)))
+	for _, d := range s.damage {
+		u64(d.file)
+		u64(uint64(d.from))
+		u64(uint64(d.to))
+		u64(uint64(len(d.ledgers)))
+		for _, id := range d.ledgers {
+			u64(uint64(id))
 		}
 	}
 	if err := bw.Flush(); err != nil {
@@ -86,7 +110,7 @@ func encodeSnapshot(w io.Writer, s *snapshot) error {
 var errBadCheckpoint = errors.New("bad checkpoint")
 
 func decodeSnapshot(data []byte) (*snapshot, error) {
-	if len(data) < len(ckptMagic)+20 || string(data[:len(ckptMagic)]) != ckptMagic {
+	if len(data) < len(ckptMagic)+20 || (string(data[:len(ckptMagic)]) != ckptMagic && string(data[:len(ckptMagic)]) != ckptMagicV1) {
 		return nil, fmt.Errorf("%w: bad magic or too short (%d bytes)", errBadCheckpoint, len(data))
 	}
 	body := data[:len(data)-4]
@@ -131,10 +155,28 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 			if _, e2 := io.ReadFull(r, b[:]); e2 != nil {
 				err = e2
 			}
-			e.loc.size = binary.LittleEndian.Uint32(b[:])
+			size := binary.LittleEndian.Uint32(b[:])
+			e.loc.size, e.loc.corrupt = size&^ckptCorruptBit, size&ckptCorruptBit != 0
 			l.entries = append(l.entries, e)
 		}
 		s.ledgers = append(s.ledgers, l)
+	}
+	if err == nil && string(data[:len(ckptMagic)]) == ckptMagic {
+		nd := u64()
+		if nd > uint64(len(body)) {
+			return nil, fmt.Errorf("%w: damaged range count %d", errBadCheckpoint, nd)
+		}
+		for i := uint64(0); i < nd && err == nil; i++ {
+			d := damagedRange{file: u64(), from: int64(u64()), to: int64(u64())}
+			nl := u64()
+			if nl > uint64(len(body)) {
+				return nil, fmt.Errorf("%w: damaged range ledger count %d", errBadCheckpoint, nl)
+			}
+			for j := uint64(0); j < nl && err == nil; j++ {
+				d.ledgers = append(d.ledgers, int64(u64()))
+			}
+			s.damage = append(s.damage, d)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadCheckpoint, err)

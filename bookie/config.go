@@ -1,6 +1,7 @@
 package bookie
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,6 +110,22 @@ type Config struct {
 	// Registerer itself when it is also a Gatherer).
 	Gatherer prometheus.Gatherer
 
+	// ScrubInterval is how often the background scrub verifies the CRC of
+	// every stored entry (0 = never, only on demand). Default 24h.
+	ScrubInterval time.Duration
+	// ScrubStartDelay is when the first background scrub runs after start:
+	// it verifies the journal files under the checkpoint, which replay
+	// does not read. Default 30s.
+	ScrubStartDelay time.Duration
+	// ScrubBytesPerSecond bounds the scrub's reads, so it never starves
+	// adds and reads. Default 32 MiB/s.
+	ScrubBytesPerSecond int64
+	// MarkUnderReplicated, when set, is called with each ledger whose
+	// replica here is damaged (found by a scrub or a read) so autorecovery
+	// rewrites it from healthy replicas; `meridian bookie` wires it to
+	// autorecovery.MarkCorrupt. It may be called concurrently.
+	MarkUnderReplicated func(ctx context.Context, ledgerID int64, reason string) error
+
 	// Testing holds test-only injection points.
 	Testing TestingConfig
 }
@@ -144,6 +161,9 @@ func DefaultConfig() Config {
 		DiskCheckInterval:   time.Second,
 		ReadRangeMaxBytes:   16 << 20,
 		SessionTTL:          10 * time.Second,
+		ScrubInterval:       24 * time.Hour,
+		ScrubStartDelay:     30 * time.Second,
+		ScrubBytesPerSecond: 32 << 20,
 	}
 }
 
@@ -191,6 +211,12 @@ func (c *Config) Validate() error {
 		return cfgErr("DiskCheckInterval", "must be > 0, got %s", c.DiskCheckInterval)
 	case c.ReadRangeMaxBytes < 1:
 		return cfgErr("ReadRangeMaxBytes", "must be >= 1, got %d", c.ReadRangeMaxBytes)
+	case c.ScrubInterval < 0:
+		return cfgErr("ScrubInterval", "must be >= 0, got %s", c.ScrubInterval)
+	case c.ScrubStartDelay < 0:
+		return cfgErr("ScrubStartDelay", "must be >= 0, got %s", c.ScrubStartDelay)
+	case c.ScrubBytesPerSecond < 1<<10:
+		return cfgErr("ScrubBytesPerSecond", "must be >= 1KiB, got %d", c.ScrubBytesPerSecond)
 	case c.Metadata != nil && c.SessionTTL < 100*time.Millisecond:
 		return cfgErr("SessionTTL", "must be >= 100ms, got %s", c.SessionTTL)
 	}

@@ -12,7 +12,12 @@
 //   - a fence is persisted before it is answered, and every add ordered
 //     after it (by the single journal goroutine) is refused unless it is a
 //     recovery add;
-//   - a stored entry whose CRC32C fails is reported corrupt, never missing.
+//   - a stored entry whose CRC32C fails is reported corrupt, never missing;
+//     damage found by replay, a read or the scrub never makes the bookie
+//     read-only, and its ledgers are marked for repair (scrub.go);
+//   - only the last journal file may end in a torn write; a bad record in
+//     any other file is damage, and replay never trusts a record found by
+//     scanning past damage (replay.go).
 //
 // It does not replicate: quorum writes, ensembles and recovery live in the
 // ledger client (bookie/ledger). See docs/ARCHITECTURE.md ("Bookie") for the design.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -69,7 +70,9 @@ func (s *storage) gc(ctx context.Context) (GCStats, error) {
 	if len(compact) > 0 {
 		for id, ls := range s.ledgers {
 			for e, l := range ls.entries {
-				if compact[l.file] {
+				// A corrupt entry stays where it is (copying it would make
+				// untrusted bytes look good) until a repair replaces it.
+				if compact[l.file] && !l.corrupt {
 					moves = append(moves, mv{id, e, l})
 				}
 			}
@@ -132,6 +135,9 @@ func (s *storage) gc(ctx context.Context) (GCStats, error) {
 			st.BytesReclaimed += size
 			delete(s.files, seq)
 		}
+	}
+	if len(dead) > 0 {
+		s.damage = slices.DeleteFunc(s.damage, func(d damagedRange) bool { return slices.Contains(dead, d.file) })
 	}
 	s.mu.Unlock()
 	sort.Slice(dead, func(i, j int) bool { return dead[i] < dead[j] })

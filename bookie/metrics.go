@@ -24,6 +24,8 @@ type metrics struct {
 	gcReclaimed  prometheus.Counter
 	gcRelocated  prometheus.Counter
 	checkpoints  prometheus.Counter
+	scrubs       prometheus.Counter
+	scrubCorrupt prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -75,10 +77,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_bookie_gc_relocated_entries_total", Help: "Live entries copied forward by compaction."}),
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_bookie_checkpoints_total", Help: "Index checkpoints written."}),
+		scrubs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_scrubs_total", Help: "Completed scrubs (CRC verification of every stored entry)."}),
+		scrubCorrupt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_scrub_corrupt_entries", Help: "Corrupt entries found by the last completed scrub."}),
 	}
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.groupEntries, m.groupBytes,
 		m.fsyncs, m.addEntries, m.addBytes, m.addErrors, m.readEntries, m.readBytes, m.readErrors, m.ledgers,
-		m.journalBytes, m.diskUsed, m.diskTotal, m.readOnly, m.gcReclaimed, m.gcRelocated, m.checkpoints} {
+		m.journalBytes, m.diskUsed, m.diskTotal, m.readOnly, m.gcReclaimed, m.gcRelocated, m.checkpoints,
+		m.scrubs, m.scrubCorrupt} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,7 @@ import (
 //
 //	[0:4]   total record length (header + payload), uint32
 //	[4:8]   header CRC32C over [0:4] ++ [8:40]
-//	[8]     record type (recEntry, recFence, recDelete)
+//	[8]     record type (recEntry, recFence, recDelete, recTruncate)
 //	[9]     flags (reserved, 0)
 //	[10:12] reserved
 //	[12:20] ledger id, int64
@@ -29,6 +29,10 @@ const (
 	recEntry  byte = 1
 	recFence  byte = 2
 	recDelete byte = 3
+	// recTruncate records that recovery cut a torn tail off a journal file:
+	// entry = the file's sequence number, lac = the bytes kept, payload =
+	// the size before the cut (u64). Informational on replay.
+	recTruncate byte = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -83,7 +87,7 @@ func decodeHeader(h []byte) (recHeader, bool) {
 		lac:     int64(binary.LittleEndian.Uint64(h[28:36])),
 		dataCRC: binary.LittleEndian.Uint32(h[36:40]),
 	}
-	if r.length < recHeaderSize || r.typ < recEntry || r.typ > recDelete {
+	if r.length < recHeaderSize || r.typ < recEntry || r.typ > recTruncate {
 		return recHeader{}, false
 	}
 	return r, true

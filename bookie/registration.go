@@ -44,8 +44,11 @@ func (r *registration) markDirty() {
 func (r *registration) key() string { return topology.BookieRegistryPrefix + r.s.cfg.ID }
 
 func (r *registration) info() topology.BookieInfo {
-	ro, _ := r.s.st.readOnly()
-	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro}
+	ro, why := r.s.st.readOnly()
+	if !ro {
+		why = ""
+	}
+	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro, ReadOnlyReason: why}
 }
 
 // register creates a session if needed and writes the key under it.

@@ -44,6 +44,8 @@ type Server struct {
 	bg       sync.WaitGroup
 	regState *registration
 	members  *topology.Membership
+
+	scrubSem chan struct{} // one scrub at a time
 }
 
 // NewServer validates cfg and builds a Server; nothing touches disk or the
@@ -52,7 +54,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fs: cfg.Testing.FS, reg: cfg.Registerer, gather: cfg.Gatherer}
+	s := &Server{cfg: cfg, log: cfg.Logger, fs: cfg.Testing.FS, reg: cfg.Registerer, gather: cfg.Gatherer, scrubSem: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -187,6 +189,8 @@ func (s *Server) startLocked(ctx context.Context) error {
 	s.cancel = cancel
 	s.bg.Add(1)
 	go s.maintain(bgCtx)
+	s.bg.Add(1)
+	go s.scrubLoop(bgCtx)
 	if s.cfg.Metadata != nil {
 		s.regState = newRegistration(s)
 		s.regState.start(ctx, bgCtx, &s.bg)

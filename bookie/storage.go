@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
@@ -22,6 +23,10 @@ type loc struct {
 	file uint64 // journal file sequence number
 	off  int64  // record offset in the file
 	size uint32 // record length (header + payload)
+	// corrupt: the record is known damaged or untrusted (found after damage
+	// in its file, or failed a scrub); reads answer ErrEntryCorrupt until a
+	// good copy (a recovery add) replaces it.
+	corrupt bool
 }
 
 // ledgerState is the index of one ledger.
@@ -58,9 +63,18 @@ type storage struct {
 	jdir string
 	idir string
 
-	mu      sync.RWMutex // guards ledgers and files
+	mu      sync.RWMutex // guards ledgers, files, damage and truncations
 	ledgers map[int64]*ledgerState
 	files   map[uint64]int64 // journal file seq -> valid bytes
+	// damage lists the journal ranges whose records could not be identified
+	// or trusted (replay rules in replay.go); kept in the checkpoint until
+	// GC deletes the file.
+	damage []damagedRange
+	// truncations lists the torn tails this process's recovery cut off.
+	truncations []tornTail
+
+	corruptLog  logLimiter // rate-limits the log line per corrupt read
+	corruptSeen chan int64 // ledgers of corrupt reads, for marking (dropped when full)
 
 	readersMu sync.RWMutex // guards readers; held (R) during ReadAt
 	readers   map[uint64]faultfs.File
@@ -153,6 +167,8 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 		syncCh:   make(chan *syncGroup, syncQueueGroups),
 		syncDone: make(chan struct{}),
 		roNotify: make(chan struct{}, 1),
+
+		corruptSeen: make(chan int64, 64),
 	}
 	if s.idir == "" {
 		s.idir = filepath.Join(s.jdir, "index")
@@ -169,188 +185,6 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 	go s.syncer()
 	go s.loop()
 	return s, nil
-}
-
-// recover loads the checkpoint, replays the journal after it and opens a
-// fresh journal file.
-func (s *storage) recover() error {
-	start := time.Now()
-	snap, err := s.loadCheckpoint()
-	if err != nil {
-		return err
-	}
-	var from uint64
-	if snap != nil {
-		from = snap.pos
-		for _, l := range snap.ledgers {
-			ls := &ledgerState{fenced: l.fenced, lac: l.lac, last: l.last, entries: make(map[int64]loc, len(l.entries))}
-			for _, e := range l.entries {
-				ls.entries[e.entry] = e.loc
-			}
-			s.ledgers[l.id] = ls
-		}
-		s.ckptSeq = snap.pos
-	}
-	names, err := s.fs.ReadDir(s.jdir)
-	if err != nil {
-		return fmt.Errorf("%w: list journal %s: %v", ErrIO, s.jdir, err)
-	}
-	var seqs []uint64
-	for _, n := range names {
-		if seq, ok := parseJournalFileName(n); ok {
-			seqs = append(seqs, seq)
-		}
-	}
-	var maxSeq uint64
-	replayed := 0
-	for _, seq := range seqs {
-		if seq > maxSeq {
-			maxSeq = seq
-		}
-		p := filepath.Join(s.jdir, journalFileName(seq))
-		if seq < from {
-			st, err := s.fs.Stat(p)
-			if err != nil {
-				return fmt.Errorf("%w: stat %s: %v", ErrIO, p, err)
-			}
-			s.files[seq] = st.Size()
-			continue
-		}
-		n, valid, err := s.replayFile(seq)
-		if err != nil {
-			return err
-		}
-		s.files[seq] = valid
-		replayed += n
-	}
-	s.curSeq = maxSeq + 1
-	if err := s.openJournalFile(s.curSeq); err != nil {
-		return err
-	}
-	s.log.Info("bookie storage recovered", "ledgers", len(s.ledgers), "replayed_records", replayed,
-		"checkpoint_pos", from, "journal_files", len(s.files), "took", time.Since(start))
-	return nil
-}
-
-// replayFile applies the records of one journal file to the index. A run
-// of bad records at the end of the file (bad header, short record, bad
-// payload CRC) is a torn write from a crash and is ignored; an entry with a
-// bad payload CRC followed by good records is indexed, so reads report it
-// as corrupt rather than missing.
-func (s *storage) replayFile(seq uint64) (records int, valid int64, err error) {
-	p := filepath.Join(s.jdir, journalFileName(seq))
-	f, err := s.fs.Open(p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: open %s: %v", ErrIO, p, err)
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: size %s: %v", ErrIO, p, err)
-	}
-	type pend struct {
-		h   recHeader
-		off int64
-	}
-	var pending []pend // entries with a bad payload CRC, not yet known to be mid-file
-	var off int64
-	hdr := make([]byte, recHeaderSize)
-	var buf []byte
-	for off+recHeaderSize <= size {
-		if err := faultfs.ReadFull(f, hdr, off); err != nil {
-			return 0, 0, fmt.Errorf("%w: read %s@%d: %v", ErrIO, p, off, err)
-		}
-		h, ok := decodeHeader(hdr)
-		if !ok || off+int64(h.length) > size {
-			// A damaged header (or a torn write): look for the next intact
-			// record so one bad header does not hide every entry after it.
-			next, found, err := resync(f, off+1, size)
-			if err != nil {
-				return 0, 0, fmt.Errorf("%w: read %s: %v", ErrIO, p, err)
-			}
-			if !found {
-				break
-			}
-			s.log.Error("journal damaged; skipped to the next intact record (entries in the gap are lost)",
-				"file", p, "from", off, "to", next)
-			off = next
-			continue
-		}
-		n := int(h.length) - recHeaderSize
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if err := faultfs.ReadFull(f, buf, off+recHeaderSize); err != nil {
-			return 0, 0, fmt.Errorf("%w: read %s@%d: %v", ErrIO, p, off, err)
-		}
-		if crc32.Checksum(buf, castagnoli) != h.dataCRC {
-			pending = append(pending, pend{h, off})
-			off += int64(h.length)
-			continue
-		}
-		for _, pr := range pending {
-			s.applyReplay(pr.h, loc{file: seq, off: pr.off, size: pr.h.length})
-			s.log.Error("journal record with bad payload CRC; indexed as corrupt", "file", p, "offset", pr.off, "ledger", pr.h.ledger, "entry", pr.h.entry)
-		}
-		pending = pending[:0]
-		s.applyReplay(h, loc{file: seq, off: off, size: h.length})
-		records++
-		off += int64(h.length)
-	}
-	if len(pending) > 0 {
-		off = pending[0].off
-	}
-	if off < size {
-		s.log.Warn("journal file has a torn or corrupt tail; ignoring it", "file", p, "valid_bytes", off, "size", size)
-	}
-	return records, off, nil
-}
-
-// resync returns the offset of the first intact record (valid header, fits
-// in the file, payload CRC32C matches) at or after from. A torn tail has
-// none; damage in the middle of a file does.
-func resync(f faultfs.File, from, size int64) (int64, bool, error) {
-	if from >= size {
-		return 0, false, nil
-	}
-	rest := make([]byte, size-from)
-	if err := faultfs.ReadFull(f, rest, from); err != nil {
-		return 0, false, err
-	}
-	for i := 0; i+recHeaderSize <= len(rest); i++ {
-		h, ok := decodeHeader(rest[i : i+recHeaderSize])
-		if !ok || i+int(h.length) > len(rest) {
-			continue
-		}
-		if crc32.Checksum(rest[i+recHeaderSize:i+int(h.length)], castagnoli) == h.dataCRC {
-			return from + int64(i), true, nil
-		}
-	}
-	return 0, false, nil
-}
-
-func (s *storage) applyReplay(h recHeader, l loc) {
-	switch h.typ {
-	case recEntry:
-		ls := s.ledgers[h.ledger]
-		if ls == nil {
-			ls = newLedgerState()
-			s.ledgers[h.ledger] = ls
-		}
-		ls.entries[h.entry] = l
-		ls.last = max(ls.last, h.entry)
-		ls.lac = max(ls.lac, h.lac)
-	case recFence:
-		ls := s.ledgers[h.ledger]
-		if ls == nil {
-			ls = newLedgerState()
-			s.ledgers[h.ledger] = ls
-		}
-		ls.fenced = true
-	case recDelete:
-		delete(s.ledgers, h.ledger)
-	}
 }
 
 // openJournalFile creates journal file seq, makes its directory entry
@@ -756,7 +590,7 @@ func (s *storage) takeSnapshot() opResult {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap := &snapshot{pos: s.curSeq, ledgers: make([]snapLedger, 0, len(s.ledgers))}
+	snap := &snapshot{pos: s.curSeq, ledgers: make([]snapLedger, 0, len(s.ledgers)), damage: slices.Clone(s.damage)}
 	for id, ls := range s.ledgers {
 		sl := snapLedger{id: id, fenced: ls.fenced, lac: ls.lac, last: ls.last, entries: make([]snapEntry, 0, len(ls.entries))}
 		for e, l := range ls.entries {
@@ -814,13 +648,20 @@ type entryInfo struct {
 	fenced bool
 }
 
-// read returns entry's payload (entry -1 = the last stored entry).
+// read returns entry's payload (entry -1 = the last stored entry). A
+// damaged entry answers ErrEntryCorrupt (logged, rate-limited) and is
+// flagged in the index; it never turns the bookie read-only: the damage is
+// in that range, not in the disk's ability to take writes.
 func (s *storage) read(ledger, entry int64) ([]byte, entryInfo, error) {
 	for attempt := 0; ; attempt++ {
 		s.mu.RLock()
 		ls := s.ledgers[ledger]
 		if ls == nil {
+			d, damaged := s.damagedForLocked(ledger)
 			s.mu.RUnlock()
+			if damaged {
+				return nil, entryInfo{}, s.corruptErr(ledger, entry, fmt.Sprintf("ledger may have records in damaged journal range %s@%d-%d", journalFileName(d.file), d.from, d.to))
+			}
 			return nil, entryInfo{}, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledger)
 		}
 		info := entryInfo{entry: entry, lac: ls.lac, fenced: ls.fenced}
@@ -828,9 +669,20 @@ func (s *storage) read(ledger, entry int64) ([]byte, entryInfo, error) {
 			info.entry = ls.last
 		}
 		l, ok := ls.entries[info.entry]
+		var d damagedRange
+		damaged := false
+		if !ok {
+			d, damaged = s.damagedForLocked(ledger)
+		}
 		s.mu.RUnlock()
 		if !ok {
+			if damaged {
+				return nil, info, s.corruptErr(ledger, info.entry, fmt.Sprintf("entry may have been in damaged journal range %s@%d-%d", journalFileName(d.file), d.from, d.to))
+			}
 			return nil, info, fmt.Errorf("%w: ledger %d entry %d", ErrNoSuchEntry, ledger, info.entry)
+		}
+		if l.corrupt {
+			return nil, info, s.corruptErr(ledger, info.entry, fmt.Sprintf("record at %s@%d is damaged or untrusted", journalFileName(l.file), l.off))
 		}
 		buf := make([]byte, l.size)
 		err := s.readAt(l.file, buf, l.off)
@@ -838,21 +690,89 @@ func (s *storage) read(ledger, entry int64) ([]byte, entryInfo, error) {
 			if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
 				continue // moved by compaction; look it up again
 			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				s.flagCorrupt(ledger, info.entry, l)
+				return nil, info, s.corruptErr(ledger, info.entry, fmt.Sprintf("journal file %s ends before the record at %d (%d bytes)", journalFileName(l.file), l.off, l.size))
+			}
 			if !errors.Is(err, fs.ErrNotExist) {
 				s.setIOFailed(fmt.Errorf("read %s: %w", journalFileName(l.file), err))
 			}
 			return nil, info, fmt.Errorf("%w: read ledger %d entry %d: %v", ErrIO, ledger, info.entry, err)
 		}
-		h, ok := decodeHeader(buf)
-		if !ok || h.typ != recEntry || h.ledger != ledger || h.entry != info.entry || h.length != l.size {
-			return nil, info, fmt.Errorf("%w: ledger %d entry %d: bad record header at %s@%d", ErrEntryCorrupt, ledger, info.entry, journalFileName(l.file), l.off)
+		if why := checkRecord(buf, ledger, info.entry, l); why != "" {
+			s.flagCorrupt(ledger, info.entry, l)
+			return nil, info, s.corruptErr(ledger, info.entry, why)
 		}
-		payload := buf[recHeaderSize:]
-		if crc32.Checksum(payload, castagnoli) != h.dataCRC {
-			return nil, info, fmt.Errorf("%w: ledger %d entry %d: payload CRC32C mismatch at %s@%d", ErrEntryCorrupt, ledger, info.entry, journalFileName(l.file), l.off)
-		}
-		return payload, info, nil
+		return buf[recHeaderSize:], info, nil
 	}
+}
+
+// checkRecord verifies a record read at l for (ledger, entry): "" when it
+// is intact, else what is wrong.
+func checkRecord(buf []byte, ledger, entry int64, l loc) string {
+	h, ok := decodeHeader(buf)
+	if !ok || h.typ != recEntry || h.ledger != ledger || h.entry != entry || h.length != l.size {
+		return fmt.Sprintf("bad record header at %s@%d", journalFileName(l.file), l.off)
+	}
+	if crc32.Checksum(buf[recHeaderSize:], castagnoli) != h.dataCRC {
+		return fmt.Sprintf("payload CRC32C mismatch at %s@%d", journalFileName(l.file), l.off)
+	}
+	return ""
+}
+
+// flagCorrupt marks the entry corrupt in the index if it is still at l.
+func (s *storage) flagCorrupt(ledger, entry int64, l loc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls := s.ledgers[ledger]; ls != nil && ls.entries[entry] == l {
+		l.corrupt = true
+		ls.entries[entry] = l
+	}
+}
+
+// corruptErr logs a corrupt read (rate-limited), reports the ledger for
+// marking and returns ErrEntryCorrupt.
+func (s *storage) corruptErr(ledger, entry int64, why string) error {
+	select {
+	case s.corruptSeen <- ledger:
+	default:
+	}
+	if ok, suppressed := s.corruptLog.allow(time.Now()); ok {
+		s.log.Error("read of a corrupt entry (answered DATA_LOSS; autorecovery repairs it from other replicas)",
+			"ledger", ledger, "entry", entry, "reason", why, "suppressed_since_last", suppressed)
+	}
+	return fmt.Errorf("%w: ledger %d entry %d: %s", ErrEntryCorrupt, ledger, entry, why)
+}
+
+// logLimiter allows logBurst lines per logWindow and counts the rest.
+type logLimiter struct {
+	mu         sync.Mutex // guards the fields below
+	windowFrom time.Time
+	n          int
+	suppressed int
+}
+
+const (
+	logBurst  = 5
+	logWindow = 10 * time.Second
+)
+
+// allow reports whether a line may be logged now and how many were
+// suppressed since the last one logged.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.windowFrom) >= logWindow {
+		l.windowFrom, l.n = now, 0
+	}
+	if l.n >= logBurst {
+		l.suppressed++
+		return false, 0
+	}
+	l.n++
+	s := l.suppressed
+	l.suppressed = 0
+	return true, s
 }
 
 // ledgerInfo returns the ledger's LAC, last entry and fenced flag.

@@ -21,6 +21,8 @@ type (
 	TopicInternalStats = clientv1.TopicInternalStats
 	// BrokerInfo describes a live broker.
 	BrokerInfo = clientv1.BrokerInfo
+	// BookieScrub is what a bookie scrub found.
+	BookieScrub = clientv1.ScrubBookieResponse
 )
 
 // Admin manages tenants, namespaces, topics and subscriptions. Any broker
@@ -284,4 +286,18 @@ func ParseResetPosition(s string) (ResetPosition, error) {
 		return ResetPosition{}, fmt.Errorf("%w (or earliest, latest, @<unix-ms>)", err)
 	}
 	return ResetPosition{MessageID: &id}, nil
+}
+
+// ScrubBookie asks bookie id to verify the CRC of every entry it stores and
+// to mark damaged ledgers under-replicated (repaired from healthy replicas
+// by autorecovery); it returns what the scrub found. The scrub reads at the
+// bookie's scrub rate: give ctx a deadline long enough for its data.
+func (a *Admin) ScrubBookie(ctx context.Context, id string) (*BookieScrub, error) {
+	var r *BookieScrub
+	err := write(ctx, a, "scrub bookie "+id, func(ctx context.Context) error {
+		var err error
+		r, err = a.api.ScrubBookie(ctx, &clientv1.ScrubBookieRequest{BookieId: id})
+		return err
+	})
+	return r, err
 }

@@ -19,6 +19,9 @@ type BookieInfo struct {
 	// ReadOnly is true when the bookie refuses adds (disk full, I/O error,
 	// maintenance); placement never chooses it for new writes.
 	ReadOnly bool `json:"read_only"`
+	// ReadOnlyReason says why the bookie is read-only (registry only;
+	// empty when writable).
+	ReadOnlyReason string `json:"read_only_reason,omitempty"`
 }
 
 // ErrNotEnoughBookies is returned (wrapped, with the numbers) when there are

@@ -25,6 +25,10 @@
 // worker completes. Open and in-recovery ledgers are not touched: the writer's
 // ensemble change and ledger recovery own them.
 //
+// A live bookie whose replica is damaged (its scrub or a read found corrupt
+// entries) is named in the mark's Corrupt list by MarkCorrupt; a worker
+// rewrites that replica in place from healthy ones before anything else.
+//
 // What it does not do: it does not delete the orphan copies a crashed worker
 // may leave on a replacement it never recorded, it does not check replicas
 // of live bookies for missing entries (no fragment checker), and it does not

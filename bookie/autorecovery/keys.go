@@ -66,6 +66,10 @@ type Mark struct {
 	MarkedUnixMs int64 `json:"marked_unix_ms"`
 	// Auditor is the ID of the auditor that last changed the mark.
 	Auditor string `json:"auditor,omitempty"`
+	// Corrupt lists, sorted, the live bookies whose replica of the ledger
+	// is damaged (MarkCorrupt): a worker rewrites their replica in place
+	// from healthy ones.
+	Corrupt []string `json:"corrupt,omitempty"`
 }
 
 func decodeMark(kv metadata.KV) (Mark, error) {

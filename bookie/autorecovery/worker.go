@@ -254,6 +254,16 @@ func (w *Worker) repair(ctx context.Context, id int64) error {
 			}
 			continue
 		}
+		if b := nextCorrupt(st); b != "" {
+			cs, err := w.rewriteCorrupt(ctx, st, b)
+			if err != nil {
+				return err
+			}
+			total.entries += cs.entries
+			total.bytes += cs.bytes
+			swaps++
+			continue
+		}
 		s, p := w.nextToFix(st)
 		if s < 0 {
 			err := w.deleteMark(ctx, id, st.markVersion)
@@ -401,7 +411,7 @@ func (w *Worker) replace(ctx context.Context, st *ledgerState, s, p int) (copySt
 	if err != nil {
 		return copyStats{}, fmt.Errorf("autorecovery: ledger %d segment %d: choose a replacement for %s: %w", md.ID, s, lostID, err)
 	}
-	target.ReadOnly = false
+	target.ReadOnly, target.ReadOnlyReason = false, ""
 	log := w.log.With("ledger", md.ID, "segment", s, "position", p, "lost", lostID, "target", target.ID)
 	log.Info("re-replicating segment", "first_entry", seg.FirstEntry, "last_entry", segmentEnd(md, s))
 	cs, err := w.copySegment(ctx, md, s, p, target, st.live)

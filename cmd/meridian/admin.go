@@ -381,7 +381,7 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 				if out.json {
 					lw.json(map[string]any{"bookie_id": b.GetBookieId(), "address": b.GetAddress(), "region": b.GetRegion(), "rack": b.GetRack(),
 						"live": b.GetLive(), "read_only": b.GetReadOnly(), "decommissioned": b.GetDecommissioned(),
-						"under_replicated_ledgers": b.GetUnderReplicatedLedgers()})
+						"under_replicated_ledgers": b.GetUnderReplicatedLedgers(), "read_only_reason": b.GetReadOnlyReason()})
 					continue
 				}
 				state := "down"
@@ -394,7 +394,11 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 				if b.GetDecommissioned() {
 					state += ",decommissioned"
 				}
-				lw.printf("%s %s addr=%s rack=%s under_replicated=%d\n", b.GetBookieId(), state, b.GetAddress(), b.GetRack(), b.GetUnderReplicatedLedgers())
+				reason := ""
+				if b.GetReadOnlyReason() != "" {
+					reason = fmt.Sprintf(" reason=%q", b.GetReadOnlyReason())
+				}
+				lw.printf("%s %s addr=%s rack=%s under_replicated=%d%s\n", b.GetBookieId(), state, b.GetAddress(), b.GetRack(), b.GetUnderReplicatedLedgers(), reason)
 			}
 			if !out.json {
 				lw.printf("under-replicated ledgers: %d\n", r.GetUnderReplicatedCount())
@@ -465,6 +469,7 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 			return fmt.Errorf("admin bookies: missing action (%s)", subNames(cmd))
 		}}
 	g.AddCommand(list, statusCmd, pause, resume, decom, recom)
+	g.AddCommand(newBookiesScrubCmd(o))
 	return g
 }
 

@@ -50,6 +50,10 @@ type bookieFileConfig struct {
 	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
 	SessionTTL          *time.Duration `yaml:"session_ttl"`
 	LogLevel            *string        `yaml:"log_level"`
+	// Scrub: CRC verification of every stored entry (bookie.Config).
+	ScrubInterval       *time.Duration `yaml:"scrub_interval"`
+	ScrubStartDelay     *time.Duration `yaml:"scrub_start_delay"`
+	ScrubBytesPerSecond *int64         `yaml:"scrub_bytes_per_second"`
 	// FaultInjection writes through a fault-injecting file layer and serves
 	// POST /debug/faults on http_addr (chaos testing only).
 	FaultInjection bool `yaml:"fault_injection"`
@@ -198,6 +202,9 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	setIf(&cfg.DiskCheckInterval, fc.DiskCheckInterval)
 	setIf(&cfg.ReadRangeMaxBytes, fc.ReadRangeMaxBytes)
 	setIf(&cfg.SessionTTL, fc.SessionTTL)
+	setIf(&cfg.ScrubInterval, fc.ScrubInterval)
+	setIf(&cfg.ScrubStartDelay, fc.ScrubStartDelay)
+	setIf(&cfg.ScrubBytesPerSecond, fc.ScrubBytesPerSecond)
 	if fc.LogLevel != nil {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(*fc.LogLevel)); err != nil {
@@ -267,6 +274,12 @@ func init() {
 				}
 				defer mc.Close()
 				cfg.Metadata = mc
+				// Damaged replicas found by scrubs and reads are marked for
+				// autorecovery, which rewrites them from healthy replicas.
+				id := cfg.ID
+				cfg.MarkUnderReplicated = func(ctx context.Context, ledgerID int64, reason string) error {
+					return autorecovery.MarkCorrupt(ctx, mc, ledgerID, id, reason)
+				}
 			}
 			// Large entries: gRPC's default pool zeroes a 1 MiB buffer per
 			// 64 KiB message; the bookie's pool does not (see bookie.BufferPool).

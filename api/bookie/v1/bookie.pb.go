@@ -956,6 +956,287 @@ func (x *GetInfoResponse) GetMaxEntryBytes() int64 {
 	return 0
 }
 
+type ScrubRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubRequest) Reset() {
+	*x = ScrubRequest{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubRequest) ProtoMessage() {}
+
+func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubRequest.ProtoReflect.Descriptor instead.
+func (*ScrubRequest) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{15}
+}
+
+// ScrubCorruptRange is a run of corrupt entries [first_entry, last_entry].
+type ScrubCorruptRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	FirstEntry    int64                  `protobuf:"varint,2,opt,name=first_entry,json=firstEntry,proto3" json:"first_entry,omitempty"`
+	LastEntry     int64                  `protobuf:"varint,3,opt,name=last_entry,json=lastEntry,proto3" json:"last_entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubCorruptRange) Reset() {
+	*x = ScrubCorruptRange{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubCorruptRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubCorruptRange) ProtoMessage() {}
+
+func (x *ScrubCorruptRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubCorruptRange.ProtoReflect.Descriptor instead.
+func (*ScrubCorruptRange) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ScrubCorruptRange) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *ScrubCorruptRange) GetFirstEntry() int64 {
+	if x != nil {
+		return x.FirstEntry
+	}
+	return 0
+}
+
+func (x *ScrubCorruptRange) GetLastEntry() int64 {
+	if x != nil {
+		return x.LastEntry
+	}
+	return 0
+}
+
+// ScrubDamagedJournalRange is a byte range [from_offset, to_offset) of a
+// journal file whose records could not be identified or trusted; ledgers
+// have records in that file (their missing entries read as corrupt).
+type ScrubDamagedJournalRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	FromOffset    int64                  `protobuf:"varint,2,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
+	ToOffset      int64                  `protobuf:"varint,3,opt,name=to_offset,json=toOffset,proto3" json:"to_offset,omitempty"`
+	Ledgers       []int64                `protobuf:"varint,4,rep,packed,name=ledgers,proto3" json:"ledgers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubDamagedJournalRange) Reset() {
+	*x = ScrubDamagedJournalRange{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubDamagedJournalRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubDamagedJournalRange) ProtoMessage() {}
+
+func (x *ScrubDamagedJournalRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubDamagedJournalRange.ProtoReflect.Descriptor instead.
+func (*ScrubDamagedJournalRange) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ScrubDamagedJournalRange) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ScrubDamagedJournalRange) GetFromOffset() int64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *ScrubDamagedJournalRange) GetToOffset() int64 {
+	if x != nil {
+		return x.ToOffset
+	}
+	return 0
+}
+
+func (x *ScrubDamagedJournalRange) GetLedgers() []int64 {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+type ScrubResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	EntriesChecked int64                  `protobuf:"varint,1,opt,name=entries_checked,json=entriesChecked,proto3" json:"entries_checked,omitempty"`
+	BytesChecked   int64                  `protobuf:"varint,2,opt,name=bytes_checked,json=bytesChecked,proto3" json:"bytes_checked,omitempty"`
+	// corrupt_entries counts entries answering "entry corrupt" (found now or before).
+	CorruptEntries int64 `protobuf:"varint,3,opt,name=corrupt_entries,json=corruptEntries,proto3" json:"corrupt_entries,omitempty"`
+	// ranges lists the corrupt entries (at most 1000 runs; ranges_truncated
+	// says more were found).
+	Ranges          []*ScrubCorruptRange        `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	RangesTruncated bool                        `protobuf:"varint,5,opt,name=ranges_truncated,json=rangesTruncated,proto3" json:"ranges_truncated,omitempty"`
+	DamagedJournal  []*ScrubDamagedJournalRange `protobuf:"bytes,6,rep,name=damaged_journal,json=damagedJournal,proto3" json:"damaged_journal,omitempty"`
+	// ledgers lists the ledgers with damage here; ledgers_marked those marked
+	// under-replicated for repair.
+	Ledgers       []int64 `protobuf:"varint,7,rep,packed,name=ledgers,proto3" json:"ledgers,omitempty"`
+	LedgersMarked []int64 `protobuf:"varint,8,rep,packed,name=ledgers_marked,json=ledgersMarked,proto3" json:"ledgers_marked,omitempty"`
+	TookMs        int64   `protobuf:"varint,9,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubResponse) Reset() {
+	*x = ScrubResponse{}
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubResponse) ProtoMessage() {}
+
+func (x *ScrubResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_bookie_v1_bookie_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubResponse.ProtoReflect.Descriptor instead.
+func (*ScrubResponse) Descriptor() ([]byte, []int) {
+	return file_api_bookie_v1_bookie_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ScrubResponse) GetEntriesChecked() int64 {
+	if x != nil {
+		return x.EntriesChecked
+	}
+	return 0
+}
+
+func (x *ScrubResponse) GetBytesChecked() int64 {
+	if x != nil {
+		return x.BytesChecked
+	}
+	return 0
+}
+
+func (x *ScrubResponse) GetCorruptEntries() int64 {
+	if x != nil {
+		return x.CorruptEntries
+	}
+	return 0
+}
+
+func (x *ScrubResponse) GetRanges() []*ScrubCorruptRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *ScrubResponse) GetRangesTruncated() bool {
+	if x != nil {
+		return x.RangesTruncated
+	}
+	return false
+}
+
+func (x *ScrubResponse) GetDamagedJournal() []*ScrubDamagedJournalRange {
+	if x != nil {
+		return x.DamagedJournal
+	}
+	return nil
+}
+
+func (x *ScrubResponse) GetLedgers() []int64 {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+func (x *ScrubResponse) GetLedgersMarked() []int64 {
+	if x != nil {
+		return x.LedgersMarked
+	}
+	return nil
+}
+
+func (x *ScrubResponse) GetTookMs() int64 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 var File_api_bookie_v1_bookie_proto protoreflect.FileDescriptor
 
 const file_api_bookie_v1_bookie_proto_rawDesc = "" +
@@ -1021,7 +1302,30 @@ const file_api_bookie_v1_bookie_proto_rawDesc = "" +
 	"\x10disk_total_bytes\x18\b \x01(\x04R\x0ediskTotalBytes\x12!\n" +
 	"\fledger_count\x18\t \x01(\x03R\vledgerCount\x12&\n" +
 	"\x0fmax_entry_bytes\x18\n" +
-	" \x01(\x03R\rmaxEntryBytes2\xf6\x05\n" +
+	" \x01(\x03R\rmaxEntryBytes\"\x0e\n" +
+	"\fScrubRequest\"p\n" +
+	"\x11ScrubCorruptRange\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x1f\n" +
+	"\vfirst_entry\x18\x02 \x01(\x03R\n" +
+	"firstEntry\x12\x1d\n" +
+	"\n" +
+	"last_entry\x18\x03 \x01(\x03R\tlastEntry\"\x86\x01\n" +
+	"\x18ScrubDamagedJournalRange\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x1f\n" +
+	"\vfrom_offset\x18\x02 \x01(\x03R\n" +
+	"fromOffset\x12\x1b\n" +
+	"\tto_offset\x18\x03 \x01(\x03R\btoOffset\x12\x18\n" +
+	"\aledgers\x18\x04 \x03(\x03R\aledgers\"\xa1\x03\n" +
+	"\rScrubResponse\x12'\n" +
+	"\x0fentries_checked\x18\x01 \x01(\x03R\x0eentriesChecked\x12#\n" +
+	"\rbytes_checked\x18\x02 \x01(\x03R\fbytesChecked\x12'\n" +
+	"\x0fcorrupt_entries\x18\x03 \x01(\x03R\x0ecorruptEntries\x12=\n" +
+	"\x06ranges\x18\x04 \x03(\v2%.meridian.bookie.v1.ScrubCorruptRangeR\x06ranges\x12)\n" +
+	"\x10ranges_truncated\x18\x05 \x01(\bR\x0frangesTruncated\x12U\n" +
+	"\x0fdamaged_journal\x18\x06 \x03(\v2,.meridian.bookie.v1.ScrubDamagedJournalRangeR\x0edamagedJournal\x12\x18\n" +
+	"\aledgers\x18\a \x03(\x03R\aledgers\x12%\n" +
+	"\x0eledgers_marked\x18\b \x03(\x03R\rledgersMarked\x12\x17\n" +
+	"\atook_ms\x18\t \x01(\x03R\x06tookMs2\xc4\x06\n" +
 	"\x06Bookie\x12U\n" +
 	"\bAddEntry\x12#.meridian.bookie.v1.AddEntryRequest\x1a$.meridian.bookie.v1.AddEntryResponse\x12_\n" +
 	"\n" +
@@ -1031,7 +1335,8 @@ const file_api_bookie_v1_bookie_proto_rawDesc = "" +
 	"\x14ReadLastAddConfirmed\x12/.meridian.bookie.v1.ReadLastAddConfirmedRequest\x1a0.meridian.bookie.v1.ReadLastAddConfirmedResponse\x12L\n" +
 	"\x05Fence\x12 .meridian.bookie.v1.FenceRequest\x1a!.meridian.bookie.v1.FenceResponse\x12a\n" +
 	"\fDeleteLedger\x12'.meridian.bookie.v1.DeleteLedgerRequest\x1a(.meridian.bookie.v1.DeleteLedgerResponse\x12R\n" +
-	"\aGetInfo\x12\".meridian.bookie.v1.GetInfoRequest\x1a#.meridian.bookie.v1.GetInfoResponseB7Z5github.com/meridianmq/meridian/api/bookie/v1;bookiev1b\x06proto3"
+	"\aGetInfo\x12\".meridian.bookie.v1.GetInfoRequest\x1a#.meridian.bookie.v1.GetInfoResponse\x12L\n" +
+	"\x05Scrub\x12 .meridian.bookie.v1.ScrubRequest\x1a!.meridian.bookie.v1.ScrubResponseB7Z5github.com/meridianmq/meridian/api/bookie/v1;bookiev1b\x06proto3"
 
 var (
 	file_api_bookie_v1_bookie_proto_rawDescOnce sync.Once
@@ -1045,7 +1350,7 @@ func file_api_bookie_v1_bookie_proto_rawDescGZIP() []byte {
 	return file_api_bookie_v1_bookie_proto_rawDescData
 }
 
-var file_api_bookie_v1_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_bookie_v1_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_bookie_v1_bookie_proto_goTypes = []any{
 	(*AddEntryRequest)(nil),              // 0: meridian.bookie.v1.AddEntryRequest
 	(*AddEntryResponse)(nil),             // 1: meridian.bookie.v1.AddEntryResponse
@@ -1062,31 +1367,39 @@ var file_api_bookie_v1_bookie_proto_goTypes = []any{
 	(*DeleteLedgerResponse)(nil),         // 12: meridian.bookie.v1.DeleteLedgerResponse
 	(*GetInfoRequest)(nil),               // 13: meridian.bookie.v1.GetInfoRequest
 	(*GetInfoResponse)(nil),              // 14: meridian.bookie.v1.GetInfoResponse
+	(*ScrubRequest)(nil),                 // 15: meridian.bookie.v1.ScrubRequest
+	(*ScrubCorruptRange)(nil),            // 16: meridian.bookie.v1.ScrubCorruptRange
+	(*ScrubDamagedJournalRange)(nil),     // 17: meridian.bookie.v1.ScrubDamagedJournalRange
+	(*ScrubResponse)(nil),                // 18: meridian.bookie.v1.ScrubResponse
 }
 var file_api_bookie_v1_bookie_proto_depIdxs = []int32{
 	0,  // 0: meridian.bookie.v1.AddEntriesRequest.entries:type_name -> meridian.bookie.v1.AddEntryRequest
 	1,  // 1: meridian.bookie.v1.AddEntriesResponse.results:type_name -> meridian.bookie.v1.AddEntryResponse
-	0,  // 2: meridian.bookie.v1.Bookie.AddEntry:input_type -> meridian.bookie.v1.AddEntryRequest
-	2,  // 3: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddEntriesRequest
-	4,  // 4: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
-	6,  // 5: meridian.bookie.v1.Bookie.ReadRange:input_type -> meridian.bookie.v1.ReadRangeRequest
-	7,  // 6: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:input_type -> meridian.bookie.v1.ReadLastAddConfirmedRequest
-	9,  // 7: meridian.bookie.v1.Bookie.Fence:input_type -> meridian.bookie.v1.FenceRequest
-	11, // 8: meridian.bookie.v1.Bookie.DeleteLedger:input_type -> meridian.bookie.v1.DeleteLedgerRequest
-	13, // 9: meridian.bookie.v1.Bookie.GetInfo:input_type -> meridian.bookie.v1.GetInfoRequest
-	1,  // 10: meridian.bookie.v1.Bookie.AddEntry:output_type -> meridian.bookie.v1.AddEntryResponse
-	3,  // 11: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddEntriesResponse
-	5,  // 12: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
-	5,  // 13: meridian.bookie.v1.Bookie.ReadRange:output_type -> meridian.bookie.v1.ReadEntryResponse
-	8,  // 14: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:output_type -> meridian.bookie.v1.ReadLastAddConfirmedResponse
-	10, // 15: meridian.bookie.v1.Bookie.Fence:output_type -> meridian.bookie.v1.FenceResponse
-	12, // 16: meridian.bookie.v1.Bookie.DeleteLedger:output_type -> meridian.bookie.v1.DeleteLedgerResponse
-	14, // 17: meridian.bookie.v1.Bookie.GetInfo:output_type -> meridian.bookie.v1.GetInfoResponse
-	10, // [10:18] is the sub-list for method output_type
-	2,  // [2:10] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	16, // 2: meridian.bookie.v1.ScrubResponse.ranges:type_name -> meridian.bookie.v1.ScrubCorruptRange
+	17, // 3: meridian.bookie.v1.ScrubResponse.damaged_journal:type_name -> meridian.bookie.v1.ScrubDamagedJournalRange
+	0,  // 4: meridian.bookie.v1.Bookie.AddEntry:input_type -> meridian.bookie.v1.AddEntryRequest
+	2,  // 5: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddEntriesRequest
+	4,  // 6: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
+	6,  // 7: meridian.bookie.v1.Bookie.ReadRange:input_type -> meridian.bookie.v1.ReadRangeRequest
+	7,  // 8: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:input_type -> meridian.bookie.v1.ReadLastAddConfirmedRequest
+	9,  // 9: meridian.bookie.v1.Bookie.Fence:input_type -> meridian.bookie.v1.FenceRequest
+	11, // 10: meridian.bookie.v1.Bookie.DeleteLedger:input_type -> meridian.bookie.v1.DeleteLedgerRequest
+	13, // 11: meridian.bookie.v1.Bookie.GetInfo:input_type -> meridian.bookie.v1.GetInfoRequest
+	15, // 12: meridian.bookie.v1.Bookie.Scrub:input_type -> meridian.bookie.v1.ScrubRequest
+	1,  // 13: meridian.bookie.v1.Bookie.AddEntry:output_type -> meridian.bookie.v1.AddEntryResponse
+	3,  // 14: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddEntriesResponse
+	5,  // 15: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
+	5,  // 16: meridian.bookie.v1.Bookie.ReadRange:output_type -> meridian.bookie.v1.ReadEntryResponse
+	8,  // 17: meridian.bookie.v1.Bookie.ReadLastAddConfirmed:output_type -> meridian.bookie.v1.ReadLastAddConfirmedResponse
+	10, // 18: meridian.bookie.v1.Bookie.Fence:output_type -> meridian.bookie.v1.FenceResponse
+	12, // 19: meridian.bookie.v1.Bookie.DeleteLedger:output_type -> meridian.bookie.v1.DeleteLedgerResponse
+	14, // 20: meridian.bookie.v1.Bookie.GetInfo:output_type -> meridian.bookie.v1.GetInfoResponse
+	18, // 21: meridian.bookie.v1.Bookie.Scrub:output_type -> meridian.bookie.v1.ScrubResponse
+	13, // [13:22] is the sub-list for method output_type
+	4,  // [4:13] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_api_bookie_v1_bookie_proto_init() }
@@ -1100,7 +1413,7 @@ func file_api_bookie_v1_bookie_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_bookie_v1_bookie_proto_rawDesc), len(file_api_bookie_v1_bookie_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,7 @@ const (
 	Bookie_Fence_FullMethodName                = "/meridian.bookie.v1.Bookie/Fence"
 	Bookie_DeleteLedger_FullMethodName         = "/meridian.bookie.v1.Bookie/DeleteLedger"
 	Bookie_GetInfo_FullMethodName              = "/meridian.bookie.v1.Bookie/GetInfo"
+	Bookie_Scrub_FullMethodName                = "/meridian.bookie.v1.Bookie/Scrub"
 )
 
 // BookieClient is the client API for Bookie service.
@@ -96,6 +97,12 @@ type BookieClient interface {
 	DeleteLedger(ctx context.Context, in *DeleteLedgerRequest, opts ...grpc.CallOption) (*DeleteLedgerResponse, error)
 	// GetInfo describes the bookie.
 	GetInfo(ctx context.Context, in *GetInfoRequest, opts ...grpc.CallOption) (*GetInfoResponse, error)
+	// Scrub reads back every entry the bookie stores and verifies its CRC32C
+	// (at the bookie's configured scrub rate), flags the damaged ones corrupt
+	// (reads answer DATA_LOSS "entry corrupt") and marks their ledgers
+	// under-replicated for autorecovery. It answers when the scrub is done;
+	// scrubs do not overlap (a second one waits).
+	Scrub(ctx context.Context, in *ScrubRequest, opts ...grpc.CallOption) (*ScrubResponse, error)
 }
 
 type bookieClient struct {
@@ -198,6 +205,16 @@ func (c *bookieClient) GetInfo(ctx context.Context, in *GetInfoRequest, opts ...
 	return out, nil
 }
 
+func (c *bookieClient) Scrub(ctx context.Context, in *ScrubRequest, opts ...grpc.CallOption) (*ScrubResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScrubResponse)
+	err := c.cc.Invoke(ctx, Bookie_Scrub_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BookieServer is the server API for Bookie service.
 // All implementations must embed UnimplementedBookieServer
 // for forward compatibility.
@@ -234,6 +251,12 @@ type BookieServer interface {
 	DeleteLedger(context.Context, *DeleteLedgerRequest) (*DeleteLedgerResponse, error)
 	// GetInfo describes the bookie.
 	GetInfo(context.Context, *GetInfoRequest) (*GetInfoResponse, error)
+	// Scrub reads back every entry the bookie stores and verifies its CRC32C
+	// (at the bookie's configured scrub rate), flags the damaged ones corrupt
+	// (reads answer DATA_LOSS "entry corrupt") and marks their ledgers
+	// under-replicated for autorecovery. It answers when the scrub is done;
+	// scrubs do not overlap (a second one waits).
+	Scrub(context.Context, *ScrubRequest) (*ScrubResponse, error)
 	mustEmbedUnimplementedBookieServer()
 }
 
@@ -267,6 +290,9 @@ func (UnimplementedBookieServer) DeleteLedger(context.Context, *DeleteLedgerRequ
 }
 func (UnimplementedBookieServer) GetInfo(context.Context, *GetInfoRequest) (*GetInfoResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetInfo not implemented")
+}
+func (UnimplementedBookieServer) Scrub(context.Context, *ScrubRequest) (*ScrubResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Scrub not implemented")
 }
 func (UnimplementedBookieServer) mustEmbedUnimplementedBookieServer() {}
 func (UnimplementedBookieServer) testEmbeddedByValue()                {}
@@ -415,6 +441,24 @@ func _Bookie_GetInfo_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bookie_Scrub_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScrubRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BookieServer).Scrub(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bookie_Scrub_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BookieServer).Scrub(ctx, req.(*ScrubRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Bookie_ServiceDesc is the grpc.ServiceDesc for Bookie service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -445,6 +489,10 @@ var Bookie_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetInfo",
 			Handler:    _Bookie_GetInfo_Handler,
+		},
+		{
+			MethodName: "Scrub",
+			Handler:    _Bookie_Scrub_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2535,8 +2535,11 @@ type BookieStatus struct {
 	Decommissioned bool `protobuf:"varint,7,opt,name=decommissioned,proto3" json:"decommissioned,omitempty"`
 	// under_replicated_ledgers counts the ledgers marked as missing this bookie.
 	UnderReplicatedLedgers int32 `protobuf:"varint,8,opt,name=under_replicated_ledgers,json=underReplicatedLedgers,proto3" json:"under_replicated_ledgers,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// read_only_reason says why a live bookie is read-only (disk usage, I/O
+	// error), "" when writable.
+	ReadOnlyReason string `protobuf:"bytes,9,opt,name=read_only_reason,json=readOnlyReason,proto3" json:"read_only_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BookieStatus) Reset() {
@@ -2623,6 +2626,13 @@ func (x *BookieStatus) GetUnderReplicatedLedgers() int32 {
 		return x.UnderReplicatedLedgers
 	}
 	return 0
+}
+
+func (x *BookieStatus) GetReadOnlyReason() string {
+	if x != nil {
+		return x.ReadOnlyReason
+	}
+	return ""
 }
 
 type ListBookiesRequest struct {
@@ -4149,6 +4159,300 @@ func (x *ListTopicLedgersResponse) GetLedgers() []*LedgerDetails {
 	return nil
 }
 
+type ScrubBookieRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BookieId      string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubBookieRequest) Reset() {
+	*x = ScrubBookieRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubBookieRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubBookieRequest) ProtoMessage() {}
+
+func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubBookieRequest.ProtoReflect.Descriptor instead.
+func (*ScrubBookieRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ScrubBookieRequest) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+// BookieCorruptRange is a run of corrupt entries [first_entry, last_entry].
+type BookieCorruptRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	FirstEntry    int64                  `protobuf:"varint,2,opt,name=first_entry,json=firstEntry,proto3" json:"first_entry,omitempty"`
+	LastEntry     int64                  `protobuf:"varint,3,opt,name=last_entry,json=lastEntry,proto3" json:"last_entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BookieCorruptRange) Reset() {
+	*x = BookieCorruptRange{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieCorruptRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieCorruptRange) ProtoMessage() {}
+
+func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieCorruptRange.ProtoReflect.Descriptor instead.
+func (*BookieCorruptRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *BookieCorruptRange) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *BookieCorruptRange) GetFirstEntry() int64 {
+	if x != nil {
+		return x.FirstEntry
+	}
+	return 0
+}
+
+func (x *BookieCorruptRange) GetLastEntry() int64 {
+	if x != nil {
+		return x.LastEntry
+	}
+	return 0
+}
+
+// BookieDamagedJournalRange is a byte range of a journal file whose records
+// could not be identified or trusted; ledgers have records in that file.
+type BookieDamagedJournalRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	FromOffset    int64                  `protobuf:"varint,2,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
+	ToOffset      int64                  `protobuf:"varint,3,opt,name=to_offset,json=toOffset,proto3" json:"to_offset,omitempty"`
+	Ledgers       []int64                `protobuf:"varint,4,rep,packed,name=ledgers,proto3" json:"ledgers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BookieDamagedJournalRange) Reset() {
+	*x = BookieDamagedJournalRange{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieDamagedJournalRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieDamagedJournalRange) ProtoMessage() {}
+
+func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieDamagedJournalRange.ProtoReflect.Descriptor instead.
+func (*BookieDamagedJournalRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *BookieDamagedJournalRange) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *BookieDamagedJournalRange) GetFromOffset() int64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *BookieDamagedJournalRange) GetToOffset() int64 {
+	if x != nil {
+		return x.ToOffset
+	}
+	return 0
+}
+
+func (x *BookieDamagedJournalRange) GetLedgers() []int64 {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+type ScrubBookieResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BookieId       string                 `protobuf:"bytes,1,opt,name=bookie_id,json=bookieId,proto3" json:"bookie_id,omitempty"`
+	EntriesChecked int64                  `protobuf:"varint,2,opt,name=entries_checked,json=entriesChecked,proto3" json:"entries_checked,omitempty"`
+	BytesChecked   int64                  `protobuf:"varint,3,opt,name=bytes_checked,json=bytesChecked,proto3" json:"bytes_checked,omitempty"`
+	CorruptEntries int64                  `protobuf:"varint,4,opt,name=corrupt_entries,json=corruptEntries,proto3" json:"corrupt_entries,omitempty"`
+	// corrupt_ranges lists at most 1000 runs (ranges_truncated: more found).
+	CorruptRanges   []*BookieCorruptRange        `protobuf:"bytes,5,rep,name=corrupt_ranges,json=corruptRanges,proto3" json:"corrupt_ranges,omitempty"`
+	RangesTruncated bool                         `protobuf:"varint,6,opt,name=ranges_truncated,json=rangesTruncated,proto3" json:"ranges_truncated,omitempty"`
+	DamagedJournal  []*BookieDamagedJournalRange `protobuf:"bytes,7,rep,name=damaged_journal,json=damagedJournal,proto3" json:"damaged_journal,omitempty"`
+	// damaged_ledgers lists the ledgers with damage; ledgers_marked those
+	// marked under-replicated.
+	DamagedLedgers []int64 `protobuf:"varint,8,rep,packed,name=damaged_ledgers,json=damagedLedgers,proto3" json:"damaged_ledgers,omitempty"`
+	LedgersMarked  []int64 `protobuf:"varint,9,rep,packed,name=ledgers_marked,json=ledgersMarked,proto3" json:"ledgers_marked,omitempty"`
+	TookMs         int64   `protobuf:"varint,10,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScrubBookieResponse) Reset() {
+	*x = ScrubBookieResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubBookieResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubBookieResponse) ProtoMessage() {}
+
+func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubBookieResponse.ProtoReflect.Descriptor instead.
+func (*ScrubBookieResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ScrubBookieResponse) GetBookieId() string {
+	if x != nil {
+		return x.BookieId
+	}
+	return ""
+}
+
+func (x *ScrubBookieResponse) GetEntriesChecked() int64 {
+	if x != nil {
+		return x.EntriesChecked
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetBytesChecked() int64 {
+	if x != nil {
+		return x.BytesChecked
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetCorruptEntries() int64 {
+	if x != nil {
+		return x.CorruptEntries
+	}
+	return 0
+}
+
+func (x *ScrubBookieResponse) GetCorruptRanges() []*BookieCorruptRange {
+	if x != nil {
+		return x.CorruptRanges
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetRangesTruncated() bool {
+	if x != nil {
+		return x.RangesTruncated
+	}
+	return false
+}
+
+func (x *ScrubBookieResponse) GetDamagedJournal() []*BookieDamagedJournalRange {
+	if x != nil {
+		return x.DamagedJournal
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetDamagedLedgers() []int64 {
+	if x != nil {
+		return x.DamagedLedgers
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetLedgersMarked() []int64 {
+	if x != nil {
+		return x.LedgersMarked
+	}
+	return nil
+}
+
+func (x *ScrubBookieResponse) GetTookMs() int64 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -4308,7 +4612,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\x12!\n" +
 	"\fowned_topics\x18\x04 \x01(\x05R\vownedTopics\"O\n" +
 	"\x13ListBrokersResponse\x128\n" +
-	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\x84\x02\n" +
+	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\xae\x02\n" +
 	"\fBookieStatus\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
@@ -4317,7 +4621,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x04live\x18\x05 \x01(\bR\x04live\x12\x1b\n" +
 	"\tread_only\x18\x06 \x01(\bR\breadOnly\x12&\n" +
 	"\x0edecommissioned\x18\a \x01(\bR\x0edecommissioned\x128\n" +
-	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\"\x14\n" +
+	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\x12(\n" +
+	"\x10read_only_reason\x18\t \x01(\tR\x0ereadOnlyReason\"\x14\n" +
 	"\x12ListBookiesRequest\"\x87\x01\n" +
 	"\x13ListBookiesResponse\x12:\n" +
 	"\abookies\x18\x01 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\x124\n" +
@@ -4420,10 +4725,36 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"m\n" +
 	"\x18ListTopicLedgersResponse\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12;\n" +
-	"\aledgers\x18\x02 \x03(\v2!.meridian.client.v1.LedgerDetailsR\aledgers*G\n" +
+	"\aledgers\x18\x02 \x03(\v2!.meridian.client.v1.LedgerDetailsR\aledgers\"1\n" +
+	"\x12ScrubBookieRequest\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"q\n" +
+	"\x12BookieCorruptRange\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x1f\n" +
+	"\vfirst_entry\x18\x02 \x01(\x03R\n" +
+	"firstEntry\x12\x1d\n" +
+	"\n" +
+	"last_entry\x18\x03 \x01(\x03R\tlastEntry\"\x87\x01\n" +
+	"\x19BookieDamagedJournalRange\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x1f\n" +
+	"\vfrom_offset\x18\x02 \x01(\x03R\n" +
+	"fromOffset\x12\x1b\n" +
+	"\tto_offset\x18\x03 \x01(\x03R\btoOffset\x12\x18\n" +
+	"\aledgers\x18\x04 \x03(\x03R\aledgers\"\xe4\x03\n" +
+	"\x13ScrubBookieResponse\x12\x1b\n" +
+	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12'\n" +
+	"\x0fentries_checked\x18\x02 \x01(\x03R\x0eentriesChecked\x12#\n" +
+	"\rbytes_checked\x18\x03 \x01(\x03R\fbytesChecked\x12'\n" +
+	"\x0fcorrupt_entries\x18\x04 \x01(\x03R\x0ecorruptEntries\x12M\n" +
+	"\x0ecorrupt_ranges\x18\x05 \x03(\v2&.meridian.client.v1.BookieCorruptRangeR\rcorruptRanges\x12)\n" +
+	"\x10ranges_truncated\x18\x06 \x01(\bR\x0frangesTruncated\x12V\n" +
+	"\x0fdamaged_journal\x18\a \x03(\v2-.meridian.client.v1.BookieDamagedJournalRangeR\x0edamagedJournal\x12'\n" +
+	"\x0fdamaged_ledgers\x18\b \x03(\x03R\x0edamagedLedgers\x12%\n" +
+	"\x0eledgers_marked\x18\t \x03(\x03R\rledgersMarked\x12\x17\n" +
+	"\atook_ms\x18\n" +
+	" \x01(\x03R\x06tookMs*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xff\x18\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xdf\x19\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -4455,7 +4786,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x0eGetMetadataKey\x12).meridian.client.v1.GetMetadataKeyRequest\x1a$.meridian.client.v1.MetadataKeyValue\x12m\n" +
 	"\x10ListMetadataKeys\x12+.meridian.client.v1.ListMetadataKeysRequest\x1a,.meridian.client.v1.ListMetadataKeysResponse\x12T\n" +
 	"\tGetLedger\x12$.meridian.client.v1.GetLedgerRequest\x1a!.meridian.client.v1.LedgerDetails\x12m\n" +
-	"\x10ListTopicLedgers\x12+.meridian.client.v1.ListTopicLedgersRequest\x1a,.meridian.client.v1.ListTopicLedgersResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x10ListTopicLedgers\x12+.meridian.client.v1.ListTopicLedgersRequest\x1a,.meridian.client.v1.ListTopicLedgersResponse\x12^\n" +
+	"\vScrubBookie\x12&.meridian.client.v1.ScrubBookieRequest\x1a'.meridian.client.v1.ScrubBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -4470,7 +4802,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(MetadataShard)(0),                   // 0: meridian.client.v1.MetadataShard
 	(*ListTenantsRequest)(nil),           // 1: meridian.client.v1.ListTenantsRequest
@@ -4546,27 +4878,31 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*GetLedgerRequest)(nil),             // 71: meridian.client.v1.GetLedgerRequest
 	(*ListTopicLedgersRequest)(nil),      // 72: meridian.client.v1.ListTopicLedgersRequest
 	(*ListTopicLedgersResponse)(nil),     // 73: meridian.client.v1.ListTopicLedgersResponse
-	nil,                                  // 74: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                // 75: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 76: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 77: meridian.client.v1.InitialPosition
+	(*ScrubBookieRequest)(nil),           // 74: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),           // 75: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),    // 76: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),          // 77: meridian.client.v1.ScrubBookieResponse
+	nil,                                  // 78: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                // 79: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 80: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 81: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	7,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	7,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	7,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	75, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	79, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	29, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	76, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	80, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	28, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	30, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	76, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	80, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	32, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
 	33, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	76, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	77, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	76, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	77, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	80, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	81, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	80, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	81, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
 	44, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
 	46, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
 	49, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
@@ -4578,73 +4914,77 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	64, // 23: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
 	68, // 24: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
 	69, // 25: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	74, // 26: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	78, // 26: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
 	70, // 27: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	1,  // 28: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	3,  // 29: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	5,  // 30: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	8,  // 31: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	10, // 32: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	12, // 33: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	14, // 34: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	16, // 35: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	18, // 36: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	20, // 37: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	22, // 38: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	24, // 39: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	25, // 40: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	26, // 41: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	35, // 42: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	37, // 43: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	39, // 44: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	41, // 45: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	43, // 46: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	47, // 47: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	50, // 48: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	52, // 49: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	54, // 50: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	56, // 51: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	58, // 52: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	60, // 53: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	65, // 54: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	66, // 55: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	71, // 56: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	72, // 57: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	2,  // 58: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	4,  // 59: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	6,  // 60: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	9,  // 61: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	11, // 62: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	13, // 63: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	15, // 64: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	17, // 65: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	19, // 66: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	21, // 67: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	23, // 68: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	31, // 69: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	34, // 70: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	27, // 71: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	36, // 72: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	38, // 73: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	40, // 74: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	42, // 75: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	45, // 76: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	48, // 77: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	51, // 78: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	53, // 79: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	55, // 80: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	57, // 81: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	59, // 82: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	63, // 83: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	64, // 84: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	67, // 85: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	70, // 86: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	73, // 87: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	58, // [58:88] is the sub-list for method output_type
-	28, // [28:58] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	75, // 28: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	76, // 29: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	1,  // 30: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	3,  // 31: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	5,  // 32: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	8,  // 33: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	10, // 34: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	12, // 35: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	14, // 36: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	16, // 37: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	18, // 38: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	20, // 39: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	22, // 40: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	24, // 41: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	25, // 42: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	26, // 43: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	35, // 44: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	37, // 45: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	39, // 46: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	41, // 47: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	43, // 48: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	47, // 49: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	50, // 50: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	52, // 51: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	54, // 52: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	56, // 53: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	58, // 54: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	60, // 55: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	65, // 56: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	66, // 57: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	71, // 58: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	72, // 59: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	74, // 60: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	2,  // 61: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	4,  // 62: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	6,  // 63: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	9,  // 64: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	11, // 65: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	13, // 66: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	15, // 67: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	17, // 68: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	19, // 69: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	21, // 70: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	23, // 71: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	31, // 72: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	34, // 73: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	27, // 74: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	36, // 75: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	38, // 76: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	40, // 77: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	42, // 78: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	45, // 79: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	48, // 80: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	51, // 81: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	53, // 82: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	55, // 83: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	57, // 84: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	59, // 85: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	63, // 86: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	64, // 87: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	67, // 88: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	70, // 89: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	73, // 90: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	77, // 91: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	61, // [61:92] is the sub-list for method output_type
+	30, // [30:61] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -4665,7 +5005,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   74,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -60,6 +60,7 @@ const (
 	Admin_ListMetadataKeys_FullMethodName      = "/meridian.client.v1.Admin/ListMetadataKeys"
 	Admin_GetLedger_FullMethodName             = "/meridian.client.v1.Admin/GetLedger"
 	Admin_ListTopicLedgers_FullMethodName      = "/meridian.client.v1.Admin/ListTopicLedgers"
+	Admin_ScrubBookie_FullMethodName           = "/meridian.client.v1.Admin/ScrubBookie"
 )
 
 // AdminClient is the client API for Admin service.
@@ -126,6 +127,11 @@ type AdminClient interface {
 	// ListTopicLedgers lists a topic's ledgers in order (from its managed
 	// ledger key), each with its ledger metadata.
 	ListTopicLedgers(ctx context.Context, in *ListTopicLedgersRequest, opts ...grpc.CallOption) (*ListTopicLedgersResponse, error)
+	// ScrubBookie asks a registered bookie to verify the CRC of every entry
+	// it stores; damaged ledgers are marked under-replicated for repair from
+	// healthy replicas. It answers when the scrub is done (bounded by the
+	// bookie's scrub rate: give a long enough deadline).
+	ScrubBookie(ctx context.Context, in *ScrubBookieRequest, opts ...grpc.CallOption) (*ScrubBookieResponse, error)
 }
 
 type adminClient struct {
@@ -436,6 +442,16 @@ func (c *adminClient) ListTopicLedgers(ctx context.Context, in *ListTopicLedgers
 	return out, nil
 }
 
+func (c *adminClient) ScrubBookie(ctx context.Context, in *ScrubBookieRequest, opts ...grpc.CallOption) (*ScrubBookieResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScrubBookieResponse)
+	err := c.cc.Invoke(ctx, Admin_ScrubBookie_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -500,6 +516,11 @@ type AdminServer interface {
 	// ListTopicLedgers lists a topic's ledgers in order (from its managed
 	// ledger key), each with its ledger metadata.
 	ListTopicLedgers(context.Context, *ListTopicLedgersRequest) (*ListTopicLedgersResponse, error)
+	// ScrubBookie asks a registered bookie to verify the CRC of every entry
+	// it stores; damaged ledgers are marked under-replicated for repair from
+	// healthy replicas. It answers when the scrub is done (bounded by the
+	// bookie's scrub rate: give a long enough deadline).
+	ScrubBookie(context.Context, *ScrubBookieRequest) (*ScrubBookieResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -599,6 +620,9 @@ func (UnimplementedAdminServer) GetLedger(context.Context, *GetLedgerRequest) (*
 }
 func (UnimplementedAdminServer) ListTopicLedgers(context.Context, *ListTopicLedgersRequest) (*ListTopicLedgersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListTopicLedgers not implemented")
+}
+func (UnimplementedAdminServer) ScrubBookie(context.Context, *ScrubBookieRequest) (*ScrubBookieResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ScrubBookie not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1161,6 +1185,24 @@ func _Admin_ListTopicLedgers_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ScrubBookie_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScrubBookieRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ScrubBookie(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ScrubBookie_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ScrubBookie(ctx, req.(*ScrubBookieRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1287,6 +1329,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTopicLedgers",
 			Handler:    _Admin_ListTopicLedgers_Handler,
+		},
+		{
+			MethodName: "ScrubBookie",
+			Handler:    _Admin_ScrubBookie_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
