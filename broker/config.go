@@ -85,6 +85,9 @@ type Config struct {
 	// persisted with a cursor (default 100000); beyond it the latest ones
 	// are redelivered after a restart, never lost.
 	MaxIndividualAcks int `yaml:"max_individual_acks"`
+
+	// Testing holds test-only injection points; leave it zero.
+	Testing TestingKnobs `yaml:"-"`
 }
 
 // DefaultConfig returns a Config with every limit at its default.

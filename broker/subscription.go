@@ -538,6 +538,9 @@ func (s *subscription) persist(ctx context.Context, force bool) error {
 	s.dirty = false
 	s.mu.Unlock()
 	kv, err := s.t.b.cfg.Regional.Put(ctx, s.key, val, version, 0)
+	if h := s.t.b.cfg.Testing.OnCursorPersist; h != nil {
+		h(s.t.name.String(), s.name, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

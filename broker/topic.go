@@ -140,9 +140,17 @@ func (t *topic) loop() {
 		case <-t.stop:
 			return
 		case <-persist.C:
+			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+			if t.stopped() {
+				return
+			}
 			t.persistCursors(false)
 			t.updateRates()
 		case <-retention.C:
+			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+			if t.stopped() {
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
 			t.refreshPolicies(ctx)
 			if err := t.runRetention(ctx); err != nil {
@@ -150,6 +158,16 @@ func (t *topic) loop() {
 			}
 			cancel()
 		}
+	}
+}
+
+// stopped reports whether close has begun.
+func (t *topic) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
 	}
 }
 
