@@ -84,17 +84,29 @@ func (t *topic) load(ctx context.Context, create bool) error {
 	for {
 		res, err := t.b.cfg.Regional.List(ctx, prefix, page, metadata.ReadOptions{})
 		if err != nil {
+			t.closeLoadedSubs()
 			t.ml.close(ctx, false, false)
 			return fmt.Errorf("%w: list cursors: %v", ErrUnavailable, err)
 		}
 		for _, kv := range res.KVs {
 			name := kv.Key[len(prefix):]
-			md, acked, created, err := decodeCursor(kv.Value)
+			// Fence the cursor before using it: the previous owner, if it
+			// still runs, can no longer write it.
+			fenced, err := t.fenceCursor(ctx, kv)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				t.closeLoadedSubs()
+				t.ml.close(ctx, false, false)
+				return err
+			}
+			md, acked, created, err := decodeCursor(fenced.Value)
 			if err != nil {
 				t.log.Error("cursor skipped", "subscription", name, "err", err)
 				continue
 			}
-			t.subs[name] = newSubscription(t, name, md, acked, created, kv.Version)
+			t.subs[name] = newSubscription(t, name, md, acked, created, fenced.Version)
 		}
 		if !res.More || len(res.KVs) == 0 {
 			break
@@ -104,6 +116,15 @@ func (t *topic) load(ctx context.Context, create bool) error {
 	// Cursors whose mark-delete ledger is unknown are before everything.
 	go t.loop()
 	return nil
+}
+
+// closeLoadedSubs stops the dispatchers of the subscriptions made by a
+// load that fails.
+func (t *topic) closeLoadedSubs() {
+	for name, s := range t.subs {
+		s.close()
+		delete(t.subs, name)
+	}
 }
 
 func (t *topic) notify() {
@@ -131,7 +152,8 @@ func (t *topic) countOut(msgs int32, bytes int) {
 // loop persists cursors and runs retention until the topic closes.
 func (t *topic) loop() {
 	defer close(t.loopDone)
-	persist := time.NewTicker(t.b.cfg.CursorPersistInterval)
+	tick := t.persistTick()
+	persist := time.NewTicker(tick)
 	defer persist.Stop()
 	retention := time.NewTicker(t.b.cfg.RetentionInterval)
 	defer retention.Stop()
@@ -146,6 +168,10 @@ func (t *topic) loop() {
 			}
 			t.persistCursors(false)
 			t.updateRates()
+			if d := t.persistTick(); d != tick {
+				tick = d // the namespace policy changed
+				persist.Reset(tick)
+			}
 		case <-retention.C:
 			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
 			if t.stopped() {
@@ -367,12 +393,12 @@ func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
 	if n > 0 && !force {
 		return fmt.Errorf("%w: subscription %s has %d connected consumers", ErrNotAllowed, name, n)
 	}
-	if err := t.b.cfg.Regional.Delete(ctx, s.key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
-		return fmt.Errorf("%w: delete cursor: %v", ErrUnavailable, err)
+	if err := s.deleteCursor(ctx); err != nil {
+		if errors.Is(err, ErrTopicFenced) {
+			go t.b.unloadTopic(t, false, err)
+		}
+		return err
 	}
-	s.mu.Lock()
-	s.deleted = true
-	s.mu.Unlock()
 	t.mu.Lock()
 	delete(t.subs, name)
 	t.mu.Unlock()
@@ -399,8 +425,15 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 		p.close()
 	}
 	t.ml.close(ctx, graceful, t.killed.Load())
-	if graceful {
+	switch {
+	case graceful:
 		t.persistCursors(true)
+	case !t.killed.Load() && t.b.ownsTopic(ctx, t.name.String()):
+		// Unloaded after a failure (an add failed, ...) while this broker
+		// still owns the topic: the acknowledgements held in memory are
+		// still this broker's to persist. A topic that moved is fenced
+		// (ownsTopic is false, and its cursors' versions moved anyway).
+		t.persistCursors(false)
 	}
 	t.mu.Lock()
 	subs := make([]*subscription, 0, len(t.subs))
