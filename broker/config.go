@@ -57,7 +57,9 @@ type Config struct {
 	RolloverBytes   int64         `yaml:"rollover_bytes"`
 	RolloverAge     time.Duration `yaml:"rollover_age"`
 	// CursorPersistInterval bounds how long an acknowledgement stays only in
-	// memory (default 1s): a broker crash redelivers at most this much.
+	// memory (default 1s): a broker crash redelivers at most this much. A
+	// namespace's cursor_persist_interval_ms policy overrides it (0 there:
+	// persist before answering each ack).
 	CursorPersistInterval time.Duration `yaml:"cursor_persist_interval"`
 	// RetentionInterval is how often retention runs (default 1 min).
 	RetentionInterval time.Duration `yaml:"retention_interval"`
