@@ -13,6 +13,7 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc/codes"
@@ -484,4 +485,93 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 			break
 		}
 	}
+}
+
+// slowListStore delays writes of ledger lists, widening the window in
+// which two writers of one list overlap.
+type slowListStore struct{ metadata.Store }
+
+var listInflight, listOverlaps, listPuts atomic.Int64
+
+func (s slowListStore) Put(ctx context.Context, key string, value []byte, version int64, session metadata.SessionID) (metadata.KV, error) {
+	if strings.HasPrefix(key, "managed-ledgers/") {
+		listPuts.Add(1)
+		if listInflight.Add(1) > 1 {
+			listOverlaps.Add(1)
+		}
+		defer listInflight.Add(-1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s.Store.Put(ctx, key, value, version, session)
+}
+
+// TestLedgerListWritesSerialized rolls a ledger over every 2 entries while
+// retention runs every millisecond and deletes what the consumer passed:
+// both compare-and-set the topic's ledger list, and the broker must never
+// read its own concurrent write as another owner's (which fails sends and
+// unloads the topic).
+func TestLedgerListWritesSerialized(t *testing.T) {
+	const n = 300
+	cli, adm, _ := oneBroker(t, func(c *broker.Config) {
+		c.RolloverEntries = 2
+		c.RetentionInterval = time.Millisecond
+		c.Regional = slowListStore{c.Regional}
+	})
+	ctx := context.Background()
+	topic := "public/default/list-serial"
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := openProducer(t, cli, topic, "p")
+	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
+	// One send at a time, so that the ledger rolls over every 2 entries.
+	receipts := make(chan error, 1)
+	go func() {
+		for i := range int64(n) {
+			body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Payload: fmt.Appendf(nil, "m%d", i)}}}, clientv1.CompressionType_COMPRESSION_TYPE_NONE)
+			err := p.st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: i, NumMessages: 1, UncompressedSize: size, Payload: body}}})
+			var r *clientv1.ProduceResponse
+			if err == nil {
+				r, err = p.st.Recv()
+			}
+			if err == nil && r.GetReceipt().GetError() != nil {
+				err = fmt.Errorf("receipt %d: %v", r.GetReceipt().GetSequenceId(), r.GetReceipt().GetError())
+			}
+			if err != nil {
+				receipts <- err
+				return
+			}
+		}
+		receipts <- nil
+	}()
+	// Consume in order, acknowledging each message without waiting.
+	for i := 0; i < n; {
+		r, err := c.st.Recv()
+		if err != nil {
+			t.Fatalf("consumer stream ended after %d messages (topic unloaded?): %v", i, err)
+		}
+		m := r.GetMessage()
+		if m == nil {
+			continue
+		}
+		i++
+		if i%100 == 0 {
+			c.st.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 100}}})
+		}
+		if err := c.st.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{MessageIds: []*clientv1.MessageId{m.MessageId}, Cumulative: true}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-receipts; err != nil {
+		t.Fatalf("a send failed: %v", err)
+	}
+	st, err := adm.GetTopicInternalStats(ctx, &clientv1.GetTopicInternalStatsRequest{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d ledgers retained; %d ledger-list writes, %d of them overlapping another", len(st.Ledgers), listPuts.Load(), listOverlaps.Load())
 }

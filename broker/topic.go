@@ -261,9 +261,12 @@ func (t *topic) runRetention(ctx context.Context) error {
 	retTime := time.Duration(pol.GetRetentionTimeSeconds()) * time.Second
 	retSize := pol.GetRetentionSizeBytes()
 	ml := t.ml
+	// Serialized with rollover and close, which also write the list.
+	ml.listMu.Lock()
 	ml.mu.Lock()
 	if ml.failed != nil || ml.writer == nil {
 		ml.mu.Unlock()
+		ml.listMu.Unlock()
 		return nil
 	}
 	now := time.Now()
@@ -303,6 +306,7 @@ func (t *topic) runRetention(ctx context.Context) error {
 	}
 	if len(drop) == 0 {
 		ml.mu.Unlock()
+		ml.listMu.Unlock()
 		return nil
 	}
 	rec := ml.cloneRecLocked()
@@ -312,18 +316,20 @@ func (t *topic) runRetention(ctx context.Context) error {
 	val, _ := json.Marshal(&rec)
 	kv, err := t.b.cfg.Regional.Put(ctx, ml.key, val, version, 0)
 	if err != nil {
+		ml.listMu.Unlock()
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			go t.b.unloadTopic(t, false, fmt.Errorf("%w: ledger list changed during retention", ErrTopicFenced))
 		}
 		return err
 	}
 	ml.mu.Lock()
-	// Ledgers appended meanwhile (rollover) are impossible: rollover also
-	// CASes the version, so ours would have failed.
+	// Ledgers appended meanwhile (rollover) are impossible: rollover holds
+	// listMu too.
 	ml.rec = rec
 	ml.version = kv.Version
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
+	ml.listMu.Unlock()
 	for _, li := range drop {
 		ml.dropReader(li.ID)
 		if err := t.b.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
