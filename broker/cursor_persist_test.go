@@ -402,7 +402,7 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 	// Freeze the owner, then acknowledge more on it: held only in memory.
 	keepAlive[zi].Freeze()
 	loops[zi].Freeze()
-	time.Sleep(150 * time.Millisecond) // let a persist round that already began finish
+	waitFor(t, "the owner's topic loop to park", func() bool { return loops[zi].Parked() > 0 })
 	if e := zc.ack(ids[69], true); e != nil {
 		t.Fatal(e)
 	}

@@ -27,6 +27,16 @@ type Freezer struct {
 	mu sync.Mutex
 	// thawed is closed when the freezer thaws; nil while thawed.
 	thawed chan struct{}
+	// parked counts the goroutines blocked in wait.
+	parked int
+}
+
+// Parked reports how many goroutines are blocked by f now. A test that
+// froze a loop waits for Parked() > 0 to know the loop is not mid-round.
+func (f *Freezer) Parked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.parked
 }
 
 // Freeze makes the next checks block until Thaw.
@@ -55,6 +65,9 @@ func (f *Freezer) wait(done <-chan struct{}) {
 	}
 	f.mu.Lock()
 	ch := f.thawed
+	if ch != nil {
+		f.parked++
+	}
 	f.mu.Unlock()
 	if ch == nil {
 		return
@@ -63,4 +76,7 @@ func (f *Freezer) wait(done <-chan struct{}) {
 	case <-ch:
 	case <-done:
 	}
+	f.mu.Lock()
+	f.parked--
+	f.mu.Unlock()
 }
