@@ -57,7 +57,9 @@ type Config struct {
 	RolloverBytes   int64         `yaml:"rollover_bytes"`
 	RolloverAge     time.Duration `yaml:"rollover_age"`
 	// CursorPersistInterval bounds how long an acknowledgement stays only in
-	// memory (default 1s): a broker crash redelivers at most this much.
+	// memory (default 1s): a broker crash redelivers at most this much. A
+	// namespace's cursor_persist_interval_ms policy overrides it (0 there:
+	// persist before answering each ack).
 	CursorPersistInterval time.Duration `yaml:"cursor_persist_interval"`
 	// RetentionInterval is how often retention runs (default 1 min).
 	RetentionInterval time.Duration `yaml:"retention_interval"`
@@ -113,6 +115,9 @@ type Config struct {
 	// means forever / unlimited, as in the namespace policies.
 	DefaultRetentionTime      time.Duration `yaml:"default_retention_time"`
 	DefaultRetentionSizeBytes int64         `yaml:"default_retention_size_bytes"`
+
+	// Testing holds test-only injection points; leave it zero.
+	Testing TestingKnobs `yaml:"-"`
 }
 
 // Retention kept by standalone (and development) regions for namespaces

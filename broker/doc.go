@@ -11,11 +11,19 @@
 //     every ledger the previous owner may still write to, and recorded its
 //     own new ledger with compare-and-set on the topic's ledger list.
 //   - Any add failure, or a compare-and-set mismatch on the ledger list or
-//     a cursor, unloads the topic: a broker that lost a topic (a "zombie")
-//     can neither add entries nor change its metadata.
+//     a cursor, unloads the topic. A new owner fences every key it takes
+//     over (the ledger list by recording its ledger, each cursor by
+//     rewriting it with compare-and-set as it loads it), so a broker that
+//     lost a topic (a "zombie") can neither add entries nor change its
+//     metadata.
+//   - The cursor writes of one subscription are serialized: a version
+//     mismatch means another broker wrote, never this one racing itself.
 //   - Acknowledgements move cursors in memory and are persisted every
-//     CursorPersistInterval and on graceful close: a crash redelivers at
+//     cursor persist interval (namespace policy, else
+//     CursorPersistInterval), on graceful close and on a non-graceful
+//     unload while the broker still owns the topic: a crash redelivers at
 //     most the acknowledgements of one interval, never loses a message.
+//     With an interval of 0 an ack is answered only once persisted.
 //   - Retention deletes only whole closed ledgers that every cursor passed
 //     and that are outside the namespace retention (time and size).
 //

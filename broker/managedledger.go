@@ -85,6 +85,12 @@ type managedLedger struct {
 	stop     chan struct{}
 	loopDone chan struct{}
 
+	// listMu serializes the writes of the ledger list (rollover, retention,
+	// close): each starts from the version the previous one returned, so a
+	// version mismatch means another broker wrote the list, never this one
+	// racing itself. Lock order: listMu, then mu.
+	listMu sync.Mutex
+
 	// mu guards the fields below.
 	mu        sync.Mutex
 	rec       mlRecord
@@ -402,6 +408,8 @@ func (ml *managedLedger) needRolloverLocked() bool {
 func (ml *managedLedger) rollover() error {
 	ctx, cancel := context.WithTimeout(context.Background(), ml.cfg.OperationTimeout)
 	defer cancel()
+	ml.listMu.Lock()
+	defer ml.listMu.Unlock()
 	ml.mu.Lock()
 	old := ml.writer
 	ml.mu.Unlock()
@@ -506,6 +514,8 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	if err := w.Close(ctx); err != nil {
 		return
 	}
+	ml.listMu.Lock()
+	defer ml.listMu.Unlock()
 	ml.mu.Lock()
 	rec := ml.cloneRecLocked()
 	last := &rec.Ledgers[len(rec.Ledgers)-1]

@@ -184,6 +184,7 @@ func (s *Server) keepAlive(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		s.cfg.Testing.KeepAliveFreeze.wait(ctx.Done())
 		if s.zombie.Load() {
 			continue
 		}

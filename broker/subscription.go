@@ -11,7 +11,6 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/wire"
-	"github.com/meridianmq/meridian/metadata"
 )
 
 // maxReadBatch bounds the entries one dispatch round reads.
@@ -58,6 +57,11 @@ type subscription struct {
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
+
+	// persistMu serializes the writes of the cursor key (see
+	// cursorpersist.go) and guards unsure. Lock order: persistMu, then mu.
+	persistMu sync.Mutex
+	unsure    *unsureWrite // a cursor write of unknown outcome
 
 	// mu guards the fields below. Lock order: subscription.mu, then
 	// managedLedger.mu.
@@ -524,32 +528,6 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 	c.bytesOut += int64(len(payload))
 	s.pending[p] = c
 	s.t.countOut(md.GetNumMessages(), len(payload))
-}
-
-// persist writes the cursor if it changed (or force).
-func (s *subscription) persist(ctx context.Context, force bool) error {
-	s.mu.Lock()
-	if s.deleted || (!s.dirty && !force) {
-		s.mu.Unlock()
-		return nil
-	}
-	val := encodeCursor(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks)
-	version := s.version
-	s.dirty = false
-	s.mu.Unlock()
-	kv, err := s.t.b.cfg.Regional.Put(ctx, s.key, val, version, 0)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		s.dirty = true
-		if errors.Is(err, metadata.ErrVersionMismatch) {
-			return fmt.Errorf("%w: cursor %s changed by another broker", ErrTopicFenced, s.key)
-		}
-		return err
-	}
-	s.version = kv.Version
-	s.lastPersist = time.Now()
-	return nil
 }
 
 // slowestMarkDelete is read by retention.

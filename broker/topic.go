@@ -84,17 +84,29 @@ func (t *topic) load(ctx context.Context, create bool) error {
 	for {
 		res, err := t.b.cfg.Regional.List(ctx, prefix, page, metadata.ReadOptions{})
 		if err != nil {
+			t.closeLoadedSubs()
 			t.ml.close(ctx, false, false)
 			return fmt.Errorf("%w: list cursors: %v", ErrUnavailable, err)
 		}
 		for _, kv := range res.KVs {
 			name := kv.Key[len(prefix):]
-			md, acked, created, err := decodeCursor(kv.Value)
+			// Fence the cursor before using it: the previous owner, if it
+			// still runs, can no longer write it.
+			fenced, err := t.fenceCursor(ctx, kv)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				t.closeLoadedSubs()
+				t.ml.close(ctx, false, false)
+				return err
+			}
+			md, acked, created, err := decodeCursor(fenced.Value)
 			if err != nil {
 				t.log.Error("cursor skipped", "subscription", name, "err", err)
 				continue
 			}
-			t.subs[name] = newSubscription(t, name, md, acked, created, kv.Version)
+			t.subs[name] = newSubscription(t, name, md, acked, created, fenced.Version)
 		}
 		if !res.More || len(res.KVs) == 0 {
 			break
@@ -104,6 +116,15 @@ func (t *topic) load(ctx context.Context, create bool) error {
 	// Cursors whose mark-delete ledger is unknown are before everything.
 	go t.loop()
 	return nil
+}
+
+// closeLoadedSubs stops the dispatchers of the subscriptions made by a
+// load that fails.
+func (t *topic) closeLoadedSubs() {
+	for name, s := range t.subs {
+		s.close()
+		delete(t.subs, name)
+	}
 }
 
 func (t *topic) notify() {
@@ -131,7 +152,8 @@ func (t *topic) countOut(msgs int32, bytes int) {
 // loop persists cursors and runs retention until the topic closes.
 func (t *topic) loop() {
 	defer close(t.loopDone)
-	persist := time.NewTicker(t.b.cfg.CursorPersistInterval)
+	tick := t.persistTick()
+	persist := time.NewTicker(tick)
 	defer persist.Stop()
 	retention := time.NewTicker(t.b.cfg.RetentionInterval)
 	defer retention.Stop()
@@ -140,9 +162,21 @@ func (t *topic) loop() {
 		case <-t.stop:
 			return
 		case <-persist.C:
+			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+			if t.stopped() {
+				return
+			}
 			t.persistCursors(false)
 			t.updateRates()
+			if d := t.persistTick(); d != tick {
+				tick = d // the namespace policy changed
+				persist.Reset(tick)
+			}
 		case <-retention.C:
+			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+			if t.stopped() {
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
 			t.refreshPolicies(ctx)
 			if err := t.runRetention(ctx); err != nil {
@@ -150,6 +184,16 @@ func (t *topic) loop() {
 			}
 			cancel()
 		}
+	}
+}
+
+// stopped reports whether close has begun.
+func (t *topic) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -217,9 +261,12 @@ func (t *topic) runRetention(ctx context.Context) error {
 	retTime := time.Duration(pol.GetRetentionTimeSeconds()) * time.Second
 	retSize := pol.GetRetentionSizeBytes()
 	ml := t.ml
+	// Serialized with rollover and close, which also write the list.
+	ml.listMu.Lock()
 	ml.mu.Lock()
 	if ml.failed != nil || ml.writer == nil {
 		ml.mu.Unlock()
+		ml.listMu.Unlock()
 		return nil
 	}
 	now := time.Now()
@@ -259,6 +306,7 @@ func (t *topic) runRetention(ctx context.Context) error {
 	}
 	if len(drop) == 0 {
 		ml.mu.Unlock()
+		ml.listMu.Unlock()
 		return nil
 	}
 	rec := ml.cloneRecLocked()
@@ -268,18 +316,20 @@ func (t *topic) runRetention(ctx context.Context) error {
 	val, _ := json.Marshal(&rec)
 	kv, err := t.b.cfg.Regional.Put(ctx, ml.key, val, version, 0)
 	if err != nil {
+		ml.listMu.Unlock()
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			go t.b.unloadTopic(t, false, fmt.Errorf("%w: ledger list changed during retention", ErrTopicFenced))
 		}
 		return err
 	}
 	ml.mu.Lock()
-	// Ledgers appended meanwhile (rollover) are impossible: rollover also
-	// CASes the version, so ours would have failed.
+	// Ledgers appended meanwhile (rollover) are impossible: rollover holds
+	// listMu too.
 	ml.rec = rec
 	ml.version = kv.Version
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
+	ml.listMu.Unlock()
 	for _, li := range drop {
 		ml.dropReader(li.ID)
 		if err := t.b.cfg.Ledgers.Delete(ctx, li.ID); err != nil {
@@ -349,12 +399,12 @@ func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
 	if n > 0 && !force {
 		return fmt.Errorf("%w: subscription %s has %d connected consumers", ErrNotAllowed, name, n)
 	}
-	if err := t.b.cfg.Regional.Delete(ctx, s.key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
-		return fmt.Errorf("%w: delete cursor: %v", ErrUnavailable, err)
+	if err := s.deleteCursor(ctx); err != nil {
+		if errors.Is(err, ErrTopicFenced) {
+			go t.b.unloadTopic(t, false, err)
+		}
+		return err
 	}
-	s.mu.Lock()
-	s.deleted = true
-	s.mu.Unlock()
 	t.mu.Lock()
 	delete(t.subs, name)
 	t.mu.Unlock()
@@ -381,8 +431,15 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 		p.close()
 	}
 	t.ml.close(ctx, graceful, t.killed.Load())
-	if graceful {
+	switch {
+	case graceful:
 		t.persistCursors(true)
+	case !t.killed.Load() && t.b.ownsTopic(ctx, t.name.String()):
+		// Unloaded after a failure (an add failed, ...) while this broker
+		// still owns the topic: the acknowledgements held in memory are
+		// still this broker's to persist. A topic that moved is fenced
+		// (ownsTopic is false, and its cursors' versions moved anyway).
+		t.persistCursors(false)
 	}
 	t.mu.Lock()
 	subs := make([]*subscription, 0, len(t.subs))

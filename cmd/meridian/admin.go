@@ -158,6 +158,7 @@ func newAdminCmd() *cobra.Command {
 
 	// namespaces
 	pol := &policyFlags{}
+	cursorPol := &cursorPolicyFlags{}
 	setPolicies := leaf("set-policies TENANT/NS", "Set namespace policies (unset flags keep their current value)", 1,
 		func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			cur, err := a.GetNamespacePolicies(ctx, args[0])
@@ -167,6 +168,9 @@ func newAdminCmd() *cobra.Command {
 			if err := pol.apply(cur); err != nil {
 				return err
 			}
+			if err := cursorPol.apply(cur); err != nil {
+				return err
+			}
 			if err := a.SetNamespacePolicies(ctx, args[0], cur); err != nil {
 				return err
 			}
@@ -174,6 +178,7 @@ func newAdminCmd() *cobra.Command {
 			return nil
 		})
 	pol.register(setPolicies)
+	cursorPol.register(setPolicies)
 	namespaces := group("namespaces", "Namespaces and their policies",
 		leaf("list TENANT", "List a tenant's namespaces", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			ns, err := a.ListNamespaces(ctx, args[0])

@@ -347,8 +347,15 @@ type NamespacePolicies struct {
 	AckQuorum    int32 `protobuf:"varint,5,opt,name=ack_quorum,json=ackQuorum,proto3" json:"ack_quorum,omitempty"`
 	// replication_regions lists the regions the namespace's topics replicate to.
 	ReplicationRegions []string `protobuf:"bytes,6,rep,name=replication_regions,json=replicationRegions,proto3" json:"replication_regions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cursor_persist_interval_ms bounds how long an acknowledgement stays only
+	// in the owning broker's memory: a broker crash redelivers at most the
+	// acknowledgements of this interval. 0 persists the cursor before the ack
+	// is answered (nothing answered is redelivered after a crash, at the cost
+	// of one metadata write per ack round); unset = the broker's
+	// cursor_persist_interval (default 1 s). Limit 3 600 000 (1 h).
+	CursorPersistIntervalMs *int64 `protobuf:"varint,7,opt,name=cursor_persist_interval_ms,json=cursorPersistIntervalMs,proto3,oneof" json:"cursor_persist_interval_ms,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -421,6 +428,13 @@ func (x *NamespacePolicies) GetReplicationRegions() []string {
 		return x.ReplicationRegions
 	}
 	return nil
+}
+
+func (x *NamespacePolicies) GetCursorPersistIntervalMs() int64 {
+	if x != nil && x.CursorPersistIntervalMs != nil {
+		return *x.CursorPersistIntervalMs
+	}
+	return 0
 }
 
 type ListNamespacesRequest struct {
@@ -4467,7 +4481,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\x93\x02\n" +
+	"\x14DeleteTenantResponse\"\xf4\x02\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -4475,7 +4489,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fwrite_quorum\x18\x04 \x01(\x05R\vwriteQuorum\x12\x1d\n" +
 	"\n" +
 	"ack_quorum\x18\x05 \x01(\x05R\tackQuorum\x12/\n" +
-	"\x13replication_regions\x18\x06 \x03(\tR\x12replicationRegions\"/\n" +
+	"\x13replication_regions\x18\x06 \x03(\tR\x12replicationRegions\x12@\n" +
+	"\x1acursor_persist_interval_ms\x18\a \x01(\x03H\x00R\x17cursorPersistIntervalMs\x88\x01\x01B\x1d\n" +
+	"\x1b_cursor_persist_interval_ms\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"8\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
@@ -4994,6 +5010,7 @@ func file_api_client_v1_admin_proto_init() {
 	}
 	file_api_client_v1_entry_proto_init()
 	file_api_client_v1_client_proto_init()
+	file_api_client_v1_admin_proto_msgTypes[6].OneofWrappers = []any{}
 	file_api_client_v1_admin_proto_msgTypes[40].OneofWrappers = []any{
 		(*ResetSubscriptionRequest_MessageId)(nil),
 		(*ResetSubscriptionRequest_PublishTimeMs)(nil),
