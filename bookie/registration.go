@@ -45,7 +45,8 @@ func (r *registration) key() string { return topology.BookieRegistryPrefix + r.s
 
 func (r *registration) info() topology.BookieInfo {
 	ro, _ := r.s.st.readOnly()
-	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro}
+	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro,
+		InstanceID: r.s.instanceID}
 }
 
 // register creates a session if needed and writes the key under it.

@@ -19,6 +19,11 @@ type BookieInfo struct {
 	// ReadOnly is true when the bookie refuses adds (disk full, I/O error,
 	// maintenance); placement never chooses it for new writes.
 	ReadOnly bool `json:"read_only"`
+	// InstanceID is the instance UUID of the bookie's cookie (new after
+	// every re-format; see bookie/cookie.go). Clients send it with every
+	// request and a bookie answers only to its own. Empty in registrations
+	// and ledger metadata written before cookies existed.
+	InstanceID string `json:"instance_id,omitempty"`
 }
 
 // ErrNotEnoughBookies is returned (wrapped, with the numbers) when there are
