@@ -111,9 +111,6 @@ func Format(ctx context.Context, cfg Config, opts FormatOptions) (Cookie, error)
 	if err != nil {
 		return Cookie{}, err
 	}
-	if (previous || data) && !opts.Force {
-		return Cookie{}, fmt.Errorf("%w: %s holds data or a cookie; formatting wipes it: use --force", ErrNotEmpty, journal)
-	}
 	c := Cookie{Version: cookieVersion, BookieID: cfg.ID, InstanceID: newInstanceID(), JournalDir: journal, LedgerDir: ledgers, CreatedUnixMs: time.Now().UnixMilli()}
 	metaVer := metadata.MustNotExist
 	if store := cfg.Metadata; store != nil {
@@ -126,6 +123,9 @@ func Format(ctx context.Context, cfg Config, opts FormatOptions) (Cookie, error)
 			previous = true
 			log.Warn("re-formatting bookie: the previous instance's data is abandoned", "old_instance", old.InstanceID)
 		}
+		if ok && !opts.Force {
+			return Cookie{}, fmt.Errorf("%w: metadata key %s says %s exists; formatting abandons that instance's data: use --force", ErrNotEmpty, CookieKey(cfg.ID), old)
+		}
 		if previous || data {
 			next, err := nextLedgerID(ctx, store)
 			if err != nil {
@@ -136,6 +136,9 @@ func Format(ctx context.Context, cfg Config, opts FormatOptions) (Cookie, error)
 				c.LimboDecommissioned = true
 			}
 		}
+	}
+	if (previous || data) && !opts.Force {
+		return Cookie{}, fmt.Errorf("%w: %s holds data or a cookie; formatting wipes it: use --force", ErrNotEmpty, journal)
 	}
 	for _, d := range []string{ledgers, journal} {
 		if err := wipeDir(fsys, d); err != nil {
