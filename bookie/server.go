@@ -137,10 +137,10 @@ func (s *Server) startLocked(ctx context.Context) error {
 	// One entry up to MaxEntryBytes, or a batch up to MaxAddBatchBytes,
 	// plus protobuf framing.
 	maxMsg := max(s.cfg.MaxEntryBytes, MaxAddBatchBytes) + 64<<10
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10),
-		// No static InitialWindowSize: gRPC's BDP-based dynamic window
-		// measured faster for the ledger benchmark than 8/16 MiB windows.
-		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()))
+	// No static InitialWindowSize: gRPC's BDP-based dynamic window
+	// measured faster for the ledger benchmark than 8/16 MiB windows.
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg + 64<<10),
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())}, identityServerOptions(s)...)...)
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {

@@ -5,9 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/bookietest"
@@ -123,8 +131,8 @@ func bookietestLimbo() bookietest.Option {
 // bookie", and recovery neither counts the impostor's fence nor takes its
 // empty disk for absence.
 func TestImpostorBookieRejected(t *testing.T) {
-	for _, sameID := range []bool{true, false} {
-		t.Run(fmt.Sprintf("same-id=%v", sameID), func(t *testing.T) {
+	for _, kind := range []string{"same-id", "other-id", "legacy"} {
+		t.Run(kind, func(t *testing.T) {
 			e := newEnv(t, 3)
 			c1 := e.client(nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -146,28 +154,34 @@ func TestImpostorBookieRejected(t *testing.T) {
 			e.bk.Kill(dead)
 			e.bk.Stop(down)
 
-			cfg := bookie.DefaultConfig()
-			cfg.ID = "impostor"
-			if sameID {
-				cfg.ID = e.bk.ID(dead)
+			var stopImpostor func()
+			if kind == "legacy" {
+				stopImpostor = startLegacyImpostor(t, addr)
+			} else {
+				cfg := bookie.DefaultConfig()
+				cfg.ID = "impostor"
+				if kind == "same-id" {
+					cfg.ID = e.bk.ID(dead)
+				}
+				cfg.JournalDir = t.TempDir()
+				cfg.ListenAddr = addr
+				cfg.HTTPAddr = ""
+				cfg.Logger = slog.New(slog.DiscardHandler)
+				var imp *bookie.Server
+				waitFor(t, 20*time.Second, "impostor listening on "+addr, func() bool {
+					s, err := bookie.NewServer(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Start(ctx); err != nil {
+						return false
+					}
+					imp = s
+					return true
+				})
+				stopImpostor = imp.Stop
 			}
-			cfg.JournalDir = t.TempDir()
-			cfg.ListenAddr = addr
-			cfg.HTTPAddr = ""
-			cfg.Logger = slog.New(slog.DiscardHandler)
-			var imp *bookie.Server
-			waitFor(t, 20*time.Second, "impostor listening on "+addr, func() bool {
-				s, err := bookie.NewServer(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Start(ctx); err != nil {
-					return false
-				}
-				imp = s
-				return true
-			})
-			defer imp.Stop()
+			defer stopImpostor()
 
 			c2 := e.client(nil)
 			rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
@@ -182,7 +196,7 @@ func TestImpostorBookieRejected(t *testing.T) {
 			t.Logf("impostor rejected: %v", err)
 
 			// The real bookies come back: recovery completes, nothing lost.
-			imp.Stop()
+			stopImpostor()
 			if err := e.bk.Restart(down); err != nil {
 				t.Fatal(err)
 			}
@@ -199,4 +213,43 @@ func TestImpostorBookieRejected(t *testing.T) {
 			verify(t, rd, a)
 		})
 	}
+}
+
+// legacyImpostor is a bookie server that checks no identity and sends no
+// identity headers (an old or foreign process): it fences anything and
+// stores nothing.
+type legacyImpostor struct {
+	bookiev1.UnimplementedBookieServer
+}
+
+func (legacyImpostor) Fence(context.Context, *bookiev1.FenceRequest) (*bookiev1.FenceResponse, error) {
+	return &bookiev1.FenceResponse{LastEntryId: -1, LastAddConfirmed: -1}, nil
+}
+
+func (legacyImpostor) ReadEntry(context.Context, *bookiev1.ReadEntryRequest) (*bookiev1.ReadEntryResponse, error) {
+	return nil, status.Error(codes.NotFound, bookie.ReasonNoSuchLedger)
+}
+
+func (legacyImpostor) ReadLastAddConfirmed(context.Context, *bookiev1.ReadLastAddConfirmedRequest) (*bookiev1.ReadLastAddConfirmedResponse, error) {
+	return nil, status.Error(codes.NotFound, bookie.ReasonNoSuchLedger)
+}
+
+// startLegacyImpostor serves a legacyImpostor on addr until the returned
+// func is called.
+func startLegacyImpostor(t *testing.T, addr string) func() {
+	t.Helper()
+	var lis net.Listener
+	waitFor(t, 20*time.Second, "legacy impostor listening on "+addr, func() bool {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		lis = l
+		return true
+	})
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(bookie.Codec()))
+	bookiev1.RegisterBookieServer(srv, legacyImpostor{})
+	go func() { _ = srv.Serve(lis) }()
+	var once sync.Once
+	return func() { once.Do(srv.Stop) }
 }
