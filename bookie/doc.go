@@ -13,6 +13,13 @@
 //     after it (by the single journal goroutine) is refused unless it is a
 //     recovery add;
 //   - a stored entry whose CRC32C fails is reported corrupt, never missing.
+//   - a bookie serves only with matching cookies (cookie.go) in every data
+//     directory and in metadata: a wiped or swapped disk refuses to start;
+//   - a bookie answers only requests that name its ID and instance, and
+//     its answers name them (identity.go);
+//   - after a forced re-format it never answers "not found" for a ledger
+//     its previous instance may have held, until autorecovery moved them
+//     all (limbo.go): it answers "ledger unknown".
 //
 // It does not replicate: quorum writes, ensembles and recovery live in the
 // ledger client (bookie/ledger). See docs/ARCHITECTURE.md ("Bookie") for the design.
