@@ -49,8 +49,10 @@ func ackedLines(s string) map[string]bool {
 // writes through broker A, A is killed mid-stream (its ledger stays open),
 // one bookie of the open ledger loses its disk. Restarted as is, the
 // bookie refuses to start; `meridian bookie format --force` makes it a new
-// instance in limbo; then the topic is recovered through broker B and
-// every acknowledged message is consumed.
+// instance in limbo. While a second bookie of the ledger is down, broker B
+// tries to recover the topic (the wiped bookie must not let it close the
+// ledger short); once it is back, every acknowledged message is consumed
+// through B.
 func TestWipedBookieProcessLevel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts six processes (-short)")
@@ -153,8 +155,9 @@ func TestWipedBookieProcessLevel(t *testing.T) {
 	if open == nil {
 		t.Fatal("no open ledger after killing the broker")
 	}
-	victim := byID[open.Segments[len(open.Segments)-1].Ensemble[0].ID]
-	t.Logf("open ledger %d; wiping %s", open.ID, victim.id)
+	ens := open.Segments[len(open.Segments)-1].Ensemble
+	victim, down := byID[ens[0].ID], byID[ens[1].ID]
+	t.Logf("open ledger %d; wiping %s, then stopping %s while broker B recovers", open.ID, victim.id, down.id)
 
 	// Lose its disk. Restarting as is must fail, naming the fix.
 	victim.p.kill()
@@ -182,6 +185,49 @@ func TestWipedBookieProcessLevel(t *testing.T) {
 	if m := httpGet("http://" + victim.http + "/metrics"); !strings.Contains(m, "\nmeridian_bookie_limbo 1") {
 		t.Fatal("re-formatted bookie is not in limbo")
 	}
+
+	// The other replica of a third of the entries goes down: for those the
+	// wiped bookie is the only reachable replica, and it must not make
+	// broker B's recovery close the ledger before them. A consumer makes B
+	// try to load the topic meanwhile (it may get nothing: the ledger stays
+	// in recovery).
+	down.p.kill()
+	maxAcked := int64(-1) // the last acknowledged entry of the open ledger
+	for id := range acked {
+		var l, e, b int64
+		if _, err := fmt.Sscanf(id, "%d:%d:%d", &l, &e, &b); err == nil && l == open.ID {
+			maxAcked = max(maxAcked, e)
+		}
+	}
+	probe := startProc(t, "probe", "consume", "--url", brokerB.grpc, "--topic", topic, "--subscription", "probe",
+		"--from", "earliest", "--output", "json")
+	ledgerState := func() (*ledger.Metadata, string) {
+		kv, err := store.Get(context.Background(), ledger.LedgerKey(open.ID), metadata.ReadOptions{})
+		if err != nil {
+			return nil, err.Error()
+		}
+		var md ledger.Metadata
+		if err := json.Unmarshal(kv.Value, &md); err != nil {
+			t.Fatal(err)
+		}
+		return &md, fmt.Sprintf("state %s last entry %d", md.State, md.LastEntry)
+	}
+	waitFor(t, "broker B starts recovering the ledger", 90*time.Second, func() (bool, string) {
+		md, st := ledgerState()
+		return md != nil && md.State != ledger.StateOpen, st
+	})
+	// Watch B's recovery attempts for a while: it must not close the
+	// ledger before the last acknowledged entry.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if md, st := ledgerState(); md != nil && md.State == ledger.StateClosed && md.LastEntry < maxAcked {
+			t.Fatalf("LOST: ledger %d closed at entry %d while %s was down, entry %d was acknowledged (%s)", open.ID, md.LastEntry, down.id, maxAcked, st)
+		}
+	}
+	_, st := ledgerState()
+	t.Logf("while %s was down: ledger %d %s (last acknowledged entry %d)", down.id, open.ID, st, maxAcked)
+	probe.kill()
+	down.p = startProc(t, down.id, "bookie", "--config", down.cfg)
+	waitHTTP(t, down.p, "http://"+down.http+"/readyz", 90*time.Second)
 
 	// Recover through broker B and read everything acknowledged.
 	var seen map[string]int
