@@ -311,3 +311,43 @@ func TestFormatNeedsForce(t *testing.T) {
 		t.Fatalf("format without force: %v, want ErrNotEmpty naming --force", err)
 	}
 }
+
+// With the default ledger directory (inside the journal directory) a
+// forced format wipes both and the bookie starts again as a new instance.
+func TestFormatDefaultLedgerDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg := bookie.DefaultConfig()
+	cfg.ID, cfg.JournalDir, cfg.HTTPAddr = "b", filepath.Join(dir, "journal"), ""
+	start := func() *bookie.Server {
+		t.Helper()
+		s, err := bookie.NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := start()
+	old := s.InstanceID()
+	s.Stop() // final checkpoint: JournalDir/index/checkpoint exists
+	ck, err := bookie.Format(ctxT(t), cfg, bookie.FormatOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.InstanceID == old {
+		t.Fatal("format kept the instance ID")
+	}
+	names, _ := os.ReadDir(cfg.JournalDir)
+	for _, n := range names {
+		if n.Name() != bookie.CookieFileName && n.Name() != "index" {
+			t.Errorf("left after format: %s", n.Name())
+		}
+	}
+	s = start()
+	defer s.Stop()
+	if s.InstanceID() != ck.InstanceID || s.InLimbo() {
+		t.Fatalf("after format: instance %s limbo %v, want %s and no limbo (no metadata)", s.InstanceID(), s.InLimbo(), ck.InstanceID)
+	}
+}
