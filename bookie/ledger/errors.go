@@ -53,7 +53,7 @@ const (
 	kindCorrupt
 	kindReadOnly
 	kindInvalid
-	kindBusy  // back-pressure (RESOURCE_EXHAUSTED "too many in flight"): not added, retry
+	kindBusy // back-pressure (RESOURCE_EXHAUSTED "too many in flight"): not added, retry
 	// kindOther: unavailable, I/O error, timeout, "wrong bookie" (another
 	// process or instance answered), "ledger unknown" (a re-formatted bookie
 	// in limbo): outcome unknown, never absence.
