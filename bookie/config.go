@@ -92,6 +92,10 @@ type Config struct {
 	Metadata metadata.Store
 	// SessionTTL is the registration session's TTL. Default 10s.
 	SessionTTL time.Duration
+	// LimboCheckInterval is how often a re-formatted bookie in limbo checks
+	// whether autorecovery has moved every ledger of its previous instance
+	// (see limbo.go). Default 10s.
+	LimboCheckInterval time.Duration
 
 	// Gossip, when set, makes the bookie join the region's memberlist
 	// cluster (liveness within seconds for placement and autorecovery). The
@@ -164,6 +168,7 @@ func DefaultConfig() Config {
 		ScrubInterval:       24 * time.Hour,
 		ScrubStartDelay:     30 * time.Second,
 		ScrubBytesPerSecond: 32 << 20,
+		LimboCheckInterval:  10 * time.Second,
 	}
 }
 
@@ -219,6 +224,8 @@ func (c *Config) Validate() error {
 		return cfgErr("ScrubBytesPerSecond", "must be >= 1KiB, got %d", c.ScrubBytesPerSecond)
 	case c.Metadata != nil && c.SessionTTL < 100*time.Millisecond:
 		return cfgErr("SessionTTL", "must be >= 100ms, got %s", c.SessionTTL)
+	case c.Metadata != nil && c.LimboCheckInterval < 10*time.Millisecond:
+		return cfgErr("LimboCheckInterval", "must be >= 10ms, got %s", c.LimboCheckInterval)
 	}
 	return nil
 }

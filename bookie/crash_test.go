@@ -53,7 +53,7 @@ func runChild(dir string) {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
 	}
-	fmt.Printf("ADDR %s\n", srv.Addr())
+	fmt.Printf("ADDR %s %s\n", srv.Addr(), srv.InstanceID())
 	select {}
 }
 
@@ -80,8 +80,9 @@ func startChild(t *testing.T, dir string) *child {
 	if err != nil || !strings.HasPrefix(line, "ADDR ") {
 		t.Fatalf("child did not start: %q %v", line, err)
 	}
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "ADDR "))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr, instance, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), " ")
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		bookie.WithExpectedIdentity(bookie.FixedIdentity("child", instance))...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,14 @@
 //     read-only, and its ledgers are marked for repair (scrub.go);
 //   - only the last journal file may end in a torn write; a bad record in
 //     any other file is damage, and replay never trusts a record found by
-//     scanning past damage (replay.go).
+//     scanning past damage (replay.go);
+//   - a bookie serves only with matching cookies (cookie.go) in every data
+//     directory and in metadata: a wiped or swapped disk refuses to start;
+//   - a bookie answers only requests that name its ID and instance, and
+//     its answers name them (identity.go);
+//   - after a forced re-format it never answers "not found" for a ledger
+//     its previous instance may have held, until autorecovery moved them
+//     all (limbo.go): it answers "ledger unknown".
 //
 // It does not replicate: quorum writes, ensembles and recovery live in the
 // ledger client (bookie/ledger). See docs/ARCHITECTURE.md ("Bookie") for the design.

@@ -22,6 +22,8 @@ const (
 	ReasonInvalidArgument = "invalid argument"
 	ReasonTooManyInFlight = "too many in flight"
 	ReasonIO              = "io error"
+	ReasonWrongBookie     = "wrong bookie"
+	ReasonLedgerUnknown   = "ledger unknown"
 )
 
 // Errors returned by the bookie (locally) and by FromStatus (for errors that
@@ -49,6 +51,15 @@ var (
 	// ErrIO: a disk operation failed; for an add, the entry was not
 	// acknowledged (it may or may not be on disk, but it was never acked).
 	ErrIO = errors.New("bookie: " + ReasonIO)
+	// ErrWrongBookie: the request named another bookie ID or instance than
+	// this one; nothing was done. The caller reached another process (or a
+	// re-formatted bookie) at the address it used.
+	ErrWrongBookie = errors.New("bookie: " + ReasonWrongBookie)
+	// ErrLedgerUnknown: the bookie was re-formatted and is in limbo for the
+	// ledger: it does not hold what was asked and cannot tell whether its
+	// previous instance did. NOT "missing": recovery must not treat it as
+	// absent.
+	ErrLedgerUnknown = errors.New("bookie: " + ReasonLedgerUnknown)
 )
 
 type errClass struct {
@@ -67,6 +78,8 @@ var classes = []errClass{
 	{ErrInvalidArgument, codes.InvalidArgument, ReasonInvalidArgument},
 	{ErrTooManyInFlight, codes.ResourceExhausted, ReasonTooManyInFlight},
 	{ErrIO, codes.Internal, ReasonIO},
+	{ErrWrongBookie, codes.FailedPrecondition, ReasonWrongBookie},
+	{ErrLedgerUnknown, codes.Unavailable, ReasonLedgerUnknown},
 }
 
 // IsNotFound reports whether err is ErrNoSuchLedger or ErrNoSuchEntry: the

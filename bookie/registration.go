@@ -48,7 +48,8 @@ func (r *registration) info() topology.BookieInfo {
 	if !ro {
 		why = ""
 	}
-	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro, ReadOnlyReason: why}
+	return topology.BookieInfo{ID: r.s.cfg.ID, Address: r.s.advertised(), Region: r.s.cfg.Region, Rack: r.s.cfg.Rack, ReadOnly: ro,
+		ReadOnlyReason: why, InstanceID: r.s.instanceID}
 }
 
 // register creates a session if needed and writes the key under it.

@@ -303,7 +303,10 @@ func scrubResponse(r ScrubResult) *bookiev1.ScrubResponse {
 }
 
 // Scrub implements the Scrub RPC.
-func (svc *service) Scrub(ctx context.Context, _ *bookiev1.ScrubRequest) (*bookiev1.ScrubResponse, error) {
+func (svc *service) Scrub(ctx context.Context, req *bookiev1.ScrubRequest) (*bookiev1.ScrubResponse, error) {
+	if err := svc.srv.checkIdentity(req, false); err != nil {
+		return nil, err
+	}
 	r, err := svc.srv.Scrub(ctx)
 	if err != nil {
 		return nil, GRPCError(err)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
@@ -31,6 +32,14 @@ type Server struct {
 	reg     prometheus.Registerer
 	gather  prometheus.Gatherer
 	metrics *metrics
+	idm     *identityMetrics
+
+	// cookie is the identity checked at Start (owned by watchLimbo once
+	// started); instanceID is its InstanceID, fixed after Start.
+	cookie     Cookie
+	instanceID string
+	// limboBelow > 0: in limbo for ledgers with a smaller ID (limbo.go).
+	limboBelow atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -78,6 +87,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bookie: register metrics: %w", err)
 	}
 	s.metrics = m
+	if s.idm, err = newIdentityMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("bookie: register metrics: %w", err)
+	}
 	return s, nil
 }
 
@@ -99,6 +111,19 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 func (s *Server) startLocked(ctx context.Context) error {
+	// The identity first: a bookie whose directories were wiped or swapped
+	// must not serve (not even "not found").
+	cookie, err := checkCookies(ctx, s.cfg, s.fs, s.log)
+	if err != nil {
+		return err
+	}
+	s.cookie, s.instanceID = cookie, cookie.InstanceID
+	s.limboBelow.Store(cookie.LimboBelowLedger)
+	if cookie.LimboBelowLedger > 0 {
+		s.idm.limbo.Set(1)
+		s.log.Warn("bookie in limbo after a re-format: ledgers below the limit answer \"ledger unknown\" until autorecovery moved them",
+			"limbo_below_ledger", cookie.LimboBelowLedger, "instance", cookie.InstanceID)
+	}
 	st, err := openStorage(s.cfg, s.fs, s.log, s.metrics)
 	if err != nil {
 		return err
@@ -114,10 +139,10 @@ func (s *Server) startLocked(ctx context.Context) error {
 	// One entry up to MaxEntryBytes, or a batch up to MaxAddBatchBytes,
 	// plus protobuf framing.
 	maxMsg := max(s.cfg.MaxEntryBytes, MaxAddBatchBytes) + 64<<10
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg+64<<10),
-		// No static InitialWindowSize: gRPC's BDP-based dynamic window
-		// measured faster for the ledger benchmark than 8/16 MiB windows.
-		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()))
+	// No static InitialWindowSize: gRPC's BDP-based dynamic window
+	// measured faster for the ledger benchmark than 8/16 MiB windows.
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg + 64<<10),
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())}, identityServerOptions(s)...)...)
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {
@@ -194,8 +219,12 @@ func (s *Server) startLocked(ctx context.Context) error {
 	if s.cfg.Metadata != nil {
 		s.regState = newRegistration(s)
 		s.regState.start(ctx, bgCtx, &s.bg)
+		if s.limboBelow.Load() > 0 {
+			s.bg.Add(1)
+			go s.watchLimbo(bgCtx)
+		}
 	}
-	s.log.Info("bookie started", "addr", lis.Addr().String(), "http", s.HTTPAddr(), "journal", s.cfg.JournalDir)
+	s.log.Info("bookie started", "addr", lis.Addr().String(), "http", s.HTTPAddr(), "journal", s.cfg.JournalDir, "instance", s.instanceID)
 	return nil
 }
 
@@ -353,6 +382,14 @@ func (s *Server) Gatherer() prometheus.Gatherer { return s.gather }
 
 // ID returns the bookie's ID.
 func (s *Server) ID() string { return s.cfg.ID }
+
+// InstanceID returns the instance UUID of the bookie's cookie (valid after
+// Start; new after every Format).
+func (s *Server) InstanceID() string { return s.instanceID }
+
+// InLimbo reports whether the bookie is in limbo (re-formatted, answering
+// "ledger unknown" for ledgers its previous instance may have held).
+func (s *Server) InLimbo() bool { return s.limboBelow.Load() > 0 }
 
 // Config returns the server's config.
 func (s *Server) Config() Config { return s.cfg }

@@ -47,6 +47,14 @@ func (s *Server) addAsync(ctx context.Context, r *bookiev1.AddEntryRequest, done
 		done(ErrReadOnly)
 		return
 	}
+	if !r.RecoveryAdd && s.inLimbo(r.LedgerId) {
+		// The previous instance may have held earlier entries of this
+		// ledger: accepting a normal add would make it look held here.
+		// The writer replaces this bookie instead.
+		s.metrics.addErrors.WithLabelValues(codes.Unavailable.String()).Inc()
+		done(fmt.Errorf("%w: ledger %d: re-formatted bookie in limbo refuses normal adds to ledgers its previous instance may have held", ErrLedgerUnknown, r.LedgerId))
+		return
+	}
 	o := &op{
 		kind: recEntry, ledger: r.LedgerId, entry: r.EntryId, lac: r.LastAddConfirmed,
 		recovery: r.RecoveryAdd, start: time.Now(), payload: len(r.Payload),
@@ -64,6 +72,9 @@ func (s *Server) addAsync(ctx context.Context, r *bookiev1.AddEntryRequest, done
 }
 
 func (svc *service) AddEntry(ctx context.Context, r *bookiev1.AddEntryRequest) (*bookiev1.AddEntryResponse, error) {
+	if err := svc.srv.checkIdentity(r, false); err != nil {
+		return nil, GRPCError(err)
+	}
 	ch := make(chan error, 1)
 	svc.srv.addAsync(ctx, r, func(err error) { ch <- err })
 	select {
@@ -100,6 +111,7 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 				recvErr <- err
 				return
 			}
+			idErr := svc.srv.checkIdentity(batch, false)
 			for _, r := range batch.Entries {
 				select {
 				case sem <- struct{}{}:
@@ -107,10 +119,15 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 					recvErr <- ctx.Err()
 					return
 				}
-				svc.srv.addAsync(ctx, r, func(err error) {
+				answer := func(err error) {
 					c, m := ToStatus(err)
 					resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
-				})
+				}
+				if idErr != nil {
+					answer(idErr)
+					continue
+				}
+				svc.srv.addAsync(ctx, r, answer)
 			}
 		}
 	}()
@@ -156,6 +173,9 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 
 func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest) (*bookiev1.ReadEntryResponse, error) {
 	s := svc.srv
+	if err := s.checkIdentity(r, false); err != nil {
+		return nil, GRPCError(err)
+	}
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
@@ -169,6 +189,7 @@ func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest)
 	}
 	t0 := time.Now()
 	payload, info, err := s.st.read(r.LedgerId, r.EntryId)
+	err = s.limboErr(r.LedgerId, err)
 	if err != nil {
 		c, _ := ToStatus(err)
 		s.metrics.readErrors.WithLabelValues(c.String()).Inc()
@@ -183,6 +204,9 @@ func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest)
 
 func (svc *service) ReadRange(r *bookiev1.ReadRangeRequest, stream bookiev1.Bookie_ReadRangeServer) error {
 	s := svc.srv
+	if err := s.checkIdentity(r, false); err != nil {
+		return GRPCError(err)
+	}
 	switch {
 	case r.LedgerId < 0:
 		return GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
@@ -204,6 +228,7 @@ func (svc *service) ReadRange(r *bookiev1.ReadRangeRequest, stream bookiev1.Book
 		}
 		t0 := time.Now()
 		payload, info, err := s.st.read(r.LedgerId, e)
+		err = s.limboErr(r.LedgerId, err)
 		if err != nil {
 			c, _ := ToStatus(err)
 			s.metrics.readErrors.WithLabelValues(c.String()).Inc()
@@ -225,17 +250,23 @@ func (svc *service) ReadRange(r *bookiev1.ReadRangeRequest, stream bookiev1.Book
 }
 
 func (svc *service) ReadLastAddConfirmed(ctx context.Context, r *bookiev1.ReadLastAddConfirmedRequest) (*bookiev1.ReadLastAddConfirmedResponse, error) {
+	if err := svc.srv.checkIdentity(r, false); err != nil {
+		return nil, GRPCError(err)
+	}
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
 	lac, last, fenced, err := svc.srv.st.ledgerInfo(r.LedgerId)
-	if err != nil {
+	if err = svc.srv.limboErr(r.LedgerId, err); err != nil {
 		return nil, GRPCError(err)
 	}
 	return &bookiev1.ReadLastAddConfirmedResponse{LastAddConfirmed: lac, LastEntryId: last, Fenced: fenced}, nil
 }
 
 func (svc *service) Fence(ctx context.Context, r *bookiev1.FenceRequest) (*bookiev1.FenceResponse, error) {
+	if err := svc.srv.checkIdentity(r, false); err != nil {
+		return nil, GRPCError(err)
+	}
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
@@ -247,6 +278,9 @@ func (svc *service) Fence(ctx context.Context, r *bookiev1.FenceRequest) (*booki
 }
 
 func (svc *service) DeleteLedger(ctx context.Context, r *bookiev1.DeleteLedgerRequest) (*bookiev1.DeleteLedgerResponse, error) {
+	if err := svc.srv.checkIdentity(r, false); err != nil {
+		return nil, GRPCError(err)
+	}
 	if r.LedgerId < 0 {
 		return nil, GRPCError(fmt.Errorf("%w: ledger_id must be >= 0, got %d", ErrInvalidArgument, r.LedgerId))
 	}
@@ -258,9 +292,13 @@ func (svc *service) DeleteLedger(ctx context.Context, r *bookiev1.DeleteLedgerRe
 
 func (svc *service) GetInfo(ctx context.Context, r *bookiev1.GetInfoRequest) (*bookiev1.GetInfoResponse, error) {
 	s := svc.srv
+	if err := s.checkIdentity(r, true); err != nil {
+		return nil, GRPCError(err)
+	}
 	ro, reason := s.st.readOnly()
 	u := s.st.usage()
 	return &bookiev1.GetInfoResponse{BookieId: s.cfg.ID, Address: s.advertised(), Region: s.cfg.Region, Rack: s.cfg.Rack,
 		ReadOnly: ro, ReadOnlyReason: reason, DiskUsedBytes: u.Used(), DiskTotalBytes: u.Total,
-		LedgerCount: int64(s.st.ledgerCount()), MaxEntryBytes: int64(s.cfg.MaxEntryBytes)}, nil
+		LedgerCount: int64(s.st.ledgerCount()), MaxEntryBytes: int64(s.cfg.MaxEntryBytes),
+		InstanceId: s.instanceID, Limbo: s.InLimbo()}, nil
 }

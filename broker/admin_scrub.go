@@ -34,7 +34,9 @@ func (a *adminService) ScrubBookie(ctx context.Context, r *clientv1.ScrubBookieR
 	if err := json.Unmarshal(kv.Value, &bi); err != nil || bi.Address == "" {
 		return nil, GRPCError(fmt.Errorf("%w: bookie %s has a bad registry entry", ErrUnavailable, id))
 	}
-	cc, err := grpc.NewClient(bi.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		bookie.WithExpectedIdentity(func() (string, string) { return bi.ID, bi.InstanceID })...)
+	cc, err := grpc.NewClient(bi.Address, opts...)
 	if err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: dial bookie %s at %s: %v", ErrUnavailable, id, bi.Address, err))
 	}

@@ -22,6 +22,11 @@ type BookieInfo struct {
 	// ReadOnlyReason says why the bookie is read-only (registry only;
 	// empty when writable).
 	ReadOnlyReason string `json:"read_only_reason,omitempty"`
+	// InstanceID is the instance UUID of the bookie's cookie (new after
+	// every re-format; see bookie/cookie.go). Clients send it with every
+	// request and a bookie answers only to its own. Empty in registrations
+	// and ledger metadata written before cookies existed.
+	InstanceID string `json:"instance_id,omitempty"`
 }
 
 // ErrNotEnoughBookies is returned (wrapped, with the numbers) when there are

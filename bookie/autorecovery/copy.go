@@ -191,7 +191,10 @@ func (w *Worker) readEntry(ctx context.Context, b topology.BookieInfo, id, e int
 	}
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := c.ReadEntry(rctx, &bookiev1.ReadEntryRequest{LedgerId: id, EntryId: e})
+	// The request names the instance: a re-formatted or impostor bookie at
+	// the address answers "wrong bookie", never another instance's data.
+	resp, err := c.ReadEntry(rctx, &bookiev1.ReadEntryRequest{LedgerId: id, EntryId: e,
+		ExpectedBookieId: b.ID, ExpectedInstanceId: b.InstanceID})
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +215,7 @@ func (w *Worker) addEntry(ctx context.Context, target topology.BookieInfo, id, e
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.RPCTimeout)
 		_, err = c.AddEntry(rctx, &bookiev1.AddEntryRequest{
 			LedgerId: id, EntryId: e, Payload: data, LastAddConfirmed: lac, RecoveryAdd: true,
+			ExpectedBookieId: target.ID, ExpectedInstanceId: target.InstanceID,
 		})
 		cancel()
 		if err == nil {

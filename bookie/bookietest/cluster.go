@@ -8,9 +8,11 @@ package bookietest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,13 +77,14 @@ type Cluster struct {
 }
 
 type node struct {
-	cfg     bookie.Config
-	fs      *faultfs.FaultFS
-	srv     *bookie.Server // nil while stopped
-	addr    string
-	gossip  string // gossip address, kept across restarts (memberlist rejects a name at a new address)
-	conn    *grpc.ClientConn
-	running bool
+	cfg      bookie.Config
+	fs       *faultfs.FaultFS
+	srv      *bookie.Server // nil while stopped
+	addr     string
+	gossip   string // gossip address, kept across restarts (memberlist rejects a name at a new address)
+	conn     *grpc.ClientConn
+	running  bool
+	instance string // instance ID of the last start
 }
 
 // StartCluster starts n bookies and stops them in t.Cleanup. Bookie i has
@@ -175,7 +178,7 @@ func (c *Cluster) startNode(i int) error {
 	var startErr error
 	// The old port can be briefly unavailable after a stop; retry.
 	for attempt := 0; attempt < 50; attempt++ {
-		if startErr = srv.Start(ctx); startErr == nil {
+		if startErr = srv.Start(ctx); startErr == nil || errors.Is(startErr, bookie.ErrCookie) {
 			break
 		}
 		srv, err = bookie.NewServer(cfg)
@@ -190,6 +193,7 @@ func (c *Cluster) startNode(i int) error {
 	c.mu.Lock()
 	nd.srv = srv
 	nd.addr = srv.Addr()
+	nd.instance = srv.InstanceID()
 	if m := srv.Membership(); m != nil {
 		nd.gossip = m.Addr()
 	}
@@ -208,7 +212,7 @@ func (c *Cluster) startNode(i int) error {
 	if conn != nil {
 		// Make the shared connection drop its transport to the previous
 		// incarnation before the test uses it again.
-		cl := bookiev1.NewBookieClient(conn)
+		cl := bookiev1.NewBookieClient(conn) // GetInfo needs no identity
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -278,7 +282,7 @@ func (c *Cluster) Info(i int) topology.BookieInfo {
 	c.mu.Lock()
 	nd := c.bookies[i]
 	srv := nd.srv
-	info := topology.BookieInfo{ID: nd.cfg.ID, Address: nd.addr, Region: nd.cfg.Region, Rack: nd.cfg.Rack}
+	info := topology.BookieInfo{ID: nd.cfg.ID, Address: nd.addr, Region: nd.cfg.Region, Rack: nd.cfg.Rack, InstanceID: nd.instance}
 	c.mu.Unlock()
 	if srv != nil {
 		info.ReadOnly, _ = srv.ReadOnly()
@@ -320,9 +324,20 @@ func (c *Cluster) Client(i int) bookiev1.BookieClient {
 	defer c.mu.Unlock()
 	nd := c.bookies[i]
 	if nd.conn == nil {
-		conn, err := grpc.NewClient(nd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Requests name the bookie's current instance (re-read at every
+		// send, so the client follows a re-format).
+		identity := func() (string, string) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if nd.srv == nil {
+				return nd.cfg.ID, nd.instance
+			}
+			return nd.cfg.ID, nd.srv.InstanceID()
+		}
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-			experimental.WithBufferPool(bookie.BufferPool()))
+			experimental.WithBufferPool(bookie.BufferPool())}, bookie.WithExpectedIdentity(identity)...)
+		conn, err := grpc.NewClient(nd.addr, opts...)
 		if err != nil {
 			c.t.Fatalf("bookietest: dial %s: %v", nd.addr, err)
 		}
@@ -362,6 +377,38 @@ func (c *Cluster) Restart(i int) error {
 		c.Stop(i)
 	}
 	return c.startNode(i)
+}
+
+// Wipe kills bookie i (if running) and deletes everything in its journal
+// and ledger directories, cookies included: a lost disk. Restart then
+// refuses to start (bookie.ErrCookie) until Format is run.
+func (c *Cluster) Wipe(i int) {
+	c.Kill(i)
+	j, l := c.Dirs(i)
+	for _, d := range []string{j, l} {
+		if err := os.RemoveAll(d); err != nil {
+			c.t.Fatalf("bookietest: wipe %s: %v", d, err)
+		}
+	}
+}
+
+// Format re-formats the stopped bookie i (bookie.Format with Force): new
+// instance ID, limbo for the ledgers its previous instance may have held.
+func (c *Cluster) Format(i int) (bookie.Cookie, error) {
+	if c.Running(i) {
+		c.Stop(i)
+	}
+	c.mu.Lock()
+	cfg := c.bookies[i].cfg
+	cfg.Testing.FS = c.bookies[i].fs
+	c.mu.Unlock()
+	cfg.Logger = c.logger(i)
+	if c.opts.tweak != nil {
+		c.opts.tweak(i, &cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return bookie.Format(ctx, cfg, bookie.FormatOptions{Force: true})
 }
 
 // Close stops every bookie and closes the client connections (also run by

@@ -2,12 +2,14 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 
@@ -30,8 +32,11 @@ type Client struct {
 	mu       sync.Mutex
 	conns    map[string]*bookieConn // by bookie ID
 	registry map[string]topology.BookieInfo
-	regTime  time.Time
-	closed   bool
+	// cookies caches instance IDs read from bookie cookies in metadata,
+	// for bookies that are not registered (or registered without one).
+	cookies map[string]string
+	regTime time.Time
+	closed  bool
 }
 
 // NewClient validates cfg and returns a Client. It does no I/O.
@@ -55,6 +60,7 @@ func NewClient(cfg Config) (*Client, error) {
 		m:        m,
 		ids:      idAllocator{store: cfg.Store, batch: int64(cfg.IDBatch)},
 		conns:    make(map[string]*bookieConn),
+		cookies:  make(map[string]string),
 		registry: make(map[string]topology.BookieInfo),
 	}, nil
 }
@@ -101,6 +107,7 @@ func (c *Client) Bookies(ctx context.Context) ([]topology.BookieInfo, error) {
 	}
 	c.mu.Lock()
 	c.registry = make(map[string]topology.BookieInfo, len(out))
+	clear(c.cookies) // re-read: a bookie may have been re-formatted
 	for _, b := range out {
 		c.registry[b.ID] = b
 	}
@@ -120,6 +127,11 @@ func (c *Client) writableBookies(ctx context.Context) ([]topology.BookieInfo, er
 
 // conn returns the shared connection to bookie b. A bookie that registered
 // again at another address (restart) is reached at its new address.
+//
+// Requests on the connection name the bookie's instance: the registry's
+// (the bookie's current cookie), else the one recorded with b, else the
+// bookie's metadata cookie (bookie.CookieKey). A connection to an older
+// instance is replaced.
 func (c *Client) conn(b topology.BookieInfo) (*bookieConn, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -127,11 +139,27 @@ func (c *Client) conn(b topology.BookieInfo) (*bookieConn, error) {
 		return nil, ErrLedgerClosed
 	}
 	addr := b.Address
+	inst := b.InstanceID
 	if r, ok := c.registry[b.ID]; ok && r.Address != "" {
 		addr = r.Address
+		if r.InstanceID != "" {
+			inst = r.InstanceID
+		}
+	}
+	if inst == "" {
+		inst = c.cookies[b.ID]
+	}
+	if inst == "" {
+		c.mu.Unlock()
+		inst = c.cookieInstance(b.ID)
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrLedgerClosed
+		}
 	}
 	bc := c.conns[b.ID]
-	if bc != nil && bc.addr == addr {
+	if bc != nil && bc.addr == addr && bc.instance == inst {
 		c.mu.Unlock()
 		return bc, nil
 	}
@@ -140,7 +168,7 @@ func (c *Client) conn(b topology.BookieInfo) (*bookieConn, error) {
 		old = bc
 		delete(c.conns, b.ID)
 	}
-	nc, err := newBookieConn(b.ID, addr, &c.cfg, c.log)
+	nc, err := newBookieConn(b.ID, addr, inst, &c.cfg, c.log)
 	if err == nil {
 		c.conns[b.ID] = nc
 	}
@@ -149,6 +177,27 @@ func (c *Client) conn(b topology.BookieInfo) (*bookieConn, error) {
 		go old.close()
 	}
 	return nc, err
+}
+
+// cookieInstance reads bookie id's instance from its metadata cookie ("" if
+// it cannot: requests then name no instance and the bookie refuses them).
+func (c *Client) cookieInstance(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ReadTimeout)
+	defer cancel()
+	kv, err := c.cfg.Store.Get(ctx, bookie.CookieKey(id), metadata.ReadOptions{})
+	if err != nil {
+		c.log.Debug("bookie cookie lookup failed", "bookie", id, "err", err)
+		return ""
+	}
+	var ck bookie.Cookie
+	if err := json.Unmarshal(kv.Value, &ck); err != nil || ck.InstanceID == "" {
+		c.log.Warn("bookie cookie in metadata is damaged", "bookie", id, "err", err)
+		return ""
+	}
+	c.mu.Lock()
+	c.cookies[id] = ck.InstanceID
+	c.mu.Unlock()
+	return ck.InstanceID
 }
 
 // refreshRegistry re-lists bookies at most once a second, so reads and

@@ -26,11 +26,14 @@ type addCallback func(err error)
 // bookieConn is the one gRPC connection to one bookie, shared by every
 // ledger of the client, with one multiplexed AddEntries stream.
 type bookieConn struct {
-	id     string
-	addr   string
-	cc     *grpc.ClientConn
-	client bookiev1.BookieClient
-	log    *slog.Logger
+	id   string
+	addr string
+	// instance is the bookie instance (cookie) every request names; a
+	// bookie that is not this instance answers "wrong bookie".
+	instance string
+	cc       *grpc.ClientConn
+	client   bookiev1.BookieClient
+	log      *slog.Logger
 
 	sendq        chan *queuedAdd // bounded; drained by sendLoop
 	queueTimeout time.Duration
@@ -76,7 +79,7 @@ func (st *addStream) failAll(err error) {
 	}
 }
 
-func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn, error) {
+func newBookieConn(id, addr, instance string, cfg *Config, log *slog.Logger) (*bookieConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
@@ -97,6 +100,10 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 		grpc.WithInitialWindowSize(8 << 20),
 		grpc.WithInitialConnWindowSize(16 << 20),
 	}
+	// Every request names the bookie and instance meant: a process at the
+	// address that is not that bookie instance answers nothing but
+	// "wrong bookie" (a dead bookie's address reused, a wiped bookie).
+	opts = append(opts, bookie.WithExpectedIdentity(bookie.FixedIdentity(id, instance))...)
 	opts = append(opts, cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -105,9 +112,10 @@ func newBookieConn(id, addr string, cfg *Config, log *slog.Logger) (*bookieConn,
 	c := &bookieConn{
 		id:           id,
 		addr:         addr,
+		instance:     instance,
 		cc:           cc,
 		client:       bookiev1.NewBookieClient(cc),
-		log:          log.With("bookie", id, "addr", addr),
+		log:          log.With("bookie", id, "addr", addr, "instance", instance),
 		sendq:        make(chan *queuedAdd, cfg.BookieSendQueue),
 		queueTimeout: cfg.AddTimeout,
 		done:         make(chan struct{}),

@@ -53,8 +53,11 @@ const (
 	kindCorrupt
 	kindReadOnly
 	kindInvalid
-	kindBusy  // back-pressure (RESOURCE_EXHAUSTED "too many in flight"): not added, retry
-	kindOther // unavailable, I/O error, timeout, unknown: outcome unknown
+	kindBusy // back-pressure (RESOURCE_EXHAUSTED "too many in flight"): not added, retry
+	// kindOther: unavailable, I/O error, timeout, "wrong bookie" (another
+	// process or instance answered), "ledger unknown" (a re-formatted bookie
+	// in limbo): outcome unknown, never absence.
+	kindOther
 )
 
 // Stable bookie reason strings (see api/bookie/v1/bookie.proto).

@@ -259,6 +259,9 @@ func (c *Client) recoveryRead(ctx context.Context, md *Metadata, seg Segment, e 
 			return x.data, false, nil
 		}
 		errs = append(errs, x.err)
+		// Only a positive "not found" counts as absence. "ledger unknown"
+		// (a re-formatted bookie in limbo), "wrong bookie", corrupt and
+		// unreachable leave the entry undecided.
 		if classify(x.err) == kindNotFound {
 			notFound++
 		}

@@ -310,7 +310,73 @@ func init() {
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "bookie YAML config file")
+	cmd.AddCommand(bookieFormatCmd())
 	rootCmd.AddCommand(cmd)
+}
+
+// bookieFormatCmd is `meridian bookie format`: it (re)formats a stopped
+// bookie's data directories and writes its cookies (see bookie.Format).
+func bookieFormatCmd() *cobra.Command {
+	var (
+		configPath string
+		force      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "format",
+		Short: "Format a stopped bookie's data directories: new instance ID and cookies (--force wipes existing data)",
+		Long: `Format writes a new cookie (bookie ID, new instance UUID, directory layout)
+to the bookie's journal and ledger directories and to the regional metadata.
+
+With --force it first WIPES the directories. Use it after a disk was lost or
+replaced: the bookie then joins as a new instance and stays in limbo (it
+answers "ledger unknown", never "not found", for ledgers its previous
+instance may have held) until autorecovery has moved those ledgers to other
+bookies. The bookie must be stopped.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath == "" {
+				return fmt.Errorf("--config is required")
+			}
+			data, err := os.ReadFile(configPath)
+			if err != nil {
+				return err
+			}
+			cfg, fc, err := parseBookieConfig(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", configPath, err)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			if len(fc.Metadata.Endpoints) > 0 {
+				shard := fc.Metadata.Shard
+				if shard == "" {
+					shard = cfg.Region
+				}
+				if shard == "" {
+					return fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
+				}
+				mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+				if err != nil {
+					return fmt.Errorf("metadata client: %w", err)
+				}
+				defer mc.Close()
+				cfg.Metadata = mc
+			}
+			ck, err := bookie.Format(ctx, cfg, bookie.FormatOptions{Force: force})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "bookie %s formatted: instance %s", ck.BookieID, ck.InstanceID)
+			if ck.LimboBelowLedger > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), ", in limbo for ledgers below %d until autorecovery has moved them", ck.LimboBelowLedger)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "bookie YAML config file")
+	cmd.Flags().BoolVar(&force, "force", false, "wipe data directories that are not empty")
+	return cmd
 }
 
 // startAutorecovery starts an auditor candidate and a worker on the bookie's
