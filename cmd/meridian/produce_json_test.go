@@ -17,15 +17,15 @@ func TestProduceJSONDuplicate(t *testing.T) {
 		dup  bool
 		want string
 	}{
-		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, false, `{"id":"7:3:1","seq":4,"key":"k"}`},
-		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, true, `{"id":"7:3:1","seq":4,"key":"k","duplicate":true}`},
-		{client.UnknownMessageID, true, `{"id":"-1:-1:-1","seq":4,"key":"k","duplicate":true}`},
+		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, false, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t"}`},
+		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, true, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true}`},
+		{client.UnknownMessageID, true, `{"id":"-1:-1:-1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true}`},
 	}
 	for _, c := range cases {
 		var buf bytes.Buffer
 		out := &lineWriter{w: &buf}
 		m := &client.Message{Key: "k", SequenceID: 4, Duplicate: c.dup}
-		out.json(produceRecord{ID: c.id.String(), Seq: m.SequenceID, Key: m.Key, Duplicate: m.Duplicate})
+		out.json(produceRecord{ID: c.id.String(), Seq: m.SequenceID, Key: m.Key, Producer: "p", AckTime: "t", Duplicate: m.Duplicate})
 		if got := buf.String(); got != c.want+"\n" {
 			t.Errorf("line %q, want %q", got, c.want)
 		}
