@@ -1411,8 +1411,12 @@ type SubscriptionStats struct {
 	MsgRateOut         float64          `protobuf:"fixed64,4,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
 	Consumers          []*ConsumerStats `protobuf:"bytes,5,rep,name=consumers,proto3" json:"consumers,omitempty"`
 	MarkDeletePosition *MessageId       `protobuf:"bytes,6,opt,name=mark_delete_position,json=markDeletePosition,proto3" json:"mark_delete_position,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// blocked is set while dispatch cannot read the subscription's next
+	// entry: delivery stops there (entries before it were delivered) until
+	// the entry becomes readable again or SkipLostEntries skips it.
+	Blocked       *BlockedRead `protobuf:"bytes,7,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1487,6 +1491,96 @@ func (x *SubscriptionStats) GetMarkDeletePosition() *MessageId {
 	return nil
 }
 
+func (x *SubscriptionStats) GetBlocked() *BlockedRead {
+	if x != nil {
+		return x.Blocked
+	}
+	return nil
+}
+
+// BlockedRead is the entry a subscription's dispatch is stuck on.
+type BlockedRead struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Position *MessageId             `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	// reason is the storage error of the last attempt.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// lost is true when every replica answered that the entry is missing or
+	// corrupt (it will not come back by itself); false when some replica
+	// could not be asked (it may).
+	Lost bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	// since_ms is when dispatch first failed on this entry (Unix ms).
+	SinceMs int64 `protobuf:"varint,4,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	// attempts counts the failed reads of this entry so far.
+	Attempts      int64 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedRead) Reset() {
+	*x = BlockedRead{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedRead) ProtoMessage() {}
+
+func (x *BlockedRead) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedRead.ProtoReflect.Descriptor instead.
+func (*BlockedRead) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BlockedRead) GetPosition() *MessageId {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *BlockedRead) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BlockedRead) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+func (x *BlockedRead) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *BlockedRead) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 type TopicStats struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Topic       string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1512,7 +1606,7 @@ type TopicStats struct {
 
 func (x *TopicStats) Reset() {
 	*x = TopicStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1618,7 @@ func (x *TopicStats) String() string {
 func (*TopicStats) ProtoMessage() {}
 
 func (x *TopicStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1631,7 @@ func (x *TopicStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicStats.ProtoReflect.Descriptor instead.
 func (*TopicStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicStats) GetTopic() string {
@@ -1645,7 +1739,7 @@ type LedgerInfo struct {
 
 func (x *LedgerInfo) Reset() {
 	*x = LedgerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1751,7 @@ func (x *LedgerInfo) String() string {
 func (*LedgerInfo) ProtoMessage() {}
 
 func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1764,7 @@ func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerInfo.ProtoReflect.Descriptor instead.
 func (*LedgerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LedgerInfo) GetLedgerId() int64 {
@@ -1722,7 +1816,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1828,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1841,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CursorInfo) GetName() string {
@@ -1792,7 +1886,7 @@ type TopicInternalStats struct {
 
 func (x *TopicInternalStats) Reset() {
 	*x = TopicInternalStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1898,7 @@ func (x *TopicInternalStats) String() string {
 func (*TopicInternalStats) ProtoMessage() {}
 
 func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1911,7 @@ func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInternalStats.ProtoReflect.Descriptor instead.
 func (*TopicInternalStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TopicInternalStats) GetTopic() string {
@@ -1871,7 +1965,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1977,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1990,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSubscriptionsRequest) GetTopic() string {
@@ -1915,7 +2009,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2021,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2034,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []string {
@@ -1961,7 +2055,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2067,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2080,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateSubscriptionRequest) GetTopic() string {
@@ -2018,7 +2112,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2124,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2137,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 type DeleteSubscriptionRequest struct {
@@ -2057,7 +2151,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2163,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2176,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -2114,7 +2208,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2220,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2233,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 type ResetSubscriptionRequest struct {
@@ -2158,7 +2252,7 @@ type ResetSubscriptionRequest struct {
 
 func (x *ResetSubscriptionRequest) Reset() {
 	*x = ResetSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2264,7 @@ func (x *ResetSubscriptionRequest) String() string {
 func (*ResetSubscriptionRequest) ProtoMessage() {}
 
 func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2277,7 @@ func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResetSubscriptionRequest) GetTopic() string {
@@ -2267,7 +2361,7 @@ type ResetSubscriptionResponse struct {
 
 func (x *ResetSubscriptionResponse) Reset() {
 	*x = ResetSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2373,7 @@ func (x *ResetSubscriptionResponse) String() string {
 func (*ResetSubscriptionResponse) ProtoMessage() {}
 
 func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2386,7 @@ func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type ListBrokersRequest struct {
@@ -2303,7 +2397,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2409,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2422,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type BrokerInfo struct {
@@ -2343,7 +2437,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2449,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2462,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BrokerInfo) GetBrokerId() string {
@@ -2408,7 +2502,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2514,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2527,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -2463,7 +2557,7 @@ type BookieStatus struct {
 
 func (x *BookieStatus) Reset() {
 	*x = BookieStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2569,7 @@ func (x *BookieStatus) String() string {
 func (*BookieStatus) ProtoMessage() {}
 
 func (x *BookieStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2582,7 @@ func (x *BookieStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieStatus.ProtoReflect.Descriptor instead.
 func (*BookieStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BookieStatus) GetBookieId() string {
@@ -2555,7 +2649,7 @@ type ListBookiesRequest struct {
 
 func (x *ListBookiesRequest) Reset() {
 	*x = ListBookiesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2661,7 @@ func (x *ListBookiesRequest) String() string {
 func (*ListBookiesRequest) ProtoMessage() {}
 
 func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2674,7 @@ func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesRequest.ProtoReflect.Descriptor instead.
 func (*ListBookiesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 type ListBookiesResponse struct {
@@ -2594,7 +2688,7 @@ type ListBookiesResponse struct {
 
 func (x *ListBookiesResponse) Reset() {
 	*x = ListBookiesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2700,7 @@ func (x *ListBookiesResponse) String() string {
 func (*ListBookiesResponse) ProtoMessage() {}
 
 func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2713,7 @@ func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesResponse.ProtoReflect.Descriptor instead.
 func (*ListBookiesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListBookiesResponse) GetBookies() []*BookieStatus {
@@ -2650,7 +2744,7 @@ type UnderReplicatedLedger struct {
 
 func (x *UnderReplicatedLedger) Reset() {
 	*x = UnderReplicatedLedger{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2756,7 @@ func (x *UnderReplicatedLedger) String() string {
 func (*UnderReplicatedLedger) ProtoMessage() {}
 
 func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2769,7 @@ func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnderReplicatedLedger.ProtoReflect.Descriptor instead.
 func (*UnderReplicatedLedger) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UnderReplicatedLedger) GetLedgerId() int64 {
@@ -2714,7 +2808,7 @@ type GetAutorecoveryStatusRequest struct {
 
 func (x *GetAutorecoveryStatusRequest) Reset() {
 	*x = GetAutorecoveryStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2820,7 @@ func (x *GetAutorecoveryStatusRequest) String() string {
 func (*GetAutorecoveryStatusRequest) ProtoMessage() {}
 
 func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2833,7 @@ func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAutorecoveryStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetAutorecoveryStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type AutorecoveryStatus struct {
@@ -2759,7 +2853,7 @@ type AutorecoveryStatus struct {
 
 func (x *AutorecoveryStatus) Reset() {
 	*x = AutorecoveryStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2865,7 @@ func (x *AutorecoveryStatus) String() string {
 func (*AutorecoveryStatus) ProtoMessage() {}
 
 func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2878,7 @@ func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutorecoveryStatus.ProtoReflect.Descriptor instead.
 func (*AutorecoveryStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AutorecoveryStatus) GetPaused() bool {
@@ -2839,7 +2933,7 @@ type PauseAutorecoveryRequest struct {
 
 func (x *PauseAutorecoveryRequest) Reset() {
 	*x = PauseAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2945,7 @@ func (x *PauseAutorecoveryRequest) String() string {
 func (*PauseAutorecoveryRequest) ProtoMessage() {}
 
 func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2958,7 @@ func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PauseAutorecoveryRequest) GetReason() string {
@@ -2882,7 +2976,7 @@ type PauseAutorecoveryResponse struct {
 
 func (x *PauseAutorecoveryResponse) Reset() {
 	*x = PauseAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +2988,7 @@ func (x *PauseAutorecoveryResponse) String() string {
 func (*PauseAutorecoveryResponse) ProtoMessage() {}
 
 func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3001,7 @@ func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 type ResumeAutorecoveryRequest struct {
@@ -2918,7 +3012,7 @@ type ResumeAutorecoveryRequest struct {
 
 func (x *ResumeAutorecoveryRequest) Reset() {
 	*x = ResumeAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3024,7 @@ func (x *ResumeAutorecoveryRequest) String() string {
 func (*ResumeAutorecoveryRequest) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3037,7 @@ func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 type ResumeAutorecoveryResponse struct {
@@ -2954,7 +3048,7 @@ type ResumeAutorecoveryResponse struct {
 
 func (x *ResumeAutorecoveryResponse) Reset() {
 	*x = ResumeAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3060,7 @@ func (x *ResumeAutorecoveryResponse) String() string {
 func (*ResumeAutorecoveryResponse) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3073,7 @@ func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 type DecommissionBookieRequest struct {
@@ -2991,7 +3085,7 @@ type DecommissionBookieRequest struct {
 
 func (x *DecommissionBookieRequest) Reset() {
 	*x = DecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3097,7 @@ func (x *DecommissionBookieRequest) String() string {
 func (*DecommissionBookieRequest) ProtoMessage() {}
 
 func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3110,7 @@ func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DecommissionBookieRequest) GetBookieId() string {
@@ -3034,7 +3128,7 @@ type DecommissionBookieResponse struct {
 
 func (x *DecommissionBookieResponse) Reset() {
 	*x = DecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3140,7 @@ func (x *DecommissionBookieResponse) String() string {
 func (*DecommissionBookieResponse) ProtoMessage() {}
 
 func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3153,7 @@ func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type RecommissionBookieRequest struct {
@@ -3071,7 +3165,7 @@ type RecommissionBookieRequest struct {
 
 func (x *RecommissionBookieRequest) Reset() {
 	*x = RecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3177,7 @@ func (x *RecommissionBookieRequest) String() string {
 func (*RecommissionBookieRequest) ProtoMessage() {}
 
 func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3190,7 @@ func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RecommissionBookieRequest) GetBookieId() string {
@@ -3114,7 +3208,7 @@ type RecommissionBookieResponse struct {
 
 func (x *RecommissionBookieResponse) Reset() {
 	*x = RecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3220,7 @@ func (x *RecommissionBookieResponse) String() string {
 func (*RecommissionBookieResponse) ProtoMessage() {}
 
 func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3233,180 @@ func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+type SkipLostEntriesRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Topic        string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Types that are valid to be assigned to Target:
+	//
+	//	*SkipLostEntriesRequest_Entry
+	//	*SkipLostEntriesRequest_LedgerId
+	Target isSkipLostEntriesRequest_Target `protobuf_oneof:"target"`
+	// confirm applies the skip; false is a dry run.
+	Confirm       bool `protobuf:"varint,5,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipLostEntriesRequest) Reset() {
+	*x = SkipLostEntriesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipLostEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipLostEntriesRequest) ProtoMessage() {}
+
+func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipLostEntriesRequest.ProtoReflect.Descriptor instead.
+func (*SkipLostEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *SkipLostEntriesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesRequest) GetTarget() isSkipLostEntriesRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *SkipLostEntriesRequest) GetEntry() *MessageId {
+	if x != nil {
+		if x, ok := x.Target.(*SkipLostEntriesRequest_Entry); ok {
+			return x.Entry
+		}
+	}
+	return nil
+}
+
+func (x *SkipLostEntriesRequest) GetLedgerId() int64 {
+	if x != nil {
+		if x, ok := x.Target.(*SkipLostEntriesRequest_LedgerId); ok {
+			return x.LedgerId
+		}
+	}
+	return 0
+}
+
+func (x *SkipLostEntriesRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+type isSkipLostEntriesRequest_Target interface {
+	isSkipLostEntriesRequest_Target()
+}
+
+type SkipLostEntriesRequest_Entry struct {
+	// entry: one lost entry.
+	Entry *MessageId `protobuf:"bytes,3,opt,name=entry,proto3,oneof"`
+}
+
+type SkipLostEntriesRequest_LedgerId struct {
+	// ledger_id: every entry of this ledger (the whole ledger is lost).
+	LedgerId int64 `protobuf:"varint,4,opt,name=ledger_id,json=ledgerId,proto3,oneof"`
+}
+
+func (*SkipLostEntriesRequest_Entry) isSkipLostEntriesRequest_Target() {}
+
+func (*SkipLostEntriesRequest_LedgerId) isSkipLostEntriesRequest_Target() {}
+
+type SkipLostEntriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries is how many entries are (or would be) acknowledged by the skip
+	// (entries the subscription had already acknowledged are not counted).
+	Entries int64 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	// description says what is (or would be) skipped, in words.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// applied is true when the cursor was moved and persisted.
+	Applied       bool `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipLostEntriesResponse) Reset() {
+	*x = SkipLostEntriesResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipLostEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipLostEntriesResponse) ProtoMessage() {}
+
+func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipLostEntriesResponse.ProtoReflect.Descriptor instead.
+func (*SkipLostEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *SkipLostEntriesResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *SkipLostEntriesResponse) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
 }
 
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
@@ -3218,7 +3485,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\xbe\x02\n" +
+	"msgRateOut\"\xf9\x02\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -3226,7 +3493,14 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fmsg_rate_out\x18\x04 \x01(\x01R\n" +
 	"msgRateOut\x12?\n" +
 	"\tconsumers\x18\x05 \x03(\v2!.meridian.client.v1.ConsumerStatsR\tconsumers\x12O\n" +
-	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\"\x9a\x04\n" +
+	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x129\n" +
+	"\ablocked\x18\a \x01(\v2\x1f.meridian.client.v1.BlockedReadR\ablocked\"\xab\x01\n" +
+	"\vBlockedRead\x129\n" +
+	"\bposition\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdR\bposition\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
+	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\x9a\x04\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -3335,7 +3609,18 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1aDecommissionBookieResponse\"8\n" +
 	"\x19RecommissionBookieRequest\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\"\x1c\n" +
-	"\x1aRecommissionBookieResponse2\x81\x15\n" +
+	"\x1aRecommissionBookieResponse\"\xcc\x01\n" +
+	"\x16SkipLostEntriesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x125\n" +
+	"\x05entry\x18\x03 \x01(\v2\x1d.meridian.client.v1.MessageIdH\x00R\x05entry\x12\x1d\n" +
+	"\tledger_id\x18\x04 \x01(\x03H\x00R\bledgerId\x12\x18\n" +
+	"\aconfirm\x18\x05 \x01(\bR\aconfirmB\b\n" +
+	"\x06target\"o\n" +
+	"\x17SkipLostEntriesResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x03R\aentries\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied2\xed\x15\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -3362,7 +3647,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x11PauseAutorecovery\x12,.meridian.client.v1.PauseAutorecoveryRequest\x1a-.meridian.client.v1.PauseAutorecoveryResponse\x12s\n" +
 	"\x12ResumeAutorecovery\x12-.meridian.client.v1.ResumeAutorecoveryRequest\x1a..meridian.client.v1.ResumeAutorecoveryResponse\x12s\n" +
 	"\x12DecommissionBookie\x12-.meridian.client.v1.DecommissionBookieRequest\x1a..meridian.client.v1.DecommissionBookieResponse\x12s\n" +
-	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x12RecommissionBookie\x12-.meridian.client.v1.RecommissionBookieRequest\x1a..meridian.client.v1.RecommissionBookieResponse\x12j\n" +
+	"\x0fSkipLostEntries\x12*.meridian.client.v1.SkipLostEntriesRequest\x1a+.meridian.client.v1.SkipLostEntriesResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -3376,7 +3662,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_admin_proto_rawDescData
 }
 
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ListTenantsRequest)(nil),           // 0: meridian.client.v1.ListTenantsRequest
 	(*ListTenantsResponse)(nil),          // 1: meridian.client.v1.ListTenantsResponse
@@ -3408,114 +3694,122 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ProducerStats)(nil),                // 27: meridian.client.v1.ProducerStats
 	(*ConsumerStats)(nil),                // 28: meridian.client.v1.ConsumerStats
 	(*SubscriptionStats)(nil),            // 29: meridian.client.v1.SubscriptionStats
-	(*TopicStats)(nil),                   // 30: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                   // 31: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                   // 32: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),           // 33: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),     // 34: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),    // 35: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),    // 36: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),   // 37: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),    // 38: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),   // 39: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),     // 40: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),    // 41: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),           // 42: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                   // 43: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),          // 44: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                 // 45: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),           // 46: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),          // 47: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),        // 48: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil), // 49: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),           // 50: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),     // 51: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),    // 52: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),    // 53: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),   // 54: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),    // 55: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),   // 56: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),    // 57: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),   // 58: meridian.client.v1.RecommissionBookieResponse
-	(SubscriptionType)(0),                // 59: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 60: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 61: meridian.client.v1.InitialPosition
+	(*BlockedRead)(nil),                  // 30: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                   // 31: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                   // 32: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                   // 33: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),           // 34: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),     // 35: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),    // 36: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),    // 37: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),   // 38: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),    // 39: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),   // 40: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),     // 41: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),    // 42: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),           // 43: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                   // 44: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),          // 45: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                 // 46: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),           // 47: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),          // 48: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),        // 49: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil), // 50: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),           // 51: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),     // 52: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),    // 53: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),    // 54: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),   // 55: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),    // 56: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),   // 57: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),    // 58: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),   // 59: meridian.client.v1.RecommissionBookieResponse
+	(*SkipLostEntriesRequest)(nil),       // 60: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),      // 61: meridian.client.v1.SkipLostEntriesResponse
+	(SubscriptionType)(0),                // 62: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 63: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 64: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	6,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	6,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	59, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	62, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	28, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	60, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	27, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	29, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	60, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	31, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	32, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	60, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	61, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	60, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	61, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	43, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	45, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	48, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	45, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	0,  // 19: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	2,  // 20: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	4,  // 21: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	7,  // 22: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	9,  // 23: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	11, // 24: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	13, // 25: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	15, // 26: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	17, // 27: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	19, // 28: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	21, // 29: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	23, // 30: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	24, // 31: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	25, // 32: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	34, // 33: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	36, // 34: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	38, // 35: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	40, // 36: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	42, // 37: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	46, // 38: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	49, // 39: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	51, // 40: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	53, // 41: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	55, // 42: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	57, // 43: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	1,  // 44: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	3,  // 45: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	5,  // 46: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	8,  // 47: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	10, // 48: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	12, // 49: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	14, // 50: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	16, // 51: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	18, // 52: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	20, // 53: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	22, // 54: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	30, // 55: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	33, // 56: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	26, // 57: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	35, // 58: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	37, // 59: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	39, // 60: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	41, // 61: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	44, // 62: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	47, // 63: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	50, // 64: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	52, // 65: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	54, // 66: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	56, // 67: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	58, // 68: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	44, // [44:69] is the sub-list for method output_type
-	19, // [19:44] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	63, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	30, // 6: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	63, // 7: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	27, // 8: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	29, // 9: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	63, // 10: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	32, // 11: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	33, // 12: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	63, // 13: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	64, // 14: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	63, // 15: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	64, // 16: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	44, // 17: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	46, // 18: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	49, // 19: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	46, // 20: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	63, // 21: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	0,  // 22: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	2,  // 23: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	4,  // 24: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	7,  // 25: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	9,  // 26: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	11, // 27: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	13, // 28: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	15, // 29: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	17, // 30: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	19, // 31: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	21, // 32: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	23, // 33: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	24, // 34: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	25, // 35: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	35, // 36: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	37, // 37: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	39, // 38: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	41, // 39: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	43, // 40: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	47, // 41: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	50, // 42: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	52, // 43: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	54, // 44: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	56, // 45: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	58, // 46: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	60, // 47: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	1,  // 48: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	3,  // 49: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	5,  // 50: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	8,  // 51: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	10, // 52: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	12, // 53: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	14, // 54: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	16, // 55: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	18, // 56: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	20, // 57: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	22, // 58: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	31, // 59: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	34, // 60: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	26, // 61: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	36, // 62: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	38, // 63: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	40, // 64: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	42, // 65: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	45, // 66: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	48, // 67: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	51, // 68: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	53, // 69: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	55, // 70: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	57, // 71: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	59, // 72: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	61, // 73: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	48, // [48:74] is the sub-list for method output_type
+	22, // [22:48] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -3525,10 +3819,14 @@ func file_api_client_v1_admin_proto_init() {
 	}
 	file_api_client_v1_entry_proto_init()
 	file_api_client_v1_client_proto_init()
-	file_api_client_v1_admin_proto_msgTypes[40].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
 		(*ResetSubscriptionRequest_MessageId)(nil),
 		(*ResetSubscriptionRequest_PublishTimeMs)(nil),
 		(*ResetSubscriptionRequest_InitialPosition)(nil),
+	}
+	file_api_client_v1_admin_proto_msgTypes[60].OneofWrappers = []any{
+		(*SkipLostEntriesRequest_Entry)(nil),
+		(*SkipLostEntriesRequest_LedgerId)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3536,7 +3834,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,7 @@ const (
 	Admin_ResumeAutorecovery_FullMethodName    = "/meridian.client.v1.Admin/ResumeAutorecovery"
 	Admin_DecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/DecommissionBookie"
 	Admin_RecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/RecommissionBookie"
+	Admin_SkipLostEntries_FullMethodName       = "/meridian.client.v1.Admin/SkipLostEntries"
 )
 
 // AdminClient is the client API for Admin service.
@@ -107,6 +108,11 @@ type AdminClient interface {
 	DecommissionBookie(ctx context.Context, in *DecommissionBookieRequest, opts ...grpc.CallOption) (*DecommissionBookieResponse, error)
 	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
 	RecommissionBookie(ctx context.Context, in *RecommissionBookieRequest, opts ...grpc.CallOption) (*RecommissionBookieResponse, error)
+	// SkipLostEntries acknowledges, on one subscription, an entry (or every
+	// entry of a ledger) that cannot be read any more, so that delivery
+	// moves past it. Without confirm it changes nothing and says what it
+	// would skip. An entry that reads fine is refused (FailedPrecondition).
+	SkipLostEntries(ctx context.Context, in *SkipLostEntriesRequest, opts ...grpc.CallOption) (*SkipLostEntriesResponse, error)
 }
 
 type adminClient struct {
@@ -367,6 +373,16 @@ func (c *adminClient) RecommissionBookie(ctx context.Context, in *RecommissionBo
 	return out, nil
 }
 
+func (c *adminClient) SkipLostEntries(ctx context.Context, in *SkipLostEntriesRequest, opts ...grpc.CallOption) (*SkipLostEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SkipLostEntriesResponse)
+	err := c.cc.Invoke(ctx, Admin_SkipLostEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -417,6 +433,11 @@ type AdminServer interface {
 	DecommissionBookie(context.Context, *DecommissionBookieRequest) (*DecommissionBookieResponse, error)
 	// RecommissionBookie undoes DecommissionBookie (copies already made stay).
 	RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error)
+	// SkipLostEntries acknowledges, on one subscription, an entry (or every
+	// entry of a ledger) that cannot be read any more, so that delivery
+	// moves past it. Without confirm it changes nothing and says what it
+	// would skip. An entry that reads fine is refused (FailedPrecondition).
+	SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -501,6 +522,9 @@ func (UnimplementedAdminServer) DecommissionBookie(context.Context, *Decommissio
 }
 func (UnimplementedAdminServer) RecommissionBookie(context.Context, *RecommissionBookieRequest) (*RecommissionBookieResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecommissionBookie not implemented")
+}
+func (UnimplementedAdminServer) SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SkipLostEntries not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -973,6 +997,24 @@ func _Admin_RecommissionBookie_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SkipLostEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipLostEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SkipLostEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SkipLostEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SkipLostEntries(ctx, req.(*SkipLostEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1079,6 +1121,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecommissionBookie",
 			Handler:    _Admin_RecommissionBookie_Handler,
+		},
+		{
+			MethodName: "SkipLostEntries",
+			Handler:    _Admin_SkipLostEntries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
