@@ -2,8 +2,8 @@ package broker_test
 
 import (
 	"context"
-	"log/slog"
 	"crypto/rand"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +143,7 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
