@@ -66,6 +66,9 @@ type Mark struct {
 	MarkedUnixMs int64 `json:"marked_unix_ms"`
 	// Auditor is the ID of the auditor that last changed the mark.
 	Auditor string `json:"auditor,omitempty"`
+	// Incomplete lists live bookies (sorted, no duplicates) found missing
+	// entries of their write sets; a worker fills those in place.
+	Incomplete []string `json:"incomplete,omitempty"`
 }
 
 func decodeMark(kv metadata.KV) (Mark, error) {

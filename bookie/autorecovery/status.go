@@ -36,6 +36,8 @@ type UnderReplicatedLedger struct {
 	LedgerID int64 `json:"ledger_id"`
 	// Missing lists the lost bookie IDs.
 	Missing []string `json:"missing"`
+	// Incomplete lists live bookies missing some entries of this ledger.
+	Incomplete []string `json:"incomplete,omitempty"`
 	// MarkedAt is when the auditor first marked the ledger.
 	MarkedAt time.Time `json:"marked_at"`
 	// Worker is the worker repairing it now, "" if none.
@@ -110,7 +112,7 @@ func Status(ctx context.Context, store metadata.Store) (Report, error) {
 		}
 		if len(r.UnderReplicated) < MaxStatusLedgers {
 			r.UnderReplicated = append(r.UnderReplicated, UnderReplicatedLedger{
-				LedgerID: id, Missing: m.Missing, MarkedAt: time.UnixMilli(m.MarkedUnixMs), Worker: locks[id],
+				LedgerID: id, Missing: m.Missing, Incomplete: m.Incomplete, MarkedAt: time.UnixMilli(m.MarkedUnixMs), Worker: locks[id],
 			})
 		}
 		return nil
