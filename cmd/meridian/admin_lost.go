@@ -57,7 +57,7 @@ func newSkipLostCmd(o *adminOpts) *cobra.Command {
 			fmt.Fprintln(out.w, r.GetDescription())
 		}
 		if !r.GetApplied() {
-			return fmt.Errorf("nothing skipped: add --yes to %s", strings.TrimPrefix(r.GetDescription(), "would "))
+			return fmt.Errorf("nothing skipped (dry run): add --yes to apply it")
 		}
 		return nil
 	})
