@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,12 +24,13 @@ import (
 // changes nothing; a confirmed skip lets the rest through, in order and
 // without duplicates.
 func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
+	logs := &countingLog{t: t}
 	rc := regiontest.Start(t, regiontest.Options{Brokers: 1, Bookies: 3, Broker: func(_ int, c *broker.Config) {
 		c.TailCacheBytes = 0 // every read goes to the bookies
 		// No periodic persist racing the skip's own (serializing cursor
 		// persists is another change).
 		c.CursorPersistInterval = time.Hour
-		c.Logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}})
 	cli, adm := conn(t, rc.Addrs()[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -101,6 +103,11 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 		t.Fatalf("blocked stats %v, want lost at %d:%d with a reason", b, ids[lost].GetLedgerId(), ids[lost].GetEntryId())
 	}
 	t.Logf("blocked: %v", b)
+	// The broker retries, but warns once (then at most once a minute).
+	waitFor(t, "3 failed attempts", func() bool { return blocked().GetAttempts() >= 3 })
+	if n := logs.count("dispatch blocked"); n != 1 {
+		t.Errorf("%d 'dispatch blocked' warnings after %d attempts, want 1", n, blocked().GetAttempts())
+	}
 
 	// A readable entry is refused; an unconfirmed skip changes nothing.
 	_, err := adm.SkipLostEntries(ctx, &clientv1.SkipLostEntriesRequest{Topic: topic, Subscription: "s",
@@ -141,9 +148,30 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 	}
 }
 
-type tWriter struct{ t *testing.T }
+// countingLog passes log lines to t.Log and counts them by substring.
+type countingLog struct {
+	t     *testing.T
+	mu    sync.Mutex
+	lines []string
+}
 
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+func (w *countingLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	w.mu.Lock()
+	w.lines = append(w.lines, line)
+	w.mu.Unlock()
+	w.t.Log(line)
 	return len(p), nil
+}
+
+func (w *countingLog) count(sub string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
 }
