@@ -73,6 +73,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 		"ResumeAutorecovery":    route(func() *clientv1.ResumeAutorecoveryRequest { return &clientv1.ResumeAutorecoveryRequest{} }, a.ResumeAutorecovery),
 		"DecommissionBookie":    route(func() *clientv1.DecommissionBookieRequest { return &clientv1.DecommissionBookieRequest{} }, a.DecommissionBookie),
 		"RecommissionBookie":    route(func() *clientv1.RecommissionBookieRequest { return &clientv1.RecommissionBookieRequest{} }, a.RecommissionBookie),
+		"SkipLostEntries":       route(func() *clientv1.SkipLostEntriesRequest { return &clientv1.SkipLostEntriesRequest{} }, a.SkipLostEntries),
 	}
 }
 

@@ -3,7 +3,10 @@ package broker_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +123,21 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 		Target: &clientv1.SkipLostEntriesRequest_Entry{Entry: ids[lost]}})
 	if err != nil || dry.GetApplied() || dry.GetEntries() != 1 || !strings.HasPrefix(dry.GetDescription(), "would ") {
 		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	// The same over HTTP JSON; a request without a target names the field.
+	resp, err := http.Post("http://"+rc.Broker(0).HTTPAddr()+"/admin/v1/SkipLostEntries", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"topic":%q,"subscription":"s","entry":{"ledgerId":"%d","entryId":"%d"}}`, topic, ids[lost].GetLedgerId(), ids[lost].GetEntryId())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "would acknowledge 1 ") {
+		t.Fatalf("HTTP dry run: %d %s", resp.StatusCode, body)
+	}
+	_, err = adm.SkipLostEntries(ctx, &clientv1.SkipLostEntriesRequest{Topic: topic, Subscription: "s", Confirm: true})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "target") {
+		t.Fatalf("skip without a target: %v, want InvalidArgument naming the target", err)
 	}
 	if blocked() == nil {
 		t.Fatal("dry run unblocked the subscription")
