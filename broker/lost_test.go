@@ -66,13 +66,9 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 		}
 		ids[i] = r.GetReceipt().GetMessageId()
 	}
-	copies := 0
-	for i := range rc.Bookies.N() {
-		k, err := rc.Bookies.CorruptPayload(i, payloads[lost])
-		if err != nil {
-			t.Fatal(err)
-		}
-		copies += k
+	copies, err := rc.Bookies.LoseEntry(ctx, ids[lost].GetLedgerId(), ids[lost].GetEntryId(), payloads[lost])
+	if err != nil {
+		t.Fatal(err)
 	}
 	if copies < 2 {
 		t.Fatalf("damaged %d copies of entry %d, want every replica (>= 2)", copies, lost)
@@ -113,7 +109,7 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 	}
 
 	// A readable entry is refused; an unconfirmed skip changes nothing.
-	_, err := adm.SkipLostEntries(ctx, &clientv1.SkipLostEntriesRequest{Topic: topic, Subscription: "s",
+	_, err = adm.SkipLostEntries(ctx, &clientv1.SkipLostEntriesRequest{Topic: topic, Subscription: "s",
 		Target: &clientv1.SkipLostEntriesRequest_Entry{Entry: ids[lost+1]}, Confirm: true})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("skip of a readable entry: %v, want FailedPrecondition", err)
