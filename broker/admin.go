@@ -340,6 +340,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		s.mu.Lock()
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
+		ss.Blocked = s.blockedStatsLocked()
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
 				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority})

@@ -74,6 +74,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 		"DecommissionBookie":    route(func() *clientv1.DecommissionBookieRequest { return &clientv1.DecommissionBookieRequest{} }, a.DecommissionBookie),
 		"RecommissionBookie":    route(func() *clientv1.RecommissionBookieRequest { return &clientv1.RecommissionBookieRequest{} }, a.RecommissionBookie),
 		"ScrubBookie":           route(func() *clientv1.ScrubBookieRequest { return &clientv1.ScrubBookieRequest{} }, a.ScrubBookie),
+		"SkipLostEntries":       route(func() *clientv1.SkipLostEntriesRequest { return &clientv1.SkipLostEntriesRequest{} }, a.SkipLostEntries),
 	}
 	addMetadataAdminRoutes(routes, a)
 	return routes

@@ -38,7 +38,8 @@ type LedgerWriter interface {
 // LedgerReader reads a ledger.
 type LedgerReader interface {
 	ID() int64
-	// Read returns entries first..last inclusive.
+	// Read returns entries first..last inclusive. When an entry cannot be
+	// read it returns the entries before it together with the error.
 	Read(ctx context.Context, first, last int64) ([]LedgerEntry, error)
 	LastAddConfirmed() int64
 	IsClosed() bool

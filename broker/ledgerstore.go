@@ -41,12 +41,9 @@ type ledgerReader struct{ *ledger.Reader }
 
 func (r ledgerReader) Read(ctx context.Context, first, last int64) ([]LedgerEntry, error) {
 	ents, err := r.Reader.Read(ctx, first, last)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]LedgerEntry, len(ents))
 	for i, e := range ents {
 		out[i] = LedgerEntry{LedgerID: e.LedgerID, EntryID: e.EntryID, Data: e.Data}
 	}
-	return out, nil
+	return out, err
 }

@@ -621,7 +621,8 @@ func (ml *managedLedger) totals() (entries, bytes int64) {
 }
 
 // read returns up to max consecutive entries starting at p (which must be
-// stored), all from p's ledger.
+// stored), all from p's ledger. On a storage error it also returns the
+// entries before the one that failed.
 func (ml *managedLedger) read(ctx context.Context, p pos, maxN int) ([]LedgerEntry, error) {
 	ml.mu.Lock()
 	idx := -1
@@ -685,7 +686,9 @@ func (ml *managedLedger) read(ctx context.Context, p pos, maxN int) ([]LedgerEnt
 	}
 	ents, err := r.Read(ctx, p.E, last)
 	if err != nil {
-		return nil, fmt.Errorf("%w: read ledger %d entries %d..%d: %v", ErrStorage, p.L, p.E, last, err)
+		// ents holds the readable entries before the failed one (see
+		// LedgerReader.Read); the error keeps the ledger client's sentinel.
+		return ents, fmt.Errorf("%w: read ledger %d entries %d..%d: %w", ErrStorage, p.L, p.E, last, err)
 	}
 	return ents, nil
 }

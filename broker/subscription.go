@@ -81,6 +81,7 @@ type subscription struct {
 	lastPersist time.Time
 	deleted     bool
 	readEpoch   int64
+	blocked     *blockedRead // dispatch cannot read its next entry (see lost.go)
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {
@@ -334,11 +335,13 @@ func (s *subscription) dispatchLoop() {
 		for {
 			progressed, err := s.dispatchOnce()
 			if err != nil {
-				s.log.Warn("dispatch", "err", err)
+				// Logged at a bounded rate; retried with backoff, or at once
+				// when woken (an ack or a skip may have moved past it).
 				select {
 				case <-s.stop:
 					return
-				case <-time.After(200 * time.Millisecond):
+				case <-time.After(s.dispatchFailed(err)):
+				case <-s.wake:
 				}
 				continue
 			}
@@ -420,7 +423,7 @@ func (s *subscription) dispatchOnce() (bool, error) {
 				continue
 			}
 			if err != nil {
-				return false, err
+				return false, s.readBlocked(p, err)
 			}
 			ents = append(ents, e...)
 		}
@@ -447,7 +450,7 @@ func (s *subscription) dispatchOnce() (bool, error) {
 		return sent || len(ents) == 0 && len(ps) > 0, nil
 	}
 	ml.mu.Lock()
-	next, ok := ml.nextLocked(s.lastRead)
+	next, ok := s.nextToReadLocked()
 	ml.mu.Unlock()
 	s.mu.Unlock()
 	if !ok {
@@ -467,11 +470,17 @@ func (s *subscription) dispatchOnce() (bool, error) {
 		s.mu.Unlock()
 		return true, nil
 	}
-	if err != nil || len(ents) == 0 {
-		return false, err
+	if err != nil && len(ents) == 0 {
+		return false, s.readBlocked(next, err)
 	}
+	if len(ents) == 0 {
+		return false, nil
+	}
+	// With err set, ents are the readable entries before the unreadable
+	// one: deliver them; the next round stops (visibly) at that entry.
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.readProgressedLocked(ents[0])
 	if s.readEpoch != epoch {
 		return true, nil
 	}

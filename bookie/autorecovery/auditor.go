@@ -35,10 +35,12 @@ type Auditor struct {
 	started bool
 
 	// State of the run goroutine only (no lock).
-	everLive    map[string]bool      // bookies seen registered since leadership began
-	lostSince   map[string]time.Time // bookies seen missing, and since when
-	lastScanned map[string]bool      // lost bookies the last full scan looked for
-	lastScan    time.Time            // zero: scan at the next tick
+	everLive         map[string]bool      // bookies seen registered since leadership began
+	lostSince        map[string]time.Time // bookies seen missing, and since when
+	lastScanned      map[string]bool      // lost bookies the last full scan looked for
+	lastScan         time.Time            // zero: scan at the next tick
+	lastReplicaCheck time.Time            // start of the last replica check (or of leadership)
+	pool             *bookiePool          // bookie connections of the replica check
 }
 
 // NewAuditor validates cfg and returns an Auditor; Start runs it.
@@ -55,7 +57,8 @@ func NewAuditor(cfg AuditorConfig) (*Auditor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Auditor{cfg: cfg, log: log, m: m, sess: newSession(cfg.Store, cfg.SessionTTL, log), done: make(chan struct{})}, nil
+	pool := newBookiePool(WorkerConfig{MaxEntryBytes: 64 << 20, DialOptions: cfg.DialOptions})
+	return &Auditor{cfg: cfg, log: log, m: m, sess: newSession(cfg.Store, cfg.SessionTTL, log), done: make(chan struct{}), pool: pool}, nil
 }
 
 // Start runs the election and, while leader, the audit loop in the
@@ -89,6 +92,7 @@ func (a *Auditor) Close() error {
 	}
 	a.sess.close(a.cfg.OpTimeout)
 	a.setLeader(false)
+	a.pool.close()
 	return nil
 }
 
@@ -166,6 +170,9 @@ func (a *Auditor) elect(ctx context.Context) (bool, error) {
 	a.lostSince = map[string]time.Time{}
 	a.lastScanned = map[string]bool{}
 	a.lastScan = time.Time{}
+	// The first replica check comes one interval into the term, not at
+	// once: every election would otherwise read every entry.
+	a.lastReplicaCheck = time.Now()
 	a.setLeader(true)
 	return true, nil
 }
@@ -206,6 +213,13 @@ func (a *Auditor) tick(runCtx context.Context) error {
 	isPaused, _, err := paused(ctx, a.cfg.Store)
 	if err != nil || isPaused {
 		return err
+	}
+	if iv := a.cfg.ReplicaCheckInterval; iv > 0 && now.Sub(a.lastReplicaCheck) >= iv {
+		a.lastReplicaCheck = now
+		// Like a scan, bounded by Close rather than OpTimeout.
+		if err := a.checkReplicas(runCtx, live, decom); err != nil {
+			return err
+		}
 	}
 	due := a.lostBookies(now, decom)
 	newlyLost := false
@@ -300,6 +314,17 @@ func (a *Auditor) scan(ctx context.Context, live map[string]topology.BookieInfo,
 // mark creates or extends the ledger's mark with missing; it reports
 // whether it changed anything.
 func (a *Auditor) mark(ctx context.Context, id int64, missing []string) (bool, error) {
+	return a.updateMark(ctx, id, func(m *Mark) bool {
+		union, changed := sortedUnion(m.Missing, missing)
+		m.Missing = union
+		return changed
+	})
+}
+
+// updateMark creates the ledger's mark or changes it with apply, which
+// reports whether it changed anything, by compare-and-set; it reports
+// whether the stored mark changed.
+func (a *Auditor) updateMark(ctx context.Context, id int64, apply func(*Mark) bool) (bool, error) {
 	key := UnderReplicatedKey(id)
 	for attempt := 0; attempt < 10; attempt++ {
 		kv, err := a.cfg.Store.Get(ctx, key, metadata.ReadOptions{})
@@ -317,17 +342,20 @@ func (a *Auditor) mark(ctx context.Context, id int64, missing []string) (bool, e
 			}
 			expect = kv.Version
 		}
-		union, changed := sortedUnion(m.Missing, missing)
+		changed := apply(&m)
 		if !changed && expect != metadata.MustNotExist {
 			return false, nil
 		}
-		m.Missing, m.Auditor = union, a.cfg.ID
+		m.Auditor = a.cfg.ID
+		if m.Missing == nil {
+			m.Missing = []string{}
+		}
 		val, _ := json.Marshal(m)
 		_, err = a.cfg.Store.Put(ctx, key, val, expect, 0)
 		switch {
 		case err == nil:
 			a.m.marked.Inc()
-			a.log.Info("ledger marked under-replicated", "ledger", id, "missing", union)
+			a.log.Info("ledger marked under-replicated", "ledger", id, "missing", m.Missing, "incomplete", m.Incomplete)
 			return true, nil
 		case errors.Is(err, metadata.ErrVersionMismatch), errors.Is(err, metadata.ErrUnknownOutcome):
 			continue // a worker or another write raced; re-read

@@ -44,6 +44,17 @@ type AuditorConfig struct {
 	PageSize int
 	// OpTimeout bounds one metadata operation (default 10 s).
 	OpTimeout time.Duration
+
+	// ReplicaCheckInterval is how often the leader asks every live bookie
+	// of every closed ledger for each entry of its write sets, to find
+	// entries missing on a live replica (an add that failed there while
+	// Qa others confirmed it, with no ensemble change after). It reads
+	// every stored entry once, so the default is 24 h; 0 disables it.
+	ReplicaCheckInterval time.Duration
+	// RPCTimeout bounds one bookie read of the replica check (default 10 s).
+	RPCTimeout time.Duration
+	// DialOptions are extra gRPC dial options for bookie connections.
+	DialOptions []grpc.DialOption
 }
 
 // DefaultAuditorConfig returns the defaults; Store and ID must be set.
@@ -55,6 +66,9 @@ func DefaultAuditorConfig() AuditorConfig {
 		SessionTTL:      10 * time.Second,
 		PageSize:        500,
 		OpTimeout:       10 * time.Second,
+
+		ReplicaCheckInterval: 24 * time.Hour,
+		RPCTimeout:           10 * time.Second,
 	}
 }
 
@@ -77,6 +91,10 @@ func (c AuditorConfig) Validate() error {
 		return fmt.Errorf("%w: AuditorConfig.PageSize %d must be in [1, %d]", ErrInvalidArgument, c.PageSize, metadata.MaxPageLimit)
 	case c.OpTimeout <= 0:
 		return fmt.Errorf("%w: AuditorConfig.OpTimeout %v must be > 0", ErrInvalidArgument, c.OpTimeout)
+	case c.ReplicaCheckInterval < 0:
+		return fmt.Errorf("%w: AuditorConfig.ReplicaCheckInterval %v must be >= 0 (0 disables the check)", ErrInvalidArgument, c.ReplicaCheckInterval)
+	case c.ReplicaCheckInterval > 0 && c.RPCTimeout <= 0:
+		return fmt.Errorf("%w: AuditorConfig.RPCTimeout %v must be > 0", ErrInvalidArgument, c.RPCTimeout)
 	}
 	return nil
 }

@@ -70,6 +70,9 @@ type Mark struct {
 	// is damaged (MarkCorrupt): a worker rewrites their replica in place
 	// from healthy ones.
 	Corrupt []string `json:"corrupt,omitempty"`
+	// Incomplete lists live bookies (sorted, no duplicates) found missing
+	// entries of their write sets; a worker fills those in place.
+	Incomplete []string `json:"incomplete,omitempty"`
 }
 
 func decodeMark(kv metadata.KV) (Mark, error) {

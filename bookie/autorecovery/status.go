@@ -38,6 +38,8 @@ type UnderReplicatedLedger struct {
 	Missing []string `json:"missing"`
 	// Corrupt lists the live bookies whose replica is damaged (MarkCorrupt).
 	Corrupt []string `json:"corrupt,omitempty"`
+	// Incomplete lists live bookies missing some entries of this ledger.
+	Incomplete []string `json:"incomplete,omitempty"`
 	// MarkedAt is when the auditor first marked the ledger.
 	MarkedAt time.Time `json:"marked_at"`
 	// Worker is the worker repairing it now, "" if none.
@@ -112,7 +114,7 @@ func Status(ctx context.Context, store metadata.Store) (Report, error) {
 		}
 		if len(r.UnderReplicated) < MaxStatusLedgers {
 			r.UnderReplicated = append(r.UnderReplicated, UnderReplicatedLedger{
-				LedgerID: id, Missing: m.Missing, Corrupt: m.Corrupt, MarkedAt: time.UnixMilli(m.MarkedUnixMs), Worker: locks[id],
+				LedgerID: id, Missing: m.Missing, Corrupt: m.Corrupt, Incomplete: m.Incomplete, MarkedAt: time.UnixMilli(m.MarkedUnixMs), Worker: locks[id],
 			})
 		}
 		return nil

@@ -266,6 +266,17 @@ func (w *Worker) repair(ctx context.Context, id int64) error {
 		}
 		s, p := w.nextToFix(st)
 		if s < 0 {
+			if len(st.mark.Incomplete) > 0 {
+				// Holes on live bookies (see replicas.go): fill them in
+				// place, then drop the mark like for a swap.
+				cs, err := w.fillHoles(ctx, st)
+				if err != nil {
+					return err
+				}
+				total.entries += cs.entries
+				total.bytes += cs.bytes
+				swaps++
+			}
 			err := w.deleteMark(ctx, id, st.markVersion)
 			if errors.Is(err, metadata.ErrVersionMismatch) {
 				continue // the auditor extended the mark: look again

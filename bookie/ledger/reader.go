@@ -175,6 +175,14 @@ func (c *Client) bookieLAC(ctx context.Context, b topology.BookieInfo, id int64)
 // Read returns entries first..last (inclusive, in order). last must not be
 // beyond LastAddConfirmed; each entry is read from one replica of its write
 // set, trying the next replica when one fails, is corrupt or is slow.
+//
+// When an entry cannot be read from any replica, Read returns the entries
+// before it (first..k-1, possibly none) together with the error for entry
+// k: one unreadable entry never holds back the readable ones before it.
+// The error wraps ErrNoSuchEntry (every replica said not found),
+// ErrEntryCorrupt (every replica that answered holds it damaged) or
+// ErrReadFailed (some replica could not be asked); the entry's ID is
+// first+len(entries).
 func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 	r.mu.Lock()
 	md, lac, closed := r.md, r.lac, r.closed
@@ -191,23 +199,27 @@ func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 	if last > lac {
 		return nil, fmt.Errorf("%w: entry %d of ledger %d is beyond last-add-confirmed %d", ErrNoSuchEntry, last, r.id, lac)
 	}
-	entries, err := r.c.readEntries(ctx, md, first, last)
-	if err != nil {
-		return nil, err
-	}
-	return entries, nil
+	return r.c.readEntries(ctx, md, first, last)
 }
 
 // readEntries reads first..last. When every bookie of a segment stores
 // every entry (E == Qw) it streams ranges from one replica; entries it
 // could not get that way are read one by one, in parallel, from any replica.
+// On error it returns the entries before the first one it could not read.
 func (c *Client) readEntries(ctx context.Context, md *Metadata, first, last int64) ([]Entry, error) {
 	out := make([]Entry, int(last-first+1))
 	got := make([]bool, len(out))
 	if md.Ensemble == md.WriteQuorum {
 		c.readRanges(ctx, md, first, last, out, got)
 	}
-	return out, c.readEach(ctx, md, first, out, got)
+	if err := c.readEach(ctx, md, first, out, got); err != nil {
+		k := 0
+		for k < len(got) && got[k] {
+			k++
+		}
+		return out[:k:k], err
+	}
+	return out, nil
 }
 
 // readRanges fills out/got with ReadRange streams, one segment part at a
@@ -283,7 +295,9 @@ func (c *Client) readRangeFrom(ctx context.Context, b topology.BookieInfo, id, f
 }
 
 // readEach reads the entries not yet got, one by one with bounded
-// parallelism.
+// parallelism, and marks them got. It returns the error of the first
+// (lowest) entry it could not read; entries after that one are not
+// needed any more and may be left unread.
 func (c *Client) readEach(ctx context.Context, md *Metadata, first int64, out []Entry, got []bool) error {
 	var todo []int
 	for i, ok := range got {
@@ -295,13 +309,18 @@ func (c *Client) readEach(ctx context.Context, md *Metadata, first int64, out []
 	if n == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
-		wg      sync.WaitGroup
-		errMu   sync.Mutex
-		firstEr error
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		// errAt is the lowest index that failed so far, errs its error.
+		errAt = len(out)
+		errs  error
 	)
+	failedBefore := func(i int) bool {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return errAt < i
+	}
 	idx := make(chan int)
 	workers := min(c.cfg.ReadConcurrency, n)
 	for range workers {
@@ -309,23 +328,29 @@ func (c *Client) readEach(ctx context.Context, md *Metadata, first int64, out []
 		go func() {
 			defer wg.Done()
 			for i := range idx {
+				if failedBefore(i) {
+					continue // a lower entry is unreadable: this one cannot be returned
+				}
 				e := first + int64(i)
 				data, err := c.readEntry(ctx, md, e)
 				if err != nil {
 					errMu.Lock()
-					if firstEr == nil {
-						firstEr = err
-						cancel()
+					if i < errAt {
+						errAt, errs = i, err
 					}
 					errMu.Unlock()
 					continue
 				}
 				out[i] = Entry{LedgerID: md.ID, EntryID: e, Data: data}
+				got[i] = true
 			}
 		}()
 	}
 feed:
 	for _, i := range todo {
+		if failedBefore(i) {
+			break
+		}
 		select {
 		case idx <- i:
 		case <-ctx.Done():
@@ -334,8 +359,8 @@ feed:
 	}
 	close(idx)
 	wg.Wait()
-	if firstEr != nil {
-		return firstEr
+	if errs != nil {
+		return errs
 	}
 	return ctx.Err()
 }

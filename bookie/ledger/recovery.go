@@ -62,7 +62,7 @@ func (c *Client) recoverLedger(ctx context.Context, id int64) (*Reader, string, 
 	if f := seg.FirstEntry - 1; f > lac {
 		lac = f
 	}
-	last, err := c.recoverTail(ctx, md, seg, lac)
+	last, moved, err := c.recoverTail(ctx, md, seg, lac)
 	if err != nil {
 		return nil, "error", err
 	}
@@ -73,9 +73,22 @@ func (c *Client) recoverLedger(ctx context.Context, id int64) (*Reader, string, 
 		closed.State = StateClosed
 		closed.LastEntry = last
 		closed.Length = -1
+		if moved != nil {
+			// The tail was copied to a new ensemble: record it in the same
+			// write that closes the ledger (see recoverTail).
+			cur := closed.Segments[len(closed.Segments)-1]
+			if cur.FirstEntry != seg.FirstEntry || !sameEnsemble(cur.Ensemble, seg.Ensemble) {
+				return nil, "error", fmt.Errorf("%w: ledger %d: last segment changed during recovery", ErrLedgerRecovering, id)
+			}
+			if moved.FirstEntry == cur.FirstEntry {
+				closed.Segments[len(closed.Segments)-1] = *moved
+			} else {
+				closed.Segments = append(closed.Segments, *moved)
+			}
+		}
 		err := c.meta.cas(ctx, closed)
 		if err == nil {
-			log.Info("ledger recovered and closed", "last_entry", last, "fenced_lac", lac)
+			log.Info("ledger recovered and closed", "last_entry", last, "fenced_lac", lac, "tail_moved", moved != nil)
 			return newReader(c, closed), "recovered", nil
 		}
 		if !errors.Is(err, metadata.ErrVersionMismatch) {
@@ -175,7 +188,15 @@ func fenceCovers(fenced []bool, md *Metadata, need int) (bool, int, int) {
 // (then it cannot have reached Qa). Anything else (corrupt, unreachable)
 // leaves the end undecided. Recovered entries are re-added to their write
 // set with the recovery flag; each needs Qa confirmations.
-func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac int64) (int64, error) {
+//
+// When a re-add cannot reach Qa because bookies of the segment failed (a
+// bookie gone for good with Qw = Qa), the tail moves: moveTail copies
+// lac+1..end to an ensemble with the failed bookies replaced and returns
+// that segment, which the caller records in the same compare-and-set that
+// closes the ledger. Until then the metadata never names a bookie that
+// lacks the tail, so a recovery that crashes half-way can never read the
+// replacement's "not found" as the end of the ledger.
+func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac int64) (int64, *Segment, error) {
 	need := md.WriteQuorum - md.AckQuorum + 1
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -183,6 +204,7 @@ func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac
 		wg      sync.WaitGroup
 		errMu   sync.Mutex
 		addErr  error
+		failed  = map[string]bool{} // bookies whose failure left a re-add short of Qa
 		window  = make(chan struct{}, c.cfg.MaxInFlight)
 		setFail = func(err error) {
 			errMu.Lock()
@@ -201,9 +223,9 @@ func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac
 			if addErr != nil {
 				// A failed re-add cancelled ctx: report it, not the
 				// cancellation it caused.
-				return -1, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, addErr)
+				return -1, nil, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, addErr)
 			}
-			return -1, err
+			return -1, nil, err
 		}
 		if missing {
 			break
@@ -216,9 +238,17 @@ func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac
 			break
 		}
 		wg.Add(1)
-		c.recoveryAdd(md, seg, e, lac, data, func(err error) {
+		c.recoveryAdd(md, seg, e, lac, data, func(bad []string, err error) {
 			if err != nil {
-				setFail(err)
+				if len(bad) == 0 {
+					setFail(err)
+				} else {
+					errMu.Lock()
+					for _, id := range bad {
+						failed[id] = true
+					}
+					errMu.Unlock()
+				}
 			}
 			<-window
 			wg.Done()
@@ -227,12 +257,131 @@ func (c *Client) recoverTail(ctx context.Context, md *Metadata, seg Segment, lac
 	}
 	wg.Wait()
 	if addErr != nil {
-		return -1, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, addErr)
+		return -1, nil, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, addErr)
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	return e - 1, nil
+	last := e - 1
+	if len(failed) == 0 {
+		return last, nil, nil
+	}
+	moved, err := c.moveTail(ctx, md, seg, lac, last, failed)
+	if err != nil {
+		return -1, nil, err
+	}
+	return last, moved, nil
+}
+
+// moveTail copies entries lac+1..last (read from the current segments) to
+// seg's ensemble with every failed bookie replaced, with recovery adds
+// that each need Qa confirmations, and returns the new segment starting
+// at lac+1. A replacement that fails too is replaced in turn, up to
+// MaxEnsembleChanges times.
+func (c *Client) moveTail(ctx context.Context, md *Metadata, seg Segment, lac, last int64, failed map[string]bool) (*Segment, error) {
+	log := c.log.With("ledger", md.ID)
+	ens := append([]topology.BookieInfo(nil), seg.Ensemble...)
+	exclude := make(map[string]bool, len(ens)+len(failed))
+	for _, b := range ens {
+		exclude[b.ID] = true
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > max(c.cfg.MaxEnsembleChanges, 1) {
+			return nil, fmt.Errorf("%w: ledger %d: gave up moving the tail after %d ensemble changes", ErrLedgerRecovering, md.ID, attempt-1)
+		}
+		candidates, err := c.writableBookies(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ledger %d: list bookies: %w", ErrLedgerRecovering, md.ID, err)
+		}
+		var replaced []string
+		for pos, b := range ens {
+			if !failed[b.ID] {
+				continue
+			}
+			for id := range failed {
+				exclude[id] = true
+			}
+			nb, err := c.cfg.Placement.ReplaceBookie(ens, md.WriteQuorum, pos, candidates, exclude)
+			if err != nil {
+				return nil, fmt.Errorf("%w: ledger %d: replace bookie %s for the recovered tail: %w", ErrLedgerRecovering, md.ID, b.ID, wrapPlacement(err))
+			}
+			replaced = append(replaced, b.ID+"->"+nb.ID)
+			ens[pos] = nb
+			exclude[nb.ID] = true
+		}
+		c.m.ensembleChanges.Inc()
+		log.Warn("recovery moves the tail away from failed bookies", "first_entry", lac+1, "last_entry", last,
+			"replaced", replaced, "ensemble", bookieIDs(ens))
+		bad, err := c.copyTail(ctx, md, Segment{FirstEntry: lac + 1, Ensemble: ens}, lac, last)
+		if err != nil {
+			return nil, err
+		}
+		if len(bad) == 0 {
+			return &Segment{FirstEntry: lac + 1, Ensemble: ens}, nil
+		}
+		failed = bad
+	}
+}
+
+// copyTail reads first..last from md's segments in batches and re-adds
+// them to to's write sets with recovery adds. It returns the bookies whose
+// failures left an entry short of Qa (nil: all reached Qa), or an error
+// that another ensemble would not cure.
+func (c *Client) copyTail(ctx context.Context, md *Metadata, to Segment, lac, last int64) (map[string]bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		hard   error
+		failed = map[string]bool{}
+		window = make(chan struct{}, c.cfg.MaxInFlight)
+	)
+	batch := int64(max(1, min(c.cfg.MaxInFlight, 256)))
+	for first := lac + 1; first <= last && ctx.Err() == nil; first += batch {
+		ents, err := c.readEntries(ctx, md, first, min(first+batch-1, last))
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, fmt.Errorf("%w: ledger %d: read tail to move it: %w", ErrLedgerRecovering, md.ID, err)
+		}
+		for _, en := range ents {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			wg.Add(1)
+			c.recoveryAdd(md, to, en.EntryID, lac, en.Data, func(bad []string, err error) {
+				mu.Lock()
+				if err != nil {
+					if len(bad) == 0 && hard == nil {
+						hard = err
+						cancel()
+					}
+					for _, id := range bad {
+						failed[id] = true
+					}
+				}
+				mu.Unlock()
+				<-window
+				wg.Done()
+			})
+		}
+	}
+	wg.Wait()
+	if hard != nil {
+		return nil, fmt.Errorf("%w: ledger %d: re-replicating entry: %w", ErrLedgerRecovering, md.ID, hard)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(failed) == 0 {
+		return nil, nil
+	}
+	return failed, nil
 }
 
 // recoveryRead reads entry e from its whole write set with fencing reads.
@@ -277,14 +426,19 @@ func (c *Client) recoveryRead(ctx context.Context, md *Metadata, seg Segment, e 
 }
 
 // recoveryAdd writes entry e to its whole write set with the recovery flag
-// and calls done once every replica answered: nil if at least Qa confirmed.
-func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byte, done func(error)) {
+// and calls done once every replica answered: a nil error if at least Qa
+// confirmed. Otherwise bad names the bookies that failed, unless one
+// refused the entry as invalid (then bad is nil: another bookie would
+// refuse it too).
+func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byte, done func(bad []string, err error)) {
 	ws := writeSet(e, md.Ensemble, md.WriteQuorum)
 	var (
 		mu       sync.Mutex
 		left     = len(ws)
 		ok       int
 		errs     []error
+		bad      []string
+		invalid  bool
 		answered = make([]bool, len(ws))
 		timer    *time.Timer
 	)
@@ -299,6 +453,10 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 			ok++
 		} else {
 			errs = append(errs, err)
+			bad = append(bad, seg.Ensemble[ws[i]].ID)
+			if classify(err) == kindInvalid {
+				invalid = true
+			}
 		}
 		left--
 		last := left == 0
@@ -310,10 +468,13 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 			timer.Stop()
 		}
 		if ok >= md.AckQuorum {
-			done(nil)
+			done(nil, nil)
 			return
 		}
-		done(fmt.Errorf("entry %d: %d of %d replicas confirmed, need %d: %w", e, ok, len(ws), md.AckQuorum, errors.Join(errs...)))
+		if invalid {
+			bad = nil
+		}
+		done(bad, fmt.Errorf("entry %d: %d of %d replicas confirmed, need %d: %w", e, ok, len(ws), md.AckQuorum, errors.Join(errs...)))
 	}
 	// A bookie that keeps its stream open but never answers must not hang
 	// recovery: after AddTimeout its answer counts as a failure.
@@ -358,4 +519,17 @@ func (c *Client) recoveryAdd(md *Metadata, seg Segment, e, lac int64, data []byt
 		}
 		send(0)
 	}
+}
+
+// sameEnsemble reports whether a and b name the same bookies in order.
+func sameEnsemble(a, b []topology.BookieInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID {
+			return false
+		}
+	}
+	return true
 }

@@ -263,6 +263,8 @@ func newAdminCmd() *cobra.Command {
 		}),
 	)
 
+	topics.AddCommand(newSkipLostCmd(o))
+
 	// subscriptions
 	var subFrom string
 	var subForce bool

@@ -1473,8 +1473,12 @@ type SubscriptionStats struct {
 	MsgRateOut         float64          `protobuf:"fixed64,4,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
 	Consumers          []*ConsumerStats `protobuf:"bytes,5,rep,name=consumers,proto3" json:"consumers,omitempty"`
 	MarkDeletePosition *MessageId       `protobuf:"bytes,6,opt,name=mark_delete_position,json=markDeletePosition,proto3" json:"mark_delete_position,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// blocked is set while dispatch cannot read the subscription's next
+	// entry: delivery stops there (entries before it were delivered) until
+	// the entry becomes readable again or SkipLostEntries skips it.
+	Blocked       *BlockedRead `protobuf:"bytes,7,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1549,6 +1553,96 @@ func (x *SubscriptionStats) GetMarkDeletePosition() *MessageId {
 	return nil
 }
 
+func (x *SubscriptionStats) GetBlocked() *BlockedRead {
+	if x != nil {
+		return x.Blocked
+	}
+	return nil
+}
+
+// BlockedRead is the entry a subscription's dispatch is stuck on.
+type BlockedRead struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Position *MessageId             `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	// reason is the storage error of the last attempt.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// lost is true when every replica answered that the entry is missing or
+	// corrupt (it will not come back by itself); false when some replica
+	// could not be asked (it may).
+	Lost bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	// since_ms is when dispatch first failed on this entry (Unix ms).
+	SinceMs int64 `protobuf:"varint,4,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	// attempts counts the failed reads of this entry so far.
+	Attempts      int64 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedRead) Reset() {
+	*x = BlockedRead{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedRead) ProtoMessage() {}
+
+func (x *BlockedRead) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedRead.ProtoReflect.Descriptor instead.
+func (*BlockedRead) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BlockedRead) GetPosition() *MessageId {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *BlockedRead) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BlockedRead) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+func (x *BlockedRead) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *BlockedRead) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 type TopicStats struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Topic       string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1578,7 +1672,7 @@ type TopicStats struct {
 
 func (x *TopicStats) Reset() {
 	*x = TopicStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1684,7 @@ func (x *TopicStats) String() string {
 func (*TopicStats) ProtoMessage() {}
 
 func (x *TopicStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1697,7 @@ func (x *TopicStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicStats.ProtoReflect.Descriptor instead.
 func (*TopicStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicStats) GetTopic() string {
@@ -1718,7 +1812,7 @@ type LedgerInfo struct {
 
 func (x *LedgerInfo) Reset() {
 	*x = LedgerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1824,7 @@ func (x *LedgerInfo) String() string {
 func (*LedgerInfo) ProtoMessage() {}
 
 func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1837,7 @@ func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerInfo.ProtoReflect.Descriptor instead.
 func (*LedgerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LedgerInfo) GetLedgerId() int64 {
@@ -1800,7 +1894,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1906,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1919,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CursorInfo) GetName() string {
@@ -1884,7 +1978,7 @@ type TopicInternalStats struct {
 
 func (x *TopicInternalStats) Reset() {
 	*x = TopicInternalStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1990,7 @@ func (x *TopicInternalStats) String() string {
 func (*TopicInternalStats) ProtoMessage() {}
 
 func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2003,7 @@ func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInternalStats.ProtoReflect.Descriptor instead.
 func (*TopicInternalStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TopicInternalStats) GetTopic() string {
@@ -1963,7 +2057,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2069,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2082,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSubscriptionsRequest) GetTopic() string {
@@ -2007,7 +2101,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2113,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2126,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []string {
@@ -2053,7 +2147,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2159,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2172,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateSubscriptionRequest) GetTopic() string {
@@ -2110,7 +2204,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2216,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2229,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 type DeleteSubscriptionRequest struct {
@@ -2149,7 +2243,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2255,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2268,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -2206,7 +2300,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2312,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2325,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 type ResetSubscriptionRequest struct {
@@ -2250,7 +2344,7 @@ type ResetSubscriptionRequest struct {
 
 func (x *ResetSubscriptionRequest) Reset() {
 	*x = ResetSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2356,7 @@ func (x *ResetSubscriptionRequest) String() string {
 func (*ResetSubscriptionRequest) ProtoMessage() {}
 
 func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2369,7 @@ func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResetSubscriptionRequest) GetTopic() string {
@@ -2359,7 +2453,7 @@ type ResetSubscriptionResponse struct {
 
 func (x *ResetSubscriptionResponse) Reset() {
 	*x = ResetSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2465,7 @@ func (x *ResetSubscriptionResponse) String() string {
 func (*ResetSubscriptionResponse) ProtoMessage() {}
 
 func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2478,7 @@ func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type ListBrokersRequest struct {
@@ -2395,7 +2489,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2501,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2514,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type BrokerInfo struct {
@@ -2435,7 +2529,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2541,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2554,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BrokerInfo) GetBrokerId() string {
@@ -2500,7 +2594,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2606,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2619,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -2558,7 +2652,7 @@ type BookieStatus struct {
 
 func (x *BookieStatus) Reset() {
 	*x = BookieStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2664,7 @@ func (x *BookieStatus) String() string {
 func (*BookieStatus) ProtoMessage() {}
 
 func (x *BookieStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2677,7 @@ func (x *BookieStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieStatus.ProtoReflect.Descriptor instead.
 func (*BookieStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BookieStatus) GetBookieId() string {
@@ -2657,7 +2751,7 @@ type ListBookiesRequest struct {
 
 func (x *ListBookiesRequest) Reset() {
 	*x = ListBookiesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2763,7 @@ func (x *ListBookiesRequest) String() string {
 func (*ListBookiesRequest) ProtoMessage() {}
 
 func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2776,7 @@ func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesRequest.ProtoReflect.Descriptor instead.
 func (*ListBookiesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 type ListBookiesResponse struct {
@@ -2696,7 +2790,7 @@ type ListBookiesResponse struct {
 
 func (x *ListBookiesResponse) Reset() {
 	*x = ListBookiesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2802,7 @@ func (x *ListBookiesResponse) String() string {
 func (*ListBookiesResponse) ProtoMessage() {}
 
 func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2815,7 @@ func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesResponse.ProtoReflect.Descriptor instead.
 func (*ListBookiesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListBookiesResponse) GetBookies() []*BookieStatus {
@@ -2752,7 +2846,7 @@ type UnderReplicatedLedger struct {
 
 func (x *UnderReplicatedLedger) Reset() {
 	*x = UnderReplicatedLedger{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2858,7 @@ func (x *UnderReplicatedLedger) String() string {
 func (*UnderReplicatedLedger) ProtoMessage() {}
 
 func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +2871,7 @@ func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnderReplicatedLedger.ProtoReflect.Descriptor instead.
 func (*UnderReplicatedLedger) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UnderReplicatedLedger) GetLedgerId() int64 {
@@ -2816,7 +2910,7 @@ type GetAutorecoveryStatusRequest struct {
 
 func (x *GetAutorecoveryStatusRequest) Reset() {
 	*x = GetAutorecoveryStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2922,7 @@ func (x *GetAutorecoveryStatusRequest) String() string {
 func (*GetAutorecoveryStatusRequest) ProtoMessage() {}
 
 func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2935,7 @@ func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAutorecoveryStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetAutorecoveryStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type AutorecoveryStatus struct {
@@ -2861,7 +2955,7 @@ type AutorecoveryStatus struct {
 
 func (x *AutorecoveryStatus) Reset() {
 	*x = AutorecoveryStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +2967,7 @@ func (x *AutorecoveryStatus) String() string {
 func (*AutorecoveryStatus) ProtoMessage() {}
 
 func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +2980,7 @@ func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutorecoveryStatus.ProtoReflect.Descriptor instead.
 func (*AutorecoveryStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AutorecoveryStatus) GetPaused() bool {
@@ -2941,7 +3035,7 @@ type PauseAutorecoveryRequest struct {
 
 func (x *PauseAutorecoveryRequest) Reset() {
 	*x = PauseAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3047,7 @@ func (x *PauseAutorecoveryRequest) String() string {
 func (*PauseAutorecoveryRequest) ProtoMessage() {}
 
 func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3060,7 @@ func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PauseAutorecoveryRequest) GetReason() string {
@@ -2984,7 +3078,7 @@ type PauseAutorecoveryResponse struct {
 
 func (x *PauseAutorecoveryResponse) Reset() {
 	*x = PauseAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3090,7 @@ func (x *PauseAutorecoveryResponse) String() string {
 func (*PauseAutorecoveryResponse) ProtoMessage() {}
 
 func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3103,7 @@ func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 type ResumeAutorecoveryRequest struct {
@@ -3020,7 +3114,7 @@ type ResumeAutorecoveryRequest struct {
 
 func (x *ResumeAutorecoveryRequest) Reset() {
 	*x = ResumeAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3126,7 @@ func (x *ResumeAutorecoveryRequest) String() string {
 func (*ResumeAutorecoveryRequest) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3139,7 @@ func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 type ResumeAutorecoveryResponse struct {
@@ -3056,7 +3150,7 @@ type ResumeAutorecoveryResponse struct {
 
 func (x *ResumeAutorecoveryResponse) Reset() {
 	*x = ResumeAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3162,7 @@ func (x *ResumeAutorecoveryResponse) String() string {
 func (*ResumeAutorecoveryResponse) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3175,7 @@ func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 type DecommissionBookieRequest struct {
@@ -3093,7 +3187,7 @@ type DecommissionBookieRequest struct {
 
 func (x *DecommissionBookieRequest) Reset() {
 	*x = DecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3199,7 @@ func (x *DecommissionBookieRequest) String() string {
 func (*DecommissionBookieRequest) ProtoMessage() {}
 
 func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3212,7 @@ func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DecommissionBookieRequest) GetBookieId() string {
@@ -3136,7 +3230,7 @@ type DecommissionBookieResponse struct {
 
 func (x *DecommissionBookieResponse) Reset() {
 	*x = DecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3242,7 @@ func (x *DecommissionBookieResponse) String() string {
 func (*DecommissionBookieResponse) ProtoMessage() {}
 
 func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3255,7 @@ func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type RecommissionBookieRequest struct {
@@ -3173,7 +3267,7 @@ type RecommissionBookieRequest struct {
 
 func (x *RecommissionBookieRequest) Reset() {
 	*x = RecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3279,7 @@ func (x *RecommissionBookieRequest) String() string {
 func (*RecommissionBookieRequest) ProtoMessage() {}
 
 func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3292,7 @@ func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RecommissionBookieRequest) GetBookieId() string {
@@ -3216,7 +3310,7 @@ type RecommissionBookieResponse struct {
 
 func (x *RecommissionBookieResponse) Reset() {
 	*x = RecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3322,7 @@ func (x *RecommissionBookieResponse) String() string {
 func (*RecommissionBookieResponse) ProtoMessage() {}
 
 func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3335,7 @@ func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 type GetMetadataStatusRequest struct {
@@ -3252,7 +3346,7 @@ type GetMetadataStatusRequest struct {
 
 func (x *GetMetadataStatusRequest) Reset() {
 	*x = GetMetadataStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3358,7 @@ func (x *GetMetadataStatusRequest) String() string {
 func (*GetMetadataStatusRequest) ProtoMessage() {}
 
 func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3371,7 @@ func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 type MetadataShardStatus struct {
@@ -3297,7 +3391,7 @@ type MetadataShardStatus struct {
 
 func (x *MetadataShardStatus) Reset() {
 	*x = MetadataShardStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3403,7 @@ func (x *MetadataShardStatus) String() string {
 func (*MetadataShardStatus) ProtoMessage() {}
 
 func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3416,7 @@ func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataShardStatus.ProtoReflect.Descriptor instead.
 func (*MetadataShardStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MetadataShardStatus) GetName() string {
@@ -3382,7 +3476,7 @@ type MetadataNodeStatus struct {
 
 func (x *MetadataNodeStatus) Reset() {
 	*x = MetadataNodeStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3488,7 @@ func (x *MetadataNodeStatus) String() string {
 func (*MetadataNodeStatus) ProtoMessage() {}
 
 func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3501,7 @@ func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataNodeStatus.ProtoReflect.Descriptor instead.
 func (*MetadataNodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MetadataNodeStatus) GetEndpoint() string {
@@ -3454,7 +3548,7 @@ type MetadataStatus struct {
 
 func (x *MetadataStatus) Reset() {
 	*x = MetadataStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3560,7 @@ func (x *MetadataStatus) String() string {
 func (*MetadataStatus) ProtoMessage() {}
 
 func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3573,7 @@ func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataStatus.ProtoReflect.Descriptor instead.
 func (*MetadataStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MetadataStatus) GetNodes() []*MetadataNodeStatus {
@@ -3504,7 +3598,7 @@ type MetadataKeyValue struct {
 
 func (x *MetadataKeyValue) Reset() {
 	*x = MetadataKeyValue{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3610,7 @@ func (x *MetadataKeyValue) String() string {
 func (*MetadataKeyValue) ProtoMessage() {}
 
 func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3623,7 @@ func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataKeyValue.ProtoReflect.Descriptor instead.
 func (*MetadataKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MetadataKeyValue) GetKey() string {
@@ -3584,7 +3678,7 @@ type GetMetadataKeyRequest struct {
 
 func (x *GetMetadataKeyRequest) Reset() {
 	*x = GetMetadataKeyRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3690,7 @@ func (x *GetMetadataKeyRequest) String() string {
 func (*GetMetadataKeyRequest) ProtoMessage() {}
 
 func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3703,7 @@ func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetMetadataKeyRequest) GetShard() MetadataShard {
@@ -3640,7 +3734,7 @@ type ListMetadataKeysRequest struct {
 
 func (x *ListMetadataKeysRequest) Reset() {
 	*x = ListMetadataKeysRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3746,7 @@ func (x *ListMetadataKeysRequest) String() string {
 func (*ListMetadataKeysRequest) ProtoMessage() {}
 
 func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3759,7 @@ func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListMetadataKeysRequest) GetShard() MetadataShard {
@@ -3708,7 +3802,7 @@ type ListMetadataKeysResponse struct {
 
 func (x *ListMetadataKeysResponse) Reset() {
 	*x = ListMetadataKeysResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +3814,7 @@ func (x *ListMetadataKeysResponse) String() string {
 func (*ListMetadataKeysResponse) ProtoMessage() {}
 
 func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +3827,7 @@ func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListMetadataKeysResponse) GetKvs() []*MetadataKeyValue {
@@ -3768,7 +3862,7 @@ type LedgerBookie struct {
 
 func (x *LedgerBookie) Reset() {
 	*x = LedgerBookie{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3874,7 @@ func (x *LedgerBookie) String() string {
 func (*LedgerBookie) ProtoMessage() {}
 
 func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3887,7 @@ func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerBookie.ProtoReflect.Descriptor instead.
 func (*LedgerBookie) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LedgerBookie) GetBookieId() string {
@@ -3829,7 +3923,7 @@ type LedgerSegment struct {
 
 func (x *LedgerSegment) Reset() {
 	*x = LedgerSegment{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3935,7 @@ func (x *LedgerSegment) String() string {
 func (*LedgerSegment) ProtoMessage() {}
 
 func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3948,7 @@ func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerSegment.ProtoReflect.Descriptor instead.
 func (*LedgerSegment) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LedgerSegment) GetFirstEntry() int64 {
@@ -3907,7 +4001,7 @@ type LedgerDetails struct {
 
 func (x *LedgerDetails) Reset() {
 	*x = LedgerDetails{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4013,7 @@ func (x *LedgerDetails) String() string {
 func (*LedgerDetails) ProtoMessage() {}
 
 func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4026,7 @@ func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerDetails.ProtoReflect.Descriptor instead.
 func (*LedgerDetails) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LedgerDetails) GetLedgerId() int64 {
@@ -4042,7 +4136,7 @@ type GetLedgerRequest struct {
 
 func (x *GetLedgerRequest) Reset() {
 	*x = GetLedgerRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4054,7 +4148,7 @@ func (x *GetLedgerRequest) String() string {
 func (*GetLedgerRequest) ProtoMessage() {}
 
 func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4067,7 +4161,7 @@ func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetLedgerRequest) GetLedgerId() int64 {
@@ -4086,7 +4180,7 @@ type ListTopicLedgersRequest struct {
 
 func (x *ListTopicLedgersRequest) Reset() {
 	*x = ListTopicLedgersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4192,7 @@ func (x *ListTopicLedgersRequest) String() string {
 func (*ListTopicLedgersRequest) ProtoMessage() {}
 
 func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4205,7 @@ func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListTopicLedgersRequest) GetTopic() string {
@@ -4131,7 +4225,7 @@ type ListTopicLedgersResponse struct {
 
 func (x *ListTopicLedgersResponse) Reset() {
 	*x = ListTopicLedgersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4237,7 @@ func (x *ListTopicLedgersResponse) String() string {
 func (*ListTopicLedgersResponse) ProtoMessage() {}
 
 func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4250,7 @@ func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListTopicLedgersResponse) GetTopic() string {
@@ -4182,7 +4276,7 @@ type ScrubBookieRequest struct {
 
 func (x *ScrubBookieRequest) Reset() {
 	*x = ScrubBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4288,7 @@ func (x *ScrubBookieRequest) String() string {
 func (*ScrubBookieRequest) ProtoMessage() {}
 
 func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4301,7 @@ func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieRequest.ProtoReflect.Descriptor instead.
 func (*ScrubBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ScrubBookieRequest) GetBookieId() string {
@@ -4229,7 +4323,7 @@ type BookieCorruptRange struct {
 
 func (x *BookieCorruptRange) Reset() {
 	*x = BookieCorruptRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4335,7 @@ func (x *BookieCorruptRange) String() string {
 func (*BookieCorruptRange) ProtoMessage() {}
 
 func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4348,7 @@ func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieCorruptRange.ProtoReflect.Descriptor instead.
 func (*BookieCorruptRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BookieCorruptRange) GetLedgerId() int64 {
@@ -4292,7 +4386,7 @@ type BookieDamagedJournalRange struct {
 
 func (x *BookieDamagedJournalRange) Reset() {
 	*x = BookieDamagedJournalRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4398,7 @@ func (x *BookieDamagedJournalRange) String() string {
 func (*BookieDamagedJournalRange) ProtoMessage() {}
 
 func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4411,7 @@ func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieDamagedJournalRange.ProtoReflect.Descriptor instead.
 func (*BookieDamagedJournalRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BookieDamagedJournalRange) GetFile() string {
@@ -4369,7 +4463,7 @@ type ScrubBookieResponse struct {
 
 func (x *ScrubBookieResponse) Reset() {
 	*x = ScrubBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4475,7 @@ func (x *ScrubBookieResponse) String() string {
 func (*ScrubBookieResponse) ProtoMessage() {}
 
 func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4488,7 @@ func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieResponse.ProtoReflect.Descriptor instead.
 func (*ScrubBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ScrubBookieResponse) GetBookieId() string {
@@ -4465,6 +4559,179 @@ func (x *ScrubBookieResponse) GetTookMs() int64 {
 		return x.TookMs
 	}
 	return 0
+}
+
+type SkipLostEntriesRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Topic        string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Types that are valid to be assigned to Target:
+	//
+	//	*SkipLostEntriesRequest_Entry
+	//	*SkipLostEntriesRequest_LedgerId
+	Target isSkipLostEntriesRequest_Target `protobuf_oneof:"target"`
+	// confirm applies the skip; false is a dry run.
+	Confirm       bool `protobuf:"varint,5,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipLostEntriesRequest) Reset() {
+	*x = SkipLostEntriesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipLostEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipLostEntriesRequest) ProtoMessage() {}
+
+func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipLostEntriesRequest.ProtoReflect.Descriptor instead.
+func (*SkipLostEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *SkipLostEntriesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesRequest) GetTarget() isSkipLostEntriesRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *SkipLostEntriesRequest) GetEntry() *MessageId {
+	if x != nil {
+		if x, ok := x.Target.(*SkipLostEntriesRequest_Entry); ok {
+			return x.Entry
+		}
+	}
+	return nil
+}
+
+func (x *SkipLostEntriesRequest) GetLedgerId() int64 {
+	if x != nil {
+		if x, ok := x.Target.(*SkipLostEntriesRequest_LedgerId); ok {
+			return x.LedgerId
+		}
+	}
+	return 0
+}
+
+func (x *SkipLostEntriesRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+type isSkipLostEntriesRequest_Target interface {
+	isSkipLostEntriesRequest_Target()
+}
+
+type SkipLostEntriesRequest_Entry struct {
+	// entry: one lost entry.
+	Entry *MessageId `protobuf:"bytes,3,opt,name=entry,proto3,oneof"`
+}
+
+type SkipLostEntriesRequest_LedgerId struct {
+	// ledger_id: every entry of this ledger (the whole ledger is lost).
+	LedgerId int64 `protobuf:"varint,4,opt,name=ledger_id,json=ledgerId,proto3,oneof"`
+}
+
+func (*SkipLostEntriesRequest_Entry) isSkipLostEntriesRequest_Target() {}
+
+func (*SkipLostEntriesRequest_LedgerId) isSkipLostEntriesRequest_Target() {}
+
+type SkipLostEntriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries is how many entries are (or would be) acknowledged by the skip
+	// (entries the subscription had already acknowledged are not counted).
+	Entries int64 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	// description says what is (or would be) skipped, in words.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// applied is true when the cursor was moved and persisted.
+	Applied       bool `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipLostEntriesResponse) Reset() {
+	*x = SkipLostEntriesResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipLostEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipLostEntriesResponse) ProtoMessage() {}
+
+func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipLostEntriesResponse.ProtoReflect.Descriptor instead.
+func (*SkipLostEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *SkipLostEntriesResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *SkipLostEntriesResponse) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkipLostEntriesResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
 }
 
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
@@ -4545,7 +4812,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\xbe\x02\n" +
+	"msgRateOut\"\xf9\x02\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -4553,7 +4820,14 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fmsg_rate_out\x18\x04 \x01(\x01R\n" +
 	"msgRateOut\x12?\n" +
 	"\tconsumers\x18\x05 \x03(\v2!.meridian.client.v1.ConsumerStatsR\tconsumers\x12O\n" +
-	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\"\xc3\x04\n" +
+	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x129\n" +
+	"\ablocked\x18\a \x01(\v2\x1f.meridian.client.v1.BlockedReadR\ablocked\"\xab\x01\n" +
+	"\vBlockedRead\x129\n" +
+	"\bposition\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdR\bposition\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
+	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xc3\x04\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -4767,10 +5041,21 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x0fdamaged_ledgers\x18\b \x03(\x03R\x0edamagedLedgers\x12%\n" +
 	"\x0eledgers_marked\x18\t \x03(\x03R\rledgersMarked\x12\x17\n" +
 	"\atook_ms\x18\n" +
-	" \x01(\x03R\x06tookMs*G\n" +
+	" \x01(\x03R\x06tookMs\"\xcc\x01\n" +
+	"\x16SkipLostEntriesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x125\n" +
+	"\x05entry\x18\x03 \x01(\v2\x1d.meridian.client.v1.MessageIdH\x00R\x05entry\x12\x1d\n" +
+	"\tledger_id\x18\x04 \x01(\x03H\x00R\bledgerId\x12\x18\n" +
+	"\aconfirm\x18\x05 \x01(\bR\aconfirmB\b\n" +
+	"\x06target\"o\n" +
+	"\x17SkipLostEntriesResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x03R\aentries\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xdf\x19\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xcb\x1a\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -4803,7 +5088,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x10ListMetadataKeys\x12+.meridian.client.v1.ListMetadataKeysRequest\x1a,.meridian.client.v1.ListMetadataKeysResponse\x12T\n" +
 	"\tGetLedger\x12$.meridian.client.v1.GetLedgerRequest\x1a!.meridian.client.v1.LedgerDetails\x12m\n" +
 	"\x10ListTopicLedgers\x12+.meridian.client.v1.ListTopicLedgersRequest\x1a,.meridian.client.v1.ListTopicLedgersResponse\x12^\n" +
-	"\vScrubBookie\x12&.meridian.client.v1.ScrubBookieRequest\x1a'.meridian.client.v1.ScrubBookieResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\vScrubBookie\x12&.meridian.client.v1.ScrubBookieRequest\x1a'.meridian.client.v1.ScrubBookieResponse\x12j\n" +
+	"\x0fSkipLostEntries\x12*.meridian.client.v1.SkipLostEntriesRequest\x1a+.meridian.client.v1.SkipLostEntriesResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -4818,7 +5104,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(MetadataShard)(0),                   // 0: meridian.client.v1.MetadataShard
 	(*ListTenantsRequest)(nil),           // 1: meridian.client.v1.ListTenantsRequest
@@ -4851,156 +5137,164 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ProducerStats)(nil),                // 28: meridian.client.v1.ProducerStats
 	(*ConsumerStats)(nil),                // 29: meridian.client.v1.ConsumerStats
 	(*SubscriptionStats)(nil),            // 30: meridian.client.v1.SubscriptionStats
-	(*TopicStats)(nil),                   // 31: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                   // 32: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                   // 33: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),           // 34: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),     // 35: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),    // 36: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),    // 37: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),   // 38: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),    // 39: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),   // 40: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),     // 41: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),    // 42: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),           // 43: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                   // 44: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),          // 45: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                 // 46: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),           // 47: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),          // 48: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),        // 49: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil), // 50: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),           // 51: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),     // 52: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),    // 53: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),    // 54: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),   // 55: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),    // 56: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),   // 57: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),    // 58: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),   // 59: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),     // 60: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),          // 61: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),           // 62: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),               // 63: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),             // 64: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),        // 65: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),      // 66: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),     // 67: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                 // 68: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                // 69: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                // 70: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),             // 71: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),      // 72: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),     // 73: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),           // 74: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),           // 75: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),    // 76: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),          // 77: meridian.client.v1.ScrubBookieResponse
-	nil,                                  // 78: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                // 79: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 80: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 81: meridian.client.v1.InitialPosition
+	(*BlockedRead)(nil),                  // 31: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                   // 32: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                   // 33: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                   // 34: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),           // 35: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),     // 36: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),    // 37: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),    // 38: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),   // 39: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),    // 40: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),   // 41: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),     // 42: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),    // 43: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),           // 44: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                   // 45: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),          // 46: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                 // 47: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),           // 48: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),          // 49: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),        // 50: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil), // 51: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),           // 52: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),     // 53: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),    // 54: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),    // 55: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),   // 56: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),    // 57: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),   // 58: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),    // 59: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),   // 60: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),     // 61: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),          // 62: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),           // 63: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),               // 64: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),             // 65: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),        // 66: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),      // 67: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),     // 68: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                 // 69: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                // 70: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                // 71: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),             // 72: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),      // 73: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),     // 74: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),           // 75: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),           // 76: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),    // 77: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),          // 78: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),       // 79: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),      // 80: meridian.client.v1.SkipLostEntriesResponse
+	nil,                                  // 81: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                // 82: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 83: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 84: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	7,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	7,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	7,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	79, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	82, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	29, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	80, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	28, // 6: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	30, // 7: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	80, // 8: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	32, // 9: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	33, // 10: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	80, // 11: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	81, // 12: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	80, // 13: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	81, // 14: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	44, // 15: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	46, // 16: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	49, // 17: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	46, // 18: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	61, // 19: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	62, // 20: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	0,  // 21: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	0,  // 22: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	64, // 23: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	68, // 24: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	69, // 25: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	78, // 26: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	70, // 27: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	75, // 28: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	76, // 29: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	1,  // 30: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	3,  // 31: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	5,  // 32: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	8,  // 33: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	10, // 34: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	12, // 35: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	14, // 36: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	16, // 37: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	18, // 38: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	20, // 39: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	22, // 40: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	24, // 41: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	25, // 42: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	26, // 43: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	35, // 44: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	37, // 45: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	39, // 46: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	41, // 47: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	43, // 48: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	47, // 49: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	50, // 50: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	52, // 51: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	54, // 52: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	56, // 53: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	58, // 54: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	60, // 55: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	65, // 56: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	66, // 57: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	71, // 58: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	72, // 59: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	74, // 60: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	2,  // 61: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	4,  // 62: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	6,  // 63: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	9,  // 64: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	11, // 65: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	13, // 66: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	15, // 67: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	17, // 68: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	19, // 69: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	21, // 70: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	23, // 71: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	31, // 72: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	34, // 73: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	27, // 74: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	36, // 75: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	38, // 76: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	40, // 77: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	42, // 78: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	45, // 79: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	48, // 80: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	51, // 81: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	53, // 82: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	55, // 83: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	57, // 84: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	59, // 85: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	63, // 86: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	64, // 87: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	67, // 88: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	70, // 89: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	73, // 90: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	77, // 91: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	61, // [61:92] is the sub-list for method output_type
-	30, // [30:61] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	83, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	31, // 6: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	83, // 7: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	28, // 8: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	30, // 9: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	83, // 10: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	33, // 11: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	34, // 12: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	83, // 13: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	84, // 14: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	83, // 15: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	84, // 16: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	45, // 17: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	47, // 18: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	50, // 19: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	47, // 20: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	62, // 21: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	63, // 22: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	0,  // 23: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	0,  // 24: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	65, // 25: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	69, // 26: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	70, // 27: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	81, // 28: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	71, // 29: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	76, // 30: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	77, // 31: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	83, // 32: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	1,  // 33: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	3,  // 34: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	5,  // 35: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	8,  // 36: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	10, // 37: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	12, // 38: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	14, // 39: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	16, // 40: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	18, // 41: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	20, // 42: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	22, // 43: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	24, // 44: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	25, // 45: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	26, // 46: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	36, // 47: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	38, // 48: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	40, // 49: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	42, // 50: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	44, // 51: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	48, // 52: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	51, // 53: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	53, // 54: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	55, // 55: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	57, // 56: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	59, // 57: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	61, // 58: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	66, // 59: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	67, // 60: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	72, // 61: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	73, // 62: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	75, // 63: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	79, // 64: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	2,  // 65: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	4,  // 66: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	6,  // 67: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	9,  // 68: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	11, // 69: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	13, // 70: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	15, // 71: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	17, // 72: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	19, // 73: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	21, // 74: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	23, // 75: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	32, // 76: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	35, // 77: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	27, // 78: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	37, // 79: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	39, // 80: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	41, // 81: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	43, // 82: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	46, // 83: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	49, // 84: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	52, // 85: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	54, // 86: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	56, // 87: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	58, // 88: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	60, // 89: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	64, // 90: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	65, // 91: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	68, // 92: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	71, // 93: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	74, // 94: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	78, // 95: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	80, // 96: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	65, // [65:97] is the sub-list for method output_type
+	33, // [33:65] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -5011,10 +5305,14 @@ func file_api_client_v1_admin_proto_init() {
 	file_api_client_v1_entry_proto_init()
 	file_api_client_v1_client_proto_init()
 	file_api_client_v1_admin_proto_msgTypes[6].OneofWrappers = []any{}
-	file_api_client_v1_admin_proto_msgTypes[40].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
 		(*ResetSubscriptionRequest_MessageId)(nil),
 		(*ResetSubscriptionRequest_PublishTimeMs)(nil),
 		(*ResetSubscriptionRequest_InitialPosition)(nil),
+	}
+	file_api_client_v1_admin_proto_msgTypes[78].OneofWrappers = []any{
+		(*SkipLostEntriesRequest_Entry)(nil),
+		(*SkipLostEntriesRequest_LedgerId)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5022,7 +5320,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   78,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

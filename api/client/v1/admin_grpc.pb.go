@@ -61,6 +61,7 @@ const (
 	Admin_GetLedger_FullMethodName             = "/meridian.client.v1.Admin/GetLedger"
 	Admin_ListTopicLedgers_FullMethodName      = "/meridian.client.v1.Admin/ListTopicLedgers"
 	Admin_ScrubBookie_FullMethodName           = "/meridian.client.v1.Admin/ScrubBookie"
+	Admin_SkipLostEntries_FullMethodName       = "/meridian.client.v1.Admin/SkipLostEntries"
 )
 
 // AdminClient is the client API for Admin service.
@@ -132,6 +133,11 @@ type AdminClient interface {
 	// healthy replicas. It answers when the scrub is done (bounded by the
 	// bookie's scrub rate: give a long enough deadline).
 	ScrubBookie(ctx context.Context, in *ScrubBookieRequest, opts ...grpc.CallOption) (*ScrubBookieResponse, error)
+	// SkipLostEntries acknowledges, on one subscription, an entry (or every
+	// entry of a ledger) that cannot be read any more, so that delivery
+	// moves past it. Without confirm it changes nothing and says what it
+	// would skip. An entry that reads fine is refused (FailedPrecondition).
+	SkipLostEntries(ctx context.Context, in *SkipLostEntriesRequest, opts ...grpc.CallOption) (*SkipLostEntriesResponse, error)
 }
 
 type adminClient struct {
@@ -452,6 +458,16 @@ func (c *adminClient) ScrubBookie(ctx context.Context, in *ScrubBookieRequest, o
 	return out, nil
 }
 
+func (c *adminClient) SkipLostEntries(ctx context.Context, in *SkipLostEntriesRequest, opts ...grpc.CallOption) (*SkipLostEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SkipLostEntriesResponse)
+	err := c.cc.Invoke(ctx, Admin_SkipLostEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -521,6 +537,11 @@ type AdminServer interface {
 	// healthy replicas. It answers when the scrub is done (bounded by the
 	// bookie's scrub rate: give a long enough deadline).
 	ScrubBookie(context.Context, *ScrubBookieRequest) (*ScrubBookieResponse, error)
+	// SkipLostEntries acknowledges, on one subscription, an entry (or every
+	// entry of a ledger) that cannot be read any more, so that delivery
+	// moves past it. Without confirm it changes nothing and says what it
+	// would skip. An entry that reads fine is refused (FailedPrecondition).
+	SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -623,6 +644,9 @@ func (UnimplementedAdminServer) ListTopicLedgers(context.Context, *ListTopicLedg
 }
 func (UnimplementedAdminServer) ScrubBookie(context.Context, *ScrubBookieRequest) (*ScrubBookieResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ScrubBookie not implemented")
+}
+func (UnimplementedAdminServer) SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SkipLostEntries not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1203,6 +1227,24 @@ func _Admin_ScrubBookie_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SkipLostEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipLostEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SkipLostEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SkipLostEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SkipLostEntries(ctx, req.(*SkipLostEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1333,6 +1375,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ScrubBookie",
 			Handler:    _Admin_ScrubBookie_Handler,
+		},
+		{
+			MethodName: "SkipLostEntries",
+			Handler:    _Admin_SkipLostEntries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
