@@ -96,7 +96,7 @@ func (a *Auditor) firstHole(ctx context.Context, md *ledger.Metadata, s, p int, 
 		if !writeSetHas(e, md.Ensemble, md.WriteQuorum, p) {
 			continue
 		}
-		missing, err := hasHole(ctx, c, a.cfg.RPCTimeout, md.ID, e)
+		missing, err := hasHole(ctx, c, b, a.cfg.RPCTimeout, md.ID, e)
 		if err != nil {
 			return -1, err
 		}
@@ -107,11 +107,15 @@ func (a *Auditor) firstHole(ctx context.Context, md *ledger.Metadata, s, p int, 
 	return -1, nil
 }
 
-// hasHole asks one bookie for entry e: true if it answers "not found".
-func hasHole(ctx context.Context, c bookiev1.BookieClient, timeout time.Duration, id, e int64) (bool, error) {
+// hasHole asks bookie b (through c) for entry e: true if it answers "not
+// found". The request names b's instance, so a re-formatted bookie (in
+// limbo it answers "ledger unknown", an error here) or an impostor is never
+// taken for b.
+func hasHole(ctx context.Context, c bookiev1.BookieClient, b topology.BookieInfo, timeout time.Duration, id, e int64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := c.ReadEntry(rctx, &bookiev1.ReadEntryRequest{LedgerId: id, EntryId: e})
+	_, err := c.ReadEntry(rctx, &bookiev1.ReadEntryRequest{LedgerId: id, EntryId: e,
+		ExpectedBookieId: b.ID, ExpectedInstanceId: b.InstanceID})
 	switch {
 	case err == nil:
 		return false, nil
@@ -147,7 +151,7 @@ func (w *Worker) fillHoles(ctx context.Context, st *ledgerState) (copyStats, err
 					if !writeSetHas(e, md.Ensemble, md.WriteQuorum, p) {
 						continue
 					}
-					missing, err := hasHole(ctx, c, w.cfg.RPCTimeout, md.ID, e)
+					missing, err := hasHole(ctx, c, b, w.cfg.RPCTimeout, md.ID, e)
 					if err != nil {
 						return total, fmt.Errorf("autorecovery: ledger %d: check entry %d on %s: %w", md.ID, e, id, err)
 					}
