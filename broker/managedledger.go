@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metadata key prefixes in the region's shard.
@@ -109,6 +110,10 @@ type managedLedger struct {
 	cacheTotal *atomic.Int64
 	dedup      *dedupTable
 	lastWrite  time.Time
+
+	// lostScanned counts the lost entries a takeover scan skipped (may be
+	// nil); set once before load.
+	lostScanned prometheus.Counter
 }
 
 func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
@@ -166,14 +171,40 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		lac := r.LastAddConfirmed()
 		// Scan the entries not covered by the dedup snapshot: their sizes and
 		// the producers' last batches. Every producer found is tracked.
+		// An entry that no replica holds intact (lost) is skipped: it must
+		// not make the whole topic unloadable. Its subscriptions still stop
+		// at it visibly (lost.go). Dedup cannot know the lost entry's producer
+		// sequence: if it was its producer's last batch, a resend of it is
+		// stored again (the original is gone; see docs/ARCHITECTURE.md).
 		var size int64
-		for first := int64(0); first <= lac; first += 500 {
+		var lost []int64
+		for first := int64(0); first <= lac; {
 			last := min(first+499, lac)
 			ents, err := r.Read(ctx, first, last)
+			next := last + 1
 			if err != nil {
-				r.Close()
-				return fmt.Errorf("%w: scan ledger %d of %s: %v", ErrStorage, li.ID, ml.topic, err)
+				if !isLostEntry(err) {
+					r.Close()
+					return fmt.Errorf("%w: scan ledger %d of %s: %v", ErrStorage, li.ID, ml.topic, err)
+				}
+				// ents is the readable prefix; the entry after it is lost.
+				bad := first
+				if len(ents) > 0 {
+					bad = ents[len(ents)-1].EntryID + 1
+				}
+				if len(lost) == 0 {
+					ml.log.Warn("takeover scan: entry lost on every replica, skipped; subscriptions stop at it until an operator skips it",
+						"ledger", li.ID, "entry", bad, "err", err,
+						"dedup", "the producer sequence of this entry is unknown: a resend of it may be stored again",
+						"hint", "meridian admin topics skip-lost")
+				}
+				lost = append(lost, bad)
+				if ml.lostScanned != nil {
+					ml.lostScanned.Inc()
+				}
+				next = bad + 1
 			}
+			first = next
 			for _, e := range ents {
 				size += int64(len(e.Data))
 				if md, _, err := wire.DecodeEntry(e.Data); err == nil && md.GetProducerName() != "" {
@@ -186,6 +217,11 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 			}
 		}
 		r.Close()
+		if len(lost) > 1 {
+			// One line per ledger and takeover, not one per lost entry.
+			ml.log.Warn("takeover scan: lost entries skipped", "ledger", li.ID, "count", len(lost),
+				"first", lost[0], "last", lost[len(lost)-1])
+		}
 		if li.Entries < 0 {
 			li.Entries = lac + 1
 			li.Size = size

@@ -12,6 +12,7 @@ type metrics struct {
 	subscriptions                      *prometheus.GaugeVec
 	topicsOwned                        prometheus.Gauge
 	ledgersDeleted                     prometheus.Counter
+	takeoverLostEntries                prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -35,12 +36,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help: "Topics this broker owns."}),
 		ledgersDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_broker_retention_ledgers_deleted_total",
 			Help: "Ledgers deleted by retention."}),
+		takeoverLostEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_broker_takeover_lost_entries_total",
+			Help: "Entries lost on every replica that a topic takeover's scan skipped (the topic loads; its subscriptions stop at them)."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
-		m.topicsOwned, m.ledgersDeleted, &storageCollector{s: s}} {
+		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, &storageCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -63,6 +63,9 @@ func newTopic(b *Server, name TopicName, pol *clientv1.NamespacePolicies) *topic
 		rateAt: time.Now(),
 	}
 	t.ml = newManagedLedger(&b.cfg, &b.cacheBytes, name.String(), t.log, t.ledgerOptions, t.notify, t.onLedgerFailed)
+	if b.metrics != nil {
+		t.ml.lostScanned = b.metrics.takeoverLostEntries
+	}
 	return t
 }
 
