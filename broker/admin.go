@@ -597,6 +597,7 @@ func (a *adminService) GetAutorecoveryStatus(ctx context.Context, _ *clientv1.Ge
 	for _, u := range r.UnderReplicated {
 		resp.UnderReplicated = append(resp.UnderReplicated, &clientv1.UnderReplicatedLedger{
 			LedgerId: u.LedgerID, Missing: u.Missing, MarkedUnixMs: u.MarkedAt.UnixMilli(), Worker: u.Worker,
+			Corrupt: u.Corrupt, Incomplete: u.Incomplete,
 		})
 	}
 	for _, b := range r.Bookies {

@@ -432,8 +432,7 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 			}
 			fmt.Fprintf(out.w, "autorecovery: %s, auditor: %s, under-replicated ledgers: %d\n", paused, auditor, r.GetUnderReplicatedCount())
 			for _, u := range r.GetUnderReplicated() {
-				fmt.Fprintf(out.w, "ledger %d missing=%s marked=%s worker=%s\n", u.GetLedgerId(), strings.Join(u.GetMissing(), ","),
-					time.UnixMilli(u.GetMarkedUnixMs()).UTC().Format(time.RFC3339), u.GetWorker())
+				fmt.Fprintln(out.w, underReplicatedLine(u))
 			}
 			return nil
 		})
@@ -543,4 +542,13 @@ func (p *policyFlags) apply(cur *client.NamespacePolicies) error {
 		cur.ReplicationRegions = p.replicationRegion
 	}
 	return nil
+}
+
+// underReplicatedLine is one mark in `admin bookies status` text output:
+// the lost bookies (missing) and the live ones with a damaged (corrupt) or
+// partial (incomplete) replica.
+func underReplicatedLine(u *clientv1.UnderReplicatedLedger) string {
+	return fmt.Sprintf("ledger %d missing=%s corrupt=%s incomplete=%s marked=%s worker=%s", u.GetLedgerId(),
+		strings.Join(u.GetMissing(), ","), strings.Join(u.GetCorrupt(), ","), strings.Join(u.GetIncomplete(), ","),
+		time.UnixMilli(u.GetMarkedUnixMs()).UTC().Format(time.RFC3339), u.GetWorker())
 }

@@ -2839,7 +2839,13 @@ type UnderReplicatedLedger struct {
 	Missing      []string `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`
 	MarkedUnixMs int64    `protobuf:"varint,3,opt,name=marked_unix_ms,json=markedUnixMs,proto3" json:"marked_unix_ms,omitempty"`
 	// worker is the worker repairing it now ("" if none).
-	Worker        string `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker string `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	// corrupt lists live bookies whose replica of the ledger is damaged
+	// (found by a scrub or a read); a worker rewrites it in place.
+	Corrupt []string `protobuf:"bytes,5,rep,name=corrupt,proto3" json:"corrupt,omitempty"`
+	// incomplete lists live bookies missing some entries of their write
+	// sets (an add that failed on them when Qw > Qa); a worker fills them in.
+	Incomplete    []string `protobuf:"bytes,6,rep,name=incomplete,proto3" json:"incomplete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2900,6 +2906,20 @@ func (x *UnderReplicatedLedger) GetWorker() string {
 		return x.Worker
 	}
 	return ""
+}
+
+func (x *UnderReplicatedLedger) GetCorrupt() []string {
+	if x != nil {
+		return x.Corrupt
+	}
+	return nil
+}
+
+func (x *UnderReplicatedLedger) GetIncomplete() []string {
+	if x != nil {
+		return x.Incomplete
+	}
+	return nil
 }
 
 type GetAutorecoveryStatusRequest struct {
@@ -4916,12 +4936,16 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12ListBookiesRequest\"\x87\x01\n" +
 	"\x13ListBookiesResponse\x12:\n" +
 	"\abookies\x18\x01 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\x124\n" +
-	"\x16under_replicated_count\x18\x02 \x01(\x03R\x14underReplicatedCount\"\x8c\x01\n" +
+	"\x16under_replicated_count\x18\x02 \x01(\x03R\x14underReplicatedCount\"\xc6\x01\n" +
 	"\x15UnderReplicatedLedger\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
 	"\amissing\x18\x02 \x03(\tR\amissing\x12$\n" +
 	"\x0emarked_unix_ms\x18\x03 \x01(\x03R\fmarkedUnixMs\x12\x16\n" +
-	"\x06worker\x18\x04 \x01(\tR\x06worker\"\x1e\n" +
+	"\x06worker\x18\x04 \x01(\tR\x06worker\x12\x18\n" +
+	"\acorrupt\x18\x05 \x03(\tR\acorrupt\x12\x1e\n" +
+	"\n" +
+	"incomplete\x18\x06 \x03(\tR\n" +
+	"incomplete\"\x1e\n" +
 	"\x1cGetAutorecoveryStatusRequest\"\xb3\x02\n" +
 	"\x12AutorecoveryStatus\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12#\n" +

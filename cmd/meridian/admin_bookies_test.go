@@ -1,0 +1,22 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
+// TestUnderReplicatedLine: `admin bookies status` names every kind of
+// damage a mark records: lost bookies, corrupt and incomplete replicas.
+func TestUnderReplicatedLine(t *testing.T) {
+	u := &clientv1.UnderReplicatedLedger{LedgerId: 7, Missing: []string{"b0"}, Corrupt: []string{"b1", "b2"}, Incomplete: []string{"b3"},
+		MarkedUnixMs: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli(), Worker: "w1"}
+	got := underReplicatedLine(u)
+	for _, want := range []string{"ledger 7 ", "missing=b0", "corrupt=b1,b2", "incomplete=b3", "marked=2026-01-02T03:04:05Z", "worker=w1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("line %q lacks %q", got, want)
+		}
+	}
+}
