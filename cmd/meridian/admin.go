@@ -107,10 +107,11 @@ func newAdminCmd() *cobra.Command {
 	o := &adminOpts{}
 	root := &cobra.Command{
 		Use:   "admin",
-		Short: "Manage tenants, namespaces, topics, subscriptions, brokers and bookies",
+		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers and metadata",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("admin: missing resource (tenants, namespaces, topics, subscriptions, brokers or bookies)")
+			// Listed from the command tree, so a new resource is never left out.
+			return fmt.Errorf("admin: missing resource (%s)", subNames(cmd))
 		},
 	}
 	pf := root.PersistentFlags()
@@ -482,6 +483,9 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 func subNames(cmd *cobra.Command) string {
 	var n []string
 	for _, c := range cmd.Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
 		n = append(n, c.Name())
 	}
 	return strings.Join(n, ", ")

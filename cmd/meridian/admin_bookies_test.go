@@ -20,3 +20,27 @@ func TestUnderReplicatedLine(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminNamesEveryResource: `meridian admin` without a resource, and
+// its help, name every resource command, metadata and ledgers included.
+func TestAdminNamesEveryResource(t *testing.T) {
+	cmd := newAdminCmd()
+	cmd.SetArgs(nil)
+	cmd.SetOut(&strings.Builder{})
+	cmd.SetErr(&strings.Builder{})
+	err := cmd.Execute()
+	if err == nil {
+		t.Fatal("admin without a resource succeeded")
+	}
+	for _, sub := range cmd.Commands() {
+		if sub.Name() == "help" || sub.Name() == "completion" {
+			continue
+		}
+		if !strings.Contains(err.Error(), sub.Name()) {
+			t.Errorf("missing-resource error %q does not name %q", err, sub.Name())
+		}
+		if !strings.Contains(cmd.Short, sub.Name()) {
+			t.Errorf("admin help %q does not name %q", cmd.Short, sub.Name())
+		}
+	}
+}
