@@ -570,6 +570,7 @@ func bookieStatusProto(b autorecovery.BookieStatus) *clientv1.BookieStatus {
 		BookieId: b.ID, Address: b.Address, Region: b.Region, Rack: b.Rack,
 		Live: b.Live, ReadOnly: b.ReadOnly, Decommissioned: b.Decommissioned,
 		UnderReplicatedLedgers: int32(b.UnderReplicatedLedgers), ReadOnlyReason: b.ReadOnlyReason,
+		InstanceId: b.InstanceID, LimboBelowLedger: b.LimboBelowLedger, LimboReason: b.LimboReason,
 	}
 }
 

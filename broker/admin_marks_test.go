@@ -45,3 +45,21 @@ func TestAutorecoveryStatusShowsMarkKinds(t *testing.T) {
 		t.Fatalf("status shows %v, want missing %v corrupt %v incomplete %v", u, m.Missing, m.Corrupt, m.Incomplete)
 	}
 }
+
+// TestListBookiesShowsInstance: every bookie of the region is listed with
+// the instance its cookie names, and none is in limbo.
+func TestListBookiesShowsInstance(t *testing.T) {
+	_, adm, _ := oneBroker(t, nil)
+	r, err := adm.ListBookies(context.Background(), &clientv1.ListBookiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetBookies()) == 0 {
+		t.Fatal("no bookies listed")
+	}
+	for _, b := range r.GetBookies() {
+		if b.GetInstanceId() == "" || b.GetLimboBelowLedger() != 0 || b.GetLimboReason() != "" {
+			t.Errorf("bookie %s: instance %q limbo below %d %q, want an instance and no limbo", b.GetBookieId(), b.GetInstanceId(), b.GetLimboBelowLedger(), b.GetLimboReason())
+		}
+	}
+}

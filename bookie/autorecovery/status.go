@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridianmq/meridian/bookie"
+	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 )
@@ -29,6 +31,16 @@ type BookieStatus struct {
 	Decommissioned bool `json:"decommissioned"`
 	// UnderReplicatedLedgers counts marks naming this bookie as missing.
 	UnderReplicatedLedgers int `json:"under_replicated_ledgers"`
+	// InstanceID is the instance its metadata cookie names ("" without
+	// a cookie): it changes at every `meridian bookie format`.
+	InstanceID string `json:"instance_id,omitempty"`
+	// LimboBelowLedger > 0: the bookie was re-formatted and is in limbo
+	// for the ledgers below it (it answers "unknown", not "not found").
+	LimboBelowLedger int64 `json:"limbo_below_ledger,omitempty"`
+	// LimboReason says why the limbo has not ended yet: the ledgers below
+	// the bound that still list the bookie, and whether autorecovery has
+	// a spare bookie to move them to. "" when not in limbo.
+	LimboReason string `json:"limbo_reason,omitempty"`
 }
 
 // UnderReplicatedLedger is one under-replicated mark.
@@ -141,9 +153,97 @@ func Status(ctx context.Context, store metadata.Store) (Report, error) {
 	for id, n := range missingCount {
 		get(id).UnderReplicatedLedgers = n
 	}
+	if err := addLimbo(ctx, store, byID); err != nil {
+		return Report{}, err
+	}
 	for _, b := range byID {
 		r.Bookies = append(r.Bookies, *b)
 	}
 	sort.Slice(r.Bookies, func(i, j int) bool { return strings.Compare(r.Bookies[i].ID, r.Bookies[j].ID) < 0 })
 	return r, nil
+}
+
+// addLimbo fills the instance and limbo fields of the listed bookies from
+// their metadata cookies. Only when some bookie is in limbo does it scan
+// the ledger metadata, to say why the limbo lasts: a limbo ends when no
+// ledger below its bound lists the bookie (bookie/limbo.go), and
+// autorecovery can only move a ledger's replica to a writable bookie that
+// is not in the same ensemble already. With exactly E bookies there is
+// none: the limbo then lasts until those ledgers are deleted (or a bookie
+// is added).
+func addLimbo(ctx context.Context, store metadata.Store, byID map[string]*BookieStatus) error {
+	limbo := map[string]int64{}
+	err := listAll(ctx, store, bookie.CookieKeyPrefix, 0, func(kv metadata.KV) error {
+		var c bookie.Cookie
+		if json.Unmarshal(kv.Value, &c) != nil {
+			return nil // refused by the bookie itself at start; nothing to show
+		}
+		b := byID[strings.TrimPrefix(kv.Key, bookie.CookieKeyPrefix)]
+		if b == nil {
+			return nil
+		}
+		b.InstanceID = c.InstanceID
+		if c.LimboBelowLedger > 0 {
+			b.LimboBelowLedger = c.LimboBelowLedger
+			limbo[b.ID] = c.LimboBelowLedger
+		}
+		return nil
+	})
+	if err != nil || len(limbo) == 0 {
+		return err
+	}
+	// Spares are writable live bookies that are not decommissioned.
+	var writable []string
+	for id, b := range byID {
+		if b.Live && !b.ReadOnly && !b.Decommissioned {
+			writable = append(writable, id)
+		}
+	}
+	listing, stuck := map[string]int{}, map[string]int{}
+	err = listAll(ctx, store, ledger.LedgerKeyPrefix, 0, func(kv metadata.KV) error {
+		var md ledger.Metadata
+		if json.Unmarshal(kv.Value, &md) != nil {
+			return nil
+		}
+		for id, below := range limbo {
+			if md.ID >= below {
+				continue
+			}
+			for _, sg := range md.Segments {
+				in := map[string]bool{}
+				for _, e := range sg.Ensemble {
+					in[e.ID] = true
+				}
+				if !in[id] {
+					continue
+				}
+				listing[id]++
+				spare := false
+				for _, w := range writable {
+					spare = spare || !in[w]
+				}
+				if !spare {
+					stuck[id]++
+				}
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for id, below := range limbo {
+		b := byID[id]
+		switch n := listing[id]; {
+		case n == 0:
+			b.LimboReason = fmt.Sprintf("no ledger below %d lists it any more: the bookie ends its limbo at its next check", below)
+		case stuck[id] > 0:
+			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list it; %d of them have no spare bookie (every writable bookie is in their ensemble), so autorecovery cannot move them and the limbo lasts until they are deleted or a bookie is added",
+				n, below, stuck[id])
+		default:
+			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list it; autorecovery is moving their replicas to spare bookies", n, below)
+		}
+	}
+	return nil
 }

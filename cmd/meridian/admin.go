@@ -389,24 +389,12 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 				if out.json {
 					lw.json(map[string]any{"bookie_id": b.GetBookieId(), "address": b.GetAddress(), "region": b.GetRegion(), "rack": b.GetRack(),
 						"live": b.GetLive(), "read_only": b.GetReadOnly(), "decommissioned": b.GetDecommissioned(),
-						"under_replicated_ledgers": b.GetUnderReplicatedLedgers(), "read_only_reason": b.GetReadOnlyReason()})
+						"under_replicated_ledgers": b.GetUnderReplicatedLedgers(), "read_only_reason": b.GetReadOnlyReason(),
+						"instance_id": b.GetInstanceId(), "limbo": b.GetLimboBelowLedger() > 0,
+						"limbo_below_ledger": b.GetLimboBelowLedger(), "limbo_reason": b.GetLimboReason()})
 					continue
 				}
-				state := "down"
-				switch {
-				case b.GetLive() && b.GetReadOnly():
-					state = "read-only"
-				case b.GetLive():
-					state = "read-write"
-				}
-				if b.GetDecommissioned() {
-					state += ",decommissioned"
-				}
-				reason := ""
-				if b.GetReadOnlyReason() != "" {
-					reason = fmt.Sprintf(" reason=%q", b.GetReadOnlyReason())
-				}
-				lw.printf("%s %s addr=%s rack=%s under_replicated=%d%s\n", b.GetBookieId(), state, b.GetAddress(), b.GetRack(), b.GetUnderReplicatedLedgers(), reason)
+				lw.printf("%s\n", bookieLine(b))
 			}
 			if !out.json {
 				lw.printf("under-replicated ledgers: %d\n", r.GetUnderReplicatedCount())
@@ -432,6 +420,11 @@ func newBookiesCmd(o *adminOpts) *cobra.Command {
 				auditor = "none"
 			}
 			fmt.Fprintf(out.w, "autorecovery: %s, auditor: %s, under-replicated ledgers: %d\n", paused, auditor, r.GetUnderReplicatedCount())
+			for _, b := range r.GetBookies() {
+				if b.GetLimboBelowLedger() > 0 {
+					fmt.Fprintf(out.w, "bookie %s (instance %s) in limbo below ledger %d: %s\n", b.GetBookieId(), b.GetInstanceId(), b.GetLimboBelowLedger(), b.GetLimboReason())
+				}
+			}
 			for _, u := range r.GetUnderReplicated() {
 				fmt.Fprintln(out.w, underReplicatedLine(u))
 			}
@@ -555,4 +548,32 @@ func underReplicatedLine(u *clientv1.UnderReplicatedLedger) string {
 	return fmt.Sprintf("ledger %d missing=%s corrupt=%s incomplete=%s marked=%s worker=%s", u.GetLedgerId(),
 		strings.Join(u.GetMissing(), ","), strings.Join(u.GetCorrupt(), ","), strings.Join(u.GetIncomplete(), ","),
 		time.UnixMilli(u.GetMarkedUnixMs()).UTC().Format(time.RFC3339), u.GetWorker())
+}
+
+// bookieLine is one bookie in `admin bookies list` text output.
+func bookieLine(b *clientv1.BookieStatus) string {
+	state := "down"
+	switch {
+	case b.GetLive() && b.GetReadOnly():
+		state = "read-only"
+	case b.GetLive():
+		state = "read-write"
+	}
+	if b.GetDecommissioned() {
+		state += ",decommissioned"
+	}
+	if b.GetLimboBelowLedger() > 0 {
+		state += ",limbo"
+	}
+	line := fmt.Sprintf("%s %s addr=%s rack=%s under_replicated=%d", b.GetBookieId(), state, b.GetAddress(), b.GetRack(), b.GetUnderReplicatedLedgers())
+	if b.GetInstanceId() != "" {
+		line += " instance=" + b.GetInstanceId()
+	}
+	if b.GetReadOnlyReason() != "" {
+		line += fmt.Sprintf(" reason=%q", b.GetReadOnlyReason())
+	}
+	if b.GetLimboBelowLedger() > 0 {
+		line += fmt.Sprintf(" limbo_below_ledger=%d limbo_reason=%q", b.GetLimboBelowLedger(), b.GetLimboReason())
+	}
+	return line
 }

@@ -44,3 +44,20 @@ func TestAdminNamesEveryResource(t *testing.T) {
 		}
 	}
 }
+
+// TestBookieLineShowsInstanceAndLimbo: `admin bookies list` names the
+// instance and, for a bookie in limbo, the bound and why it lasts.
+func TestBookieLineShowsInstanceAndLimbo(t *testing.T) {
+	b := &clientv1.BookieStatus{BookieId: "bookie-1", Address: "h:1", Rack: "r", Live: true, Decommissioned: true,
+		InstanceId: "inst-9", LimboBelowLedger: 10, LimboReason: "2 ledger(s) below 10 still list it"}
+	got := bookieLine(b)
+	for _, want := range []string{"bookie-1 read-write,decommissioned,limbo ", "instance=inst-9", "limbo_below_ledger=10", `limbo_reason="2 ledger(s) below 10 still list it"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("line %q lacks %q", got, want)
+		}
+	}
+	b = &clientv1.BookieStatus{BookieId: "bookie-0", Live: true, InstanceId: "inst-0"}
+	if got := bookieLine(b); strings.Contains(got, "limbo") || !strings.Contains(got, "instance=inst-0") {
+		t.Errorf("line %q of a bookie out of limbo", got)
+	}
+}

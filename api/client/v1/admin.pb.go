@@ -2646,8 +2646,18 @@ type BookieStatus struct {
 	// read_only_reason says why a live bookie is read-only (disk usage, I/O
 	// error), "" when writable.
 	ReadOnlyReason string `protobuf:"bytes,9,opt,name=read_only_reason,json=readOnlyReason,proto3" json:"read_only_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// instance_id is the instance named by the bookie's metadata cookie; it
+	// changes at every `meridian bookie format` ("" without a cookie).
+	InstanceId string `protobuf:"bytes,10,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// limbo_below_ledger > 0: the bookie was re-formatted and answers
+	// "unknown" (not "not found") for ledgers below this ID (BP-44 limbo).
+	LimboBelowLedger int64 `protobuf:"varint,11,opt,name=limbo_below_ledger,json=limboBelowLedger,proto3" json:"limbo_below_ledger,omitempty"`
+	// limbo_reason says why the limbo still lasts ("" when not in limbo):
+	// how many ledgers below the bound still list the bookie, and whether a
+	// spare bookie exists to move them to.
+	LimboReason   string `protobuf:"bytes,12,opt,name=limbo_reason,json=limboReason,proto3" json:"limbo_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BookieStatus) Reset() {
@@ -2739,6 +2749,27 @@ func (x *BookieStatus) GetUnderReplicatedLedgers() int32 {
 func (x *BookieStatus) GetReadOnlyReason() string {
 	if x != nil {
 		return x.ReadOnlyReason
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *BookieStatus) GetLimboBelowLedger() int64 {
+	if x != nil {
+		return x.LimboBelowLedger
+	}
+	return 0
+}
+
+func (x *BookieStatus) GetLimboReason() string {
+	if x != nil {
+		return x.LimboReason
 	}
 	return ""
 }
@@ -4922,7 +4953,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\x12!\n" +
 	"\fowned_topics\x18\x04 \x01(\x05R\vownedTopics\"O\n" +
 	"\x13ListBrokersResponse\x128\n" +
-	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\xae\x02\n" +
+	"\abrokers\x18\x01 \x03(\v2\x1e.meridian.client.v1.BrokerInfoR\abrokers\"\xa0\x03\n" +
 	"\fBookieStatus\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
@@ -4932,7 +4963,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tread_only\x18\x06 \x01(\bR\breadOnly\x12&\n" +
 	"\x0edecommissioned\x18\a \x01(\bR\x0edecommissioned\x128\n" +
 	"\x18under_replicated_ledgers\x18\b \x01(\x05R\x16underReplicatedLedgers\x12(\n" +
-	"\x10read_only_reason\x18\t \x01(\tR\x0ereadOnlyReason\"\x14\n" +
+	"\x10read_only_reason\x18\t \x01(\tR\x0ereadOnlyReason\x12\x1f\n" +
+	"\vinstance_id\x18\n" +
+	" \x01(\tR\n" +
+	"instanceId\x12,\n" +
+	"\x12limbo_below_ledger\x18\v \x01(\x03R\x10limboBelowLedger\x12!\n" +
+	"\flimbo_reason\x18\f \x01(\tR\vlimboReason\"\x14\n" +
 	"\x12ListBookiesRequest\"\x87\x01\n" +
 	"\x13ListBookiesResponse\x12:\n" +
 	"\abookies\x18\x01 \x03(\v2 .meridian.client.v1.BookieStatusR\abookies\x124\n" +
