@@ -36,7 +36,9 @@ import (
 //     marks its closed ledgers and workers copy their replicas elsewhere and
 //     take it out of their ensembles.
 //   - Limbo ends when no ledger below LimboBelowLedger names the bookie in
-//     any ensemble any more: nothing the old instance held is referenced.
+//     any ensemble any more, other than under its new instance (a place
+//     autorecovery rebuilt on this instance when no spare bookie existed):
+//     nothing the old instance held is referenced.
 //     The bookie checks every Config.LimboCheckInterval, then clears the
 //     limbo in the metadata cookie (CAS) and its directories, and withdraws
 //     the decommission.
@@ -236,8 +238,10 @@ func (s *Server) limboErr(ledger int64, err error) error {
 }
 
 // referencesOldLedgers reports whether any ledger below limit names the
-// bookie in an ensemble.
-func referencesOldLedgers(ctx context.Context, store metadata.Store, id string, limit int64) (bool, error) {
+// bookie in an ensemble, other than under its current instance (a place
+// autorecovery rebuilt on this instance: see bookie/autorecovery's
+// instance.go).
+func referencesOldLedgers(ctx context.Context, store metadata.Store, id, instance string, limit int64) (bool, error) {
 	page := metadata.Page{}
 	for {
 		res, err := store.List(ctx, ledgerKeyPrefix, page, metadata.ReadOptions{})
@@ -252,7 +256,8 @@ func referencesOldLedgers(ctx context.Context, store metadata.Store, id string, 
 			var md struct {
 				Segments []struct {
 					Ensemble []struct {
-						ID string `json:"id"`
+						ID         string `json:"id"`
+						InstanceID string `json:"instance_id"`
 					} `json:"ensemble"`
 				} `json:"segments"`
 			}
@@ -261,7 +266,7 @@ func referencesOldLedgers(ctx context.Context, store metadata.Store, id string, 
 			}
 			for _, sg := range md.Segments {
 				for _, b := range sg.Ensemble {
-					if b.ID == id {
+					if b.ID == id && (instance == "" || b.InstanceID != instance) {
 						return true, nil
 					}
 				}
@@ -299,7 +304,7 @@ func (s *Server) watchLimbo(ctx context.Context) {
 			}
 		}
 		limit := s.limboBelow.Load()
-		busy, err := referencesOldLedgers(ctx, store, s.cfg.ID, limit)
+		busy, err := referencesOldLedgers(ctx, store, s.cfg.ID, s.cookie.InstanceID, limit)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("limbo: ledger scan failed; retrying", "err", err)

@@ -256,8 +256,12 @@ func (a *Auditor) lostBookies(now time.Time, decom map[string]bool) map[string]b
 func (a *Auditor) scan(ctx context.Context, live map[string]topology.BookieInfo, decom map[string]bool, now time.Time) error {
 	a.m.scans.Inc()
 	due := a.lostBookies(now, decom)
+	limbo, err := limboInstances(ctx, a.cfg.Store, decom)
+	if err != nil {
+		return err
+	}
 	ledgers, marked := 0, 0
-	err := listAll(ctx, a.cfg.Store, ledger.LedgerKeyPrefix, a.cfg.PageSize, func(kv metadata.KV) error {
+	err = listAll(ctx, a.cfg.Store, ledger.LedgerKeyPrefix, a.cfg.PageSize, func(kv metadata.KV) error {
 		id, ok := ledger.ParseLedgerKey(kv.Key)
 		if !ok {
 			return nil
@@ -269,9 +273,16 @@ func (a *Auditor) scan(ctx context.Context, live map[string]topology.BookieInfo,
 		}
 		ledgers++
 		var missing []string
-		seen := map[string]bool{}
+		seen, added := map[string]bool{}, map[string]bool{}
 		for _, seg := range md.Segments {
 			for _, b := range seg.Ensemble {
+				// A place already rebuilt on a limbo bookie's new instance
+				// is not missing (instance.go); another place of the same
+				// bookie may still be.
+				if due[b.ID] && !added[b.ID] && !rebuilt(b, limbo) {
+					added[b.ID] = true
+					missing = append(missing, b.ID)
+				}
 				if seen[b.ID] {
 					continue
 				}
@@ -281,9 +292,6 @@ func (a *Auditor) scan(ctx context.Context, live map[string]topology.BookieInfo,
 						a.log.Warn("ledger ensemble names an unregistered bookie", "bookie", b.ID, "ledger", id)
 						a.lostSince[b.ID] = now
 					}
-				}
-				if due[b.ID] {
-					missing = append(missing, b.ID)
 				}
 			}
 		}

@@ -25,6 +25,11 @@
 // worker completes. Open and in-recovery ledgers are not touched: the writer's
 // ensemble change and ledger recovery own them.
 //
+// A re-formatted bookie in limbo with no spare bookie to replace it (exactly
+// E bookies) gets its replicas rebuilt on its own new instance: the same
+// copy, then the swap records the new instance in the ensemble place, which
+// then counts as rebuilt (instance.go).
+//
 // A live bookie whose replica is damaged (its scrub or a read found corrupt
 // entries) is named in the mark's Corrupt list by MarkCorrupt; a worker
 // rewrites that replica in place from healthy ones before anything else.

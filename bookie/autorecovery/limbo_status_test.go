@@ -16,8 +16,9 @@ import (
 
 // TestStatusShowsInstanceAndLimbo: the status names each bookie's instance
 // (from its metadata cookie) and, for a re-formatted bookie still in limbo,
-// why: how many ledgers below its limbo bound still list it, and that with
-// no spare bookie autorecovery cannot move them (exactly E bookies).
+// why: how many ledgers below its limbo bound still list its old instance,
+// and whether a spare bookie exists to move them to (with exactly E
+// bookies there is none and they are rebuilt on the new instance).
 func TestStatusShowsInstanceAndLimbo(t *testing.T) {
 	store := metadatatest.Start(t)
 	ctx := context.Background()
@@ -44,6 +45,11 @@ func TestStatusShowsInstanceAndLimbo(t *testing.T) {
 		put(ledger.LedgerKey(id), ledger.Metadata{ID: id, State: ledger.StateClosed, Ensemble: 3, WriteQuorum: 2, AckQuorum: 2, LastEntry: 9,
 			Segments: []ledger.Segment{{FirstEntry: 0, Ensemble: ens}}})
 	}
+	// Ledger 7's place was rebuilt on the new instance: it does not count.
+	rebuiltEns := append([]topology.BookieInfo(nil), ens...)
+	rebuiltEns[1].InstanceID = "instance-of-bookie-1"
+	put(ledger.LedgerKey(7), ledger.Metadata{ID: 7, State: ledger.StateClosed, Ensemble: 3, WriteQuorum: 2, AckQuorum: 2, LastEntry: 9,
+		Segments: []ledger.Segment{{FirstEntry: 0, Ensemble: rebuiltEns}}})
 	check := func(wantSpare bool) {
 		t.Helper()
 		r, err := autorecovery.Status(ctx, store)
@@ -61,7 +67,7 @@ func TestStatusShowsInstanceAndLimbo(t *testing.T) {
 				continue
 			}
 			t.Logf("%s: limbo below %d: %s", b.ID, b.LimboBelowLedger, b.LimboReason)
-			if b.LimboBelowLedger != 10 || !strings.Contains(b.LimboReason, "2 ledger(s) below 10 still list it") {
+			if b.LimboBelowLedger != 10 || !strings.Contains(b.LimboReason, "2 ledger(s) below 10 still list its old instance") {
 				t.Errorf("limbo status %d %q, want below 10 with 2 ledgers listing it", b.LimboBelowLedger, b.LimboReason)
 			}
 			if got := strings.Contains(b.LimboReason, "no spare bookie"); got == wantSpare {

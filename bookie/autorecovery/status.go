@@ -166,13 +166,14 @@ func Status(ctx context.Context, store metadata.Store) (Report, error) {
 // addLimbo fills the instance and limbo fields of the listed bookies from
 // their metadata cookies. Only when some bookie is in limbo does it scan
 // the ledger metadata, to say why the limbo lasts: a limbo ends when no
-// ledger below its bound lists the bookie (bookie/limbo.go), and
-// autorecovery can only move a ledger's replica to a writable bookie that
-// is not in the same ensemble already. With exactly E bookies there is
-// none: the limbo then lasts until those ledgers are deleted (or a bookie
-// is added).
+// ledger below its bound lists the bookie's old instance (bookie/limbo.go).
+// Autorecovery moves a replica to a writable bookie outside the ensemble;
+// with none (exactly E bookies) it rebuilds the replica on the bookie's
+// new instance (instance.go), which needs the bookie registered and
+// writable.
 func addLimbo(ctx context.Context, store metadata.Store, byID map[string]*BookieStatus) error {
 	limbo := map[string]int64{}
+	instance := map[string]string{}
 	err := listAll(ctx, store, bookie.CookieKeyPrefix, 0, func(kv metadata.KV) error {
 		var c bookie.Cookie
 		if json.Unmarshal(kv.Value, &c) != nil {
@@ -186,6 +187,7 @@ func addLimbo(ctx context.Context, store metadata.Store, byID map[string]*Bookie
 		if c.LimboBelowLedger > 0 {
 			b.LimboBelowLedger = c.LimboBelowLedger
 			limbo[b.ID] = c.LimboBelowLedger
+			instance[b.ID] = c.InstanceID
 		}
 		return nil
 	})
@@ -210,12 +212,13 @@ func addLimbo(ctx context.Context, store metadata.Store, byID map[string]*Bookie
 				continue
 			}
 			for _, sg := range md.Segments {
-				in := map[string]bool{}
+				in, old := map[string]bool{}, false
 				for _, e := range sg.Ensemble {
 					in[e.ID] = true
+					old = old || (e.ID == id && e.InstanceID != instance[id])
 				}
-				if !in[id] {
-					continue
+				if !old {
+					continue // not listed, or already rebuilt on the new instance
 				}
 				listing[id]++
 				spare := false
@@ -238,11 +241,14 @@ func addLimbo(ctx context.Context, store metadata.Store, byID map[string]*Bookie
 		switch n := listing[id]; {
 		case n == 0:
 			b.LimboReason = fmt.Sprintf("no ledger below %d lists it any more: the bookie ends its limbo at its next check", below)
+		case stuck[id] > 0 && (!b.Live || b.ReadOnly):
+			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list its old instance; %d of them have no spare bookie (every writable bookie is in their ensemble) and the bookie is not registered writable, so autorecovery cannot rebuild them: start the bookie or add one",
+				n, below, stuck[id])
 		case stuck[id] > 0:
-			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list it; %d of them have no spare bookie (every writable bookie is in their ensemble), so autorecovery cannot move them and the limbo lasts until they are deleted or a bookie is added",
+			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list its old instance; %d of them have no spare bookie, so autorecovery rebuilds those replicas on this bookie's new instance (is autorecovery paused or failing? see bookies status)",
 				n, below, stuck[id])
 		default:
-			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list it; autorecovery is moving their replicas to spare bookies", n, below)
+			b.LimboReason = fmt.Sprintf("re-formatted: %d ledger(s) below %d still list its old instance; autorecovery is moving their replicas to spare bookies", n, below)
 		}
 	}
 	return nil

@@ -316,6 +316,9 @@ type ledgerState struct {
 	mdVersion   int64
 	live        map[string]topology.BookieInfo
 	decom       map[string]bool
+	// limbo maps each decommissioned bookie in limbo to its current
+	// instance (instance.go).
+	limbo map[string]string
 }
 
 func (w *Worker) readState(ctx context.Context, id int64) (*ledgerState, error) {
@@ -351,6 +354,9 @@ func (w *Worker) readState(ctx context.Context, id int64) (*ledgerState, error) 
 		return nil, err
 	}
 	if st.decom, err = decommissioned(ctx, w.cfg.Store); err != nil {
+		return nil, err
+	}
+	if st.limbo, err = limboInstances(ctx, w.cfg.Store, st.decom); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -391,7 +397,7 @@ func (w *Worker) nextToFix(st *ledgerState) (int, int) {
 	}
 	for s, seg := range st.md.Segments {
 		for p, b := range seg.Ensemble {
-			if marked[b.ID] {
+			if marked[b.ID] && !rebuilt(b, st.limbo) {
 				return s, p
 			}
 		}
@@ -420,7 +426,16 @@ func (w *Worker) replace(ctx context.Context, st *ledgerState, s, p int) (copySt
 	}
 	target, err := w.cfg.Placement.ReplaceBookie(seg.Ensemble, md.WriteQuorum, p, candidates, exclude)
 	if err != nil {
-		return copyStats{}, fmt.Errorf("autorecovery: ledger %d segment %d: choose a replacement for %s: %w", md.ID, s, lostID, err)
+		// No spare: a re-formatted bookie in limbo that is registered
+		// under its new instance takes its own replica back (instance.go).
+		self, ok := st.live[lostID]
+		inst, limbo := st.limbo[lostID]
+		if !errors.Is(err, topology.ErrNotEnoughBookies) || !limbo || !ok || self.InstanceID != inst || self.ReadOnly {
+			return copyStats{}, fmt.Errorf("autorecovery: ledger %d segment %d: choose a replacement for %s: %w", md.ID, s, lostID, err)
+		}
+		w.log.Info("no spare bookie: rebuilding the replica on the re-formatted bookie's new instance",
+			"ledger", md.ID, "segment", s, "bookie", lostID, "old_instance", seg.Ensemble[p].InstanceID, "new_instance", inst)
+		target = self
 	}
 	target.ReadOnly, target.ReadOnlyReason = false, ""
 	log := w.log.With("ledger", md.ID, "segment", s, "position", p, "lost", lostID, "target", target.ID)
