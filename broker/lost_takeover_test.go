@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,6 +133,26 @@ func TestLostEntryDoesNotBlockTakeover(t *testing.T) {
 	}
 	if logs.count("takeover scan: entry lost") == 0 {
 		t.Errorf("no log line names the lost entry the takeover scan skipped")
+	}
+	resp, err := http.Get("http://" + rc.Broker(survivor).HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "\nmeridian_broker_takeover_lost_entries_total 1\n") {
+		t.Errorf("metrics lack meridian_broker_takeover_lost_entries_total 1")
+	}
+	// Dedup state was rebuilt from the readable entries: producer p's last
+	// sequence is its last readable batch, and a resend of a readable batch
+	// is answered as a duplicate.
+	opened, r, err := rawSendPayload(ctx, cli, topic, "p", 5, []byte("resend-5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened.GetLastSequenceId() != n-1 || !r.GetDuplicate() {
+		t.Fatalf("after takeover: producer p opened at last sequence %d (want %d); resend of 5: duplicate=%v %v",
+			opened.GetLastSequenceId(), n-1, r.GetDuplicate(), r)
 	}
 
 	// The subscription delivers everything before the lost entry, then
