@@ -85,6 +85,16 @@ func TestCursorAndDedupSurviveUnload(t *testing.T) {
 	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 7; c.CursorPersistInterval = 50 * time.Millisecond })
 	ctx := context.Background()
 	topic := "public/default/unload"
+	// Create the subscription before producing: retention (0/0 in this
+	// namespace) deletes the ledgers of a topic without subscriptions, and under
+	// CPU load it used to run between the sends and the subscribe below.
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
 	p, opened := openProducer(t, cli, topic, "dp")
 	if opened.LastSequenceId != -1 {
 		t.Fatalf("new producer last sequence %d", opened.LastSequenceId)
