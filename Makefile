@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      := ./...
 # Core packages run under the race detector in CI.
 RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/...
-TEST_TIMEOUT ?= 15m
+TEST_TIMEOUT ?= 10m
 
 .PHONY: all build test test-long test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare clean
 
