@@ -6,9 +6,9 @@ GO        ?= go
 PKGS      := ./...
 # Core packages run under the race detector in CI.
 RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/...
-TEST_TIMEOUT ?= 15m
+TEST_TIMEOUT ?= 10m
 
-.PHONY: all build test test-long test-short lint proto proto-check bench bench-metadata bench-storage bench-compare clean
+.PHONY: all build test test-long test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare clean
 
 all: build
 
@@ -23,6 +23,10 @@ test: lint proto-check
 ## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak); ~10 minutes.
 test-long:
 	MERIDIAN_LONG=1 MERIDIAN_LONG_TESTS=1 LEDGER_SOAK_ROUNDS=8 $(GO) test -timeout 30m -count=1 ./metadata/ ./bookie/ ./bookie/ledger/
+
+## test-stress: the race suite -count=3 under two busy loops hogging the CPUs (.ci/stress); see docs/TESTING.md.
+test-stress:
+	RACE_PKGS="$(RACE_PKGS)" .ci/stress
 
 test-short:
 	$(GO) test -short -timeout $(TEST_TIMEOUT) $(PKGS)

@@ -429,7 +429,9 @@ func TestE2ESendTimeoutWhenRegionDies(t *testing.T) {
 	sa := startStandalone(t)
 	c := newClient(t, sa.GRPCAddr())
 	ctx := tctx(t, 60*time.Second)
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/dies", SendTimeout: 500 * time.Millisecond})
+	// The timeout must also cover the first send on a freshly started region
+	// (ledger creation, first fsync): under CPU load 500 ms did not.
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/dies", SendTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

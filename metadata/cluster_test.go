@@ -294,7 +294,7 @@ func TestClientWatchAcrossServerRestart(t *testing.T) {
 // so even an unguarded write or a new session moves on to the next endpoint.
 func TestClientSkipsDeadEndpoint(t *testing.T) {
 	c := metadatatest.StartClusterWith(t, 1, metadatatest.Options{GRPC: true})
-	dead := metadatatest.FreeAddr(t)
+	dead := deadAddr(t)
 	cl := newClient(t, append([]string{dead}, c.Endpoints()...), metadata.GlobalShard)
 	ctx := ctxT(t)
 	if _, err := cl.Put(ctx, "k", []byte("v"), metadata.AnyVersion, 0); err != nil {
