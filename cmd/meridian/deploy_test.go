@@ -292,16 +292,7 @@ func TestDeploySmoke(t *testing.T) {
 	cliBinary(t)
 
 	// Metadata node.
-	metaRaft, metaGRPC, metaHTTP := cliFreeAddr(t), cliFreeAddr(t), cliFreeAddr(t)
-	metaCfg := deriveSample(t, "meta.yaml", dir, "meta.yaml", func(m yamlMap) {
-		m["raft_address"], m["grpc_address"], m["http_address"] = metaRaft, metaGRPC, metaHTTP
-		m["data_dir"] = filepath.Join(dir, "meta")
-		for _, s := range m["shards"].([]any) {
-			s.(map[string]any)["members"] = map[int]string{1: metaRaft}
-		}
-	})
-	meta := startProc(t, "meta", "meta", "--config", metaCfg)
-	waitHTTP(t, meta, "http://"+metaHTTP+"/readyz", 90*time.Second)
+	metaGRPC := startMetaProc(t, dir)
 
 	// Bookies on two racks, gossiping through the first.
 	var bookies []*smokeBookie
@@ -312,18 +303,9 @@ func TestDeploySmoke(t *testing.T) {
 		if seed == "" {
 			seed = gossip
 		}
-		cfg := deriveSample(t, "bookie.yaml", dir, b.id+".yaml", func(m yamlMap) {
-			m["id"], m["listen_addr"], m["http_addr"] = b.id, b.grpc, b.http
-			m["rack"] = fmt.Sprintf("rack-%d", i%2)
-			m["journal_dir"] = filepath.Join(dir, b.id, "journal")
-			m["ledger_dir"] = filepath.Join(dir, b.id, "ledgers")
+		cfg := bookieProcConfig(t, dir, b.id, b.grpc, b.http, fmt.Sprintf("rack-%d", i%2), metaGRPC, func(m yamlMap) {
 			m["session_ttl"] = "3s"
-			g := m.sub("gossip")
-			g["bind_addr"] = gossip
-			if gossip != seed {
-				g["seeds"] = []string{seed}
-			}
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
+			setGossip(m, gossip, seed)
 			ar := m.sub("autorecovery")
 			ar["check_interval"], ar["poll_interval"], ar["retry_backoff"] = "200ms", "200ms", "1s"
 		})

@@ -60,16 +60,7 @@ func TestWipedBookieProcessLevel(t *testing.T) {
 	dir := t.TempDir()
 	cliBinary(t)
 
-	metaRaft, metaGRPC, metaHTTP := cliFreeAddr(t), cliFreeAddr(t), cliFreeAddr(t)
-	metaCfg := deriveSample(t, "meta.yaml", dir, "meta.yaml", func(m yamlMap) {
-		m["raft_address"], m["grpc_address"], m["http_address"] = metaRaft, metaGRPC, metaHTTP
-		m["data_dir"] = filepath.Join(dir, "meta")
-		for _, s := range m["shards"].([]any) {
-			s.(map[string]any)["members"] = map[int]string{1: metaRaft}
-		}
-	})
-	meta := startProc(t, "meta", "meta", "--config", metaCfg)
-	waitHTTP(t, meta, "http://"+metaHTTP+"/readyz", 90*time.Second)
+	metaGRPC := startMetaProc(t, dir)
 
 	type bk struct {
 		id, http, cfg string
@@ -80,14 +71,9 @@ func TestWipedBookieProcessLevel(t *testing.T) {
 	for i := range 3 {
 		b := &bk{id: fmt.Sprintf("bookie-%d", i+1), http: cliFreeAddr(t)}
 		grpcAddr := cliFreeAddr(t)
-		b.cfg = deriveSample(t, "bookie.yaml", dir, b.id+".yaml", func(m yamlMap) {
-			m["id"], m["listen_addr"], m["http_addr"] = b.id, grpcAddr, b.http
-			m["rack"] = fmt.Sprintf("rack-%d", i)
-			m["journal_dir"] = filepath.Join(dir, b.id, "journal")
-			m["ledger_dir"] = filepath.Join(dir, b.id, "ledgers")
+		b.cfg = bookieProcConfig(t, dir, b.id, grpcAddr, b.http, fmt.Sprintf("rack-%d", i), metaGRPC, func(m yamlMap) {
 			m["session_ttl"] = "3s"
 			delete(m, "gossip")
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
 		})
 		b.p = startProc(t, b.id, "bookie", "--config", b.cfg)
 		bookies = append(bookies, b)
@@ -104,14 +90,10 @@ func TestWipedBookieProcessLevel(t *testing.T) {
 	startBroker := func(name string) *br {
 		b := &br{grpc: cliFreeAddr(t)}
 		httpAddr := cliFreeAddr(t)
-		cfg := deriveSample(t, "broker.yaml", dir, name+".yaml", func(m yamlMap) {
-			x := m.sub("broker")
-			x["broker_id"] = name
-			x["grpc_address"], x["http_address"] = b.grpc, httpAddr
+		cfg := brokerProcConfig(t, dir, name, b.grpc, httpAddr, metaGRPC, func(x yamlMap) {
 			x["default_ensemble_size"], x["default_write_quorum"], x["default_ack_quorum"] = 3, 2, 2
 			x["session_ttl"] = "3s"
 			x["retention_interval"] = "1h" // the topic has no subscription while producing
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
 		})
 		b.p = startProc(t, name, "broker", "--config", cfg)
 		waitHTTP(t, b.p, "http://"+httpAddr+"/readyz", 90*time.Second)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,16 +27,7 @@ func startPauseRegion(t *testing.T, sessionTTL time.Duration) *pauseRegion {
 	t.Helper()
 	dir := t.TempDir()
 	cliBinary(t)
-	metaRaft, metaGRPC, metaHTTP := cliFreeAddr(t), cliFreeAddr(t), cliFreeAddr(t)
-	metaCfg := deriveSample(t, "meta.yaml", dir, "meta.yaml", func(m yamlMap) {
-		m["raft_address"], m["grpc_address"], m["http_address"] = metaRaft, metaGRPC, metaHTTP
-		m["data_dir"] = filepath.Join(dir, "meta")
-		for _, s := range m["shards"].([]any) {
-			s.(map[string]any)["members"] = map[int]string{1: metaRaft}
-		}
-	})
-	meta := startProc(t, "meta", "meta", "--config", metaCfg)
-	waitHTTP(t, meta, "http://"+metaHTTP+"/readyz", 90*time.Second)
+	metaGRPC := startMetaProc(t, dir)
 
 	var seed string
 	type bk struct {
@@ -51,18 +40,9 @@ func startPauseRegion(t *testing.T, sessionTTL time.Duration) *pauseRegion {
 		if seed == "" {
 			seed = gossip
 		}
-		cfg := deriveSample(t, "bookie.yaml", dir, id+".yaml", func(m yamlMap) {
-			m["id"], m["listen_addr"], m["http_addr"] = id, grpcAddr, httpAddr
-			m["rack"] = fmt.Sprintf("rack-%d", i)
-			m["journal_dir"] = filepath.Join(dir, id, "journal")
-			m["ledger_dir"] = filepath.Join(dir, id, "ledgers")
+		cfg := bookieProcConfig(t, dir, id, grpcAddr, httpAddr, fmt.Sprintf("rack-%d", i), metaGRPC, func(m yamlMap) {
 			m["session_ttl"] = "3s"
-			g := m.sub("gossip")
-			g["bind_addr"] = gossip
-			if gossip != seed {
-				g["seeds"] = []string{seed}
-			}
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
+			setGossip(m, gossip, seed)
 		})
 		bookies = append(bookies, bk{startProc(t, id, "bookie", "--config", cfg), httpAddr})
 	}
@@ -73,12 +53,9 @@ func startPauseRegion(t *testing.T, sessionTTL time.Duration) *pauseRegion {
 	r := &pauseRegion{sessionTTL: sessionTTL}
 	for i := range 2 {
 		id, grpcAddr, httpAddr := fmt.Sprintf("broker-%d", i+1), cliFreeAddr(t), cliFreeAddr(t)
-		cfg := deriveSample(t, "broker.yaml", dir, id+".yaml", func(m yamlMap) {
-			b := m.sub("broker")
-			b["broker_id"], b["grpc_address"], b["http_address"] = id, grpcAddr, httpAddr
+		cfg := brokerProcConfig(t, dir, id, grpcAddr, httpAddr, metaGRPC, func(b yamlMap) {
 			b["default_ensemble_size"], b["default_write_quorum"], b["default_ack_quorum"] = 3, 2, 2
 			b["session_ttl"] = sessionTTL.String()
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
 		})
 		p := startProc(t, id, "broker", "--config", cfg)
 		waitHTTP(t, p, "http://"+httpAddr+"/readyz", 90*time.Second)
@@ -194,18 +171,8 @@ func TestPausedOwnerCostsProducerSessionPlusKeepalive(t *testing.T) {
 		t.Fatalf("owner %q is none of %v", owner, r.brokerGRPC)
 	}
 	frozen := r.brokers[victim]
-	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	resume := frozen.pause(t)
 	paused := time.Now()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = frozen.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume) // never leave a stopped process behind
 	t.Logf("paused owner %s (%s)", frozen.name, owner)
 
 	// Receipts already on their way when the process stopped may still

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,16 +32,7 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 	dir := t.TempDir()
 	cliBinary(t)
 
-	metaRaft, metaGRPC, metaHTTP := cliFreeAddr(t), cliFreeAddr(t), cliFreeAddr(t)
-	metaCfg := deriveSample(t, "meta.yaml", dir, "meta.yaml", func(m yamlMap) {
-		m["raft_address"], m["grpc_address"], m["http_address"] = metaRaft, metaGRPC, metaHTTP
-		m["data_dir"] = filepath.Join(dir, "meta")
-		for _, s := range m["shards"].([]any) {
-			s.(map[string]any)["members"] = map[int]string{1: metaRaft}
-		}
-	})
-	meta := startProc(t, "meta", "meta", "--config", metaCfg)
-	waitHTTP(t, meta, "http://"+metaHTTP+"/readyz", 90*time.Second)
+	metaGRPC := startMetaProc(t, dir)
 
 	var seed string
 	for i := range 2 {
@@ -51,17 +40,8 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 		if seed == "" {
 			seed = gossip
 		}
-		cfg := deriveSample(t, "bookie.yaml", dir, id+".yaml", func(m yamlMap) {
-			m["id"], m["listen_addr"], m["http_addr"] = id, grpcAddr, httpAddr
-			m["rack"] = fmt.Sprintf("rack-%d", i)
-			m["journal_dir"] = filepath.Join(dir, id, "journal")
-			m["ledger_dir"] = filepath.Join(dir, id, "ledgers")
-			g := m.sub("gossip")
-			g["bind_addr"] = gossip
-			if gossip != seed {
-				g["seeds"] = []string{seed}
-			}
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
+		cfg := bookieProcConfig(t, dir, id, grpcAddr, httpAddr, fmt.Sprintf("rack-%d", i), metaGRPC, func(m yamlMap) {
+			setGossip(m, gossip, seed)
 		})
 		b := startProc(t, id, "bookie", "--config", cfg)
 		waitHTTP(t, b, "http://"+httpAddr+"/readyz", 90*time.Second)
@@ -74,16 +54,12 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 	var brokers []*brokerProc
 	for i := range 2 {
 		b := &brokerProc{grpc: cliFreeAddr(t), http: cliFreeAddr(t)}
-		cfg := deriveSample(t, "broker.yaml", dir, fmt.Sprintf("broker-%d.yaml", i+1), func(m yamlMap) {
-			br := m.sub("broker")
-			br["broker_id"] = fmt.Sprintf("broker-%d", i+1)
-			br["grpc_address"], br["http_address"] = b.grpc, b.http
+		cfg := brokerProcConfig(t, dir, fmt.Sprintf("broker-%d", i+1), b.grpc, b.http, metaGRPC, func(br yamlMap) {
 			br["default_ensemble_size"], br["default_write_quorum"], br["default_ack_quorum"] = 2, 2, 2
 			br["session_ttl"] = "2s"
 			// Long enough that the acknowledgement made just before the
 			// pause is not persisted before it.
 			br["cursor_persist_interval"] = "3s"
-			m.sub("metadata")["endpoints"] = []string{metaGRPC}
 		})
 		b.p = startProc(t, fmt.Sprintf("broker-%d", i+1), "broker", "--config", cfg)
 		brokers = append(brokers, b)
@@ -151,18 +127,8 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 	}()
 	// Acknowledge up to 69 (held only in the owner's memory), then pause it.
 	zc.ack(ids[69])
-	if err := zombie.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	resume := zombie.p.pause(t)
 	paused := time.Now()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = zombie.p.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
 	if md := storedMD(); md != 39 {
 		t.Fatalf("stored mark-delete %d before the pause, want 39 (persist interval too short for this machine?)", md)
 	}
