@@ -465,11 +465,9 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	t.mu.Lock()
-	s, ok := t.subs[r.GetSubscription()]
-	t.mu.Unlock()
-	if !ok {
-		return nil, GRPCError(fmt.Errorf("%w: subscription %s on %s", ErrNotFound, r.GetSubscription(), t.name))
+	s, err := t.subscription(r.GetSubscription())
+	if err != nil {
+		return nil, GRPCError(err)
 	}
 	md, err := a.resetPosition(ctx, t, r)
 	if err != nil {

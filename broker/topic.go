@@ -388,13 +388,22 @@ func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv
 	return s, true, nil
 }
 
-// deleteSub removes a subscription and its cursor.
-func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
+// subscription returns the topic's subscription name, or ErrNotFound.
+func (t *topic) subscription(name string) (*subscription, error) {
 	t.mu.Lock()
 	s, ok := t.subs[name]
 	t.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: subscription %s on %s", ErrNotFound, name, t.name)
+		return nil, fmt.Errorf("%w: subscription %s on %s", ErrNotFound, name, t.name)
+	}
+	return s, nil
+}
+
+// deleteSub removes a subscription and its cursor.
+func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
+	s, err := t.subscription(name)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	n := len(s.consumers)
