@@ -31,13 +31,7 @@ func TestRetentionDeletesOnlyConsumedLedgers(t *testing.T) {
 	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 10 })
 	ctx := context.Background()
 	topic := "public/default/retention"
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "s")
 	p, _ := openProducer(t, cli, topic, "p")
 	for i := range int64(50) {
 		p.sendOK(i)
@@ -87,13 +81,7 @@ func TestCursorAndDedupSurviveUnload(t *testing.T) {
 	topic := "public/default/unload"
 	// Subscribe first: retention (0/0, every 100 ms) deletes the ledgers of
 	// a topic without subscriptions, which made this test flaky under load.
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "s")
 	p, opened := openProducer(t, cli, topic, "dp")
 	if opened.LastSequenceId != -1 {
 		t.Fatalf("new producer last sequence %d", opened.LastSequenceId)

@@ -221,14 +221,7 @@ func TestNonGracefulUnloadPersistsCursors(t *testing.T) {
 	fail.Store(false)
 	c.cancel()
 	c2 := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
-	var got []string
-	for {
-		_, payload := c2.next()
-		got = append(got, payload)
-		if payload == "m19" {
-			break
-		}
-	}
+	got := c2.nextUntil("m19")
 	want := "m10 m11 m12 m13 m14 m16 m17 m18 m19"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("after a non-graceful unload got %v, want %s: acknowledgements were lost", got, want)
@@ -298,14 +291,7 @@ func TestSyncCursorPersistSurvivesKill(t *testing.T) {
 	lookupOwner(t, other, topic, func(o string) bool { return o == other })
 	cli2, _ := conn(t, other)
 	c2 := subscribe(t, cli2, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
-	var got []string
-	for {
-		_, payload := c2.next()
-		got = append(got, payload)
-		if payload == "m19" {
-			break
-		}
-	}
+	got := c2.nextUntil("m19")
 	// Every unacknowledged message is delivered (none lost), no acknowledged one is.
 	want := "m10 m11 m13 m14 m16 m17 m18 m19"
 	if strings.Join(got, " ") != want {
@@ -431,12 +417,7 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 		}
 	}
 	// The new owner's consumer goes on and acknowledges up to m89.
-	for {
-		_, payload := nc.next()
-		if payload == "m89" {
-			break
-		}
-	}
+	nc.nextUntil("m89")
 	if e := nc.ack(ids[89], true); e != nil {
 		t.Fatal(e)
 	}
@@ -519,13 +500,7 @@ func TestLedgerListWritesSerialized(t *testing.T) {
 	})
 	ctx := context.Background()
 	topic := "public/default/list-serial"
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "s")
 	p, _ := openProducer(t, cli, topic, "p")
 	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	// One send at a time, so that the ledger rolls over every 2 entries.

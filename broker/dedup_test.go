@@ -17,7 +17,12 @@ import (
 // sends one single-message batch with seq and closes the stream. It returns
 // the ProducerOpened answer and the receipt.
 func rawSend(ctx context.Context, cli clientv1.MeridianClient, topic, name string, seq int64) (*clientv1.ProducerOpened, *clientv1.SendReceipt, error) {
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	return rawSendWithin(ctx, 60*time.Second, cli, topic, name, seq, []byte(name))
+}
+
+// rawSendWithin is rawSend with a chosen payload, all within timeout.
+func rawSendWithin(ctx context.Context, timeout time.Duration, cli clientv1.MeridianClient, topic, name string, seq int64, payload []byte) (*clientv1.ProducerOpened, *clientv1.SendReceipt, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := cli.Produce(sctx)
 	if err != nil {
@@ -31,7 +36,7 @@ func rawSend(ctx context.Context, cli clientv1.MeridianClient, topic, name strin
 		return nil, nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	opened := r.GetOpened()
-	body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Key: name, Payload: []byte(name)}}}, clientv1.CompressionType_COMPRESSION_TYPE_NONE)
+	body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Key: name, Payload: payload}}}, clientv1.CompressionType_COMPRESSION_TYPE_NONE)
 	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: seq, NumMessages: 1,
 		UncompressedSize: size, Payload: body}}}); err != nil {
 		return nil, nil, err

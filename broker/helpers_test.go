@@ -127,6 +127,20 @@ func (c *testConsumer) next() (*clientv1.MessageId, string) {
 	}
 }
 
+// nextUntil returns the payloads of the next messages, up to and
+// including the first one whose payload is last.
+func (c *testConsumer) nextUntil(last string) []string {
+	c.t.Helper()
+	var got []string
+	for {
+		_, payload := c.next()
+		got = append(got, payload)
+		if payload == last {
+			return got
+		}
+	}
+}
+
 // ack acknowledges and waits for the broker's answer.
 func (c *testConsumer) ack(id *clientv1.MessageId, cumulative bool) *clientv1.Error {
 	c.t.Helper()
@@ -156,5 +170,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// createTopicWithSub creates topic and its subscription sub from the
+// earliest message.
+func createTopicWithSub(t *testing.T, ctx context.Context, adm clientv1.AdminClient, topic, sub string) {
+	t.Helper()
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: sub,
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -33,13 +33,7 @@ func TestLostEntryDoesNotBlockTakeover(t *testing.T) {
 	defer cancel()
 	topic := "public/default/lost-takeover"
 	_, adm := conn(t, rc.Addrs()[0])
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "s")
 	lr, err := func() (*clientv1.LookupResponse, error) {
 		cli, _ := conn(t, rc.Addrs()[0])
 		return cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
@@ -205,34 +199,5 @@ func TestLostEntryDoesNotBlockTakeover(t *testing.T) {
 
 // rawSendPayload is rawSend with a chosen payload.
 func rawSendPayload(ctx context.Context, cli clientv1.MeridianClient, topic, name string, seq int64, payload []byte) (*clientv1.ProducerOpened, *clientv1.SendReceipt, error) {
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	st, err := cli.Produce(sctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: name}}}); err != nil {
-		return nil, nil, err
-	}
-	r, err := st.Recv()
-	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", name, err)
-	}
-	opened := r.GetOpened()
-	body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Key: name, Payload: payload}}}, clientv1.CompressionType_COMPRESSION_TYPE_NONE)
-	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: seq, NumMessages: 1,
-		UncompressedSize: size, Payload: body}}}); err != nil {
-		return nil, nil, err
-	}
-	r, err = st.Recv()
-	if err != nil {
-		return nil, nil, fmt.Errorf("receipt of %s: %w", name, err)
-	}
-	_ = st.CloseSend()
-	for {
-		if _, err := st.Recv(); err != nil {
-			break
-		}
-	}
-	return opened, r.GetReceipt(), nil
+	return rawSendWithin(ctx, 30*time.Second, cli, topic, name, seq, payload)
 }

@@ -39,13 +39,7 @@ func TestLostEntryBlocksVisiblyAndSkips(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	topic := "public/default/lost-entry"
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "s")
 	p, _ := openProducer(t, cli, topic, "p")
 	// Message n only moves the open ledger's last-add-confirmed past
 	// message n-1 (there is no tail cache to serve it from).

@@ -53,13 +53,7 @@ func TestDeleteTopicRacedByProducerFailsCleanly(t *testing.T) {
 	ctx := context.Background()
 	cli, adm := conn(t, rc.Addrs()[0])
 	topic := "public/default/delete-race"
-	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "keep",
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicWithSub(t, ctx, adm, topic, "keep")
 	acked := map[string]*clientv1.MessageId{}
 	p, _ := openProducer(t, cli, topic, "before")
 	for i := range int64(10) {
