@@ -11,32 +11,6 @@ import (
 	"github.com/meridianmq/meridian/bookie/bookietest"
 )
 
-// flipPayloadByte finds payload in the journal files and flips one byte of it.
-func flipPayloadByte(t *testing.T, dir string, payload []byte) {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := bytes.Index(data, payload)
-		if i < 0 {
-			continue
-		}
-		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fh.Close()
-		if _, err := fh.WriteAt([]byte{data[i+len(payload)/2] ^ 0x5a}, int64(i+len(payload)/2)); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Fatal("payload not found in the journal")
-}
-
 func TestCorruptEntryReportedAsCorrupt(t *testing.T) {
 	c := bookietest.StartCluster(t, 1)
 	ctx := ctxT(t)
@@ -47,7 +21,7 @@ func TestCorruptEntryReportedAsCorrupt(t *testing.T) {
 		}
 	}
 	jdir, _ := c.Dirs(0)
-	flipPayloadByte(t, jdir, payloadFor(4, 3, 1024))
+	bookietest.FlipJournalByte(t, jdir, payloadFor(4, 3, 1024))
 	check := func(when string) {
 		t.Helper()
 		if _, err := read(ctx, cl, 4, 3); !errors.Is(err, bookie.ErrEntryCorrupt) || bookie.IsNotFound(err) {

@@ -63,7 +63,7 @@ func TestScrubFindsCorruptionUnderCheckpoint(t *testing.T) {
 	}
 	jdir, _ := c.Dirs(0)
 	c.Stop(0) // checkpoint: replay will not read these records again
-	flipPayloadByte(t, jdir, payloadFor(11, 7, 2048))
+	bookietest.FlipJournalByte(t, jdir, payloadFor(11, 7, 2048))
 	if err := c.Restart(0); err != nil {
 		t.Fatal(err)
 	}

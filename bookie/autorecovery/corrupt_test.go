@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -16,10 +13,8 @@ import (
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/bookie/bookietest"
-	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/metadata/metadatatest"
-	"github.com/meridianmq/meridian/topology"
 )
 
 // newScrubEnv is newEnv with bookies that scrub soon after start and mark
@@ -36,51 +31,7 @@ func newScrubEnv(t *testing.T, n int) *env {
 				return autorecovery.MarkCorrupt(ctx, store, ledgerID, id, reason)
 			}
 		}))
-	e := &env{t: t, store: store, bk: bk, written: map[int64][][]byte{}}
-	e.logger = slog.New(slog.NewTextHandler(&tlog{t: t, on: true}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	e.placement = e.newPlacement()
-	cfg := ledger.DefaultConfig()
-	cfg.Store = store
-	cfg.Placement = e.placement
-	cfg.Region = "local"
-	cfg.Logger = e.logger.With("who", "ledger-client")
-	c, err := ledger.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	e.client = c
-	e.waitFor("all bookies registered", 30*time.Second, func() (bool, string) {
-		res, err := store.List(context.Background(), topology.BookieRegistryPrefix, metadata.Page{}, metadata.ReadOptions{})
-		return err == nil && len(res.KVs) == n, fmt.Sprintf("%d registered, err %v", len(res.KVs), err)
-	})
-	return e
-}
-
-// flipIn flips one byte in the middle of payload p in the journal of dir.
-func flipIn(t *testing.T, dir string, p []byte) {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := bytes.Index(data, p)
-		if i < 0 {
-			continue
-		}
-		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fh.Close()
-		if _, err := fh.WriteAt([]byte{data[i+len(p)/2] ^ 0x5a}, int64(i+len(p)/2)); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Fatalf("payload not found in %s", dir)
+	return newEnvOn(t, n, store, bk, nil)
 }
 
 // Autorecovery never counted a corrupt replica on a LIVE bookie as
@@ -103,7 +54,7 @@ func TestCorruptReplicaOnLiveBookieIsRewritten(t *testing.T) {
 	// Entries up to 30 grow in size, so each payload first appears in its own record.
 	damaged := []int64{5, 6, 10, 30}
 	for _, ent := range damaged {
-		flipIn(t, jdir, payload(id, int(ent)))
+		bookietest.FlipJournalByte(t, jdir, payload(id, int(ent)))
 	}
 	if err := e.bk.Restart(victim); err != nil {
 		t.Fatal(err)

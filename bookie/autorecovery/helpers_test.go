@@ -47,6 +47,16 @@ func newEnv(t *testing.T, n int) *env {
 	t.Helper()
 	store := metadatatest.Start(t)
 	bk := bookietest.StartCluster(t, n, bookietest.WithMetadata(store), bookietest.WithRacks(racks...))
+	return newEnvOn(t, n, store, bk, func(cfg *ledger.Config) {
+		cfg.AddTimeout = 5 * time.Second
+		cfg.ReadTimeout = 5 * time.Second
+	})
+}
+
+// newEnvOn is newEnv on the n bookies bk, which register in store; edit,
+// if not nil, changes the ledger client's config.
+func newEnvOn(t *testing.T, n int, store metadata.Store, bk *bookietest.Cluster, edit func(cfg *ledger.Config)) *env {
+	t.Helper()
 	e := &env{t: t, store: store, bk: bk, written: map[int64][][]byte{}}
 	e.logger = slog.New(slog.NewTextHandler(&tlog{t: t, on: true}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e.placement = e.newPlacement()
@@ -55,8 +65,9 @@ func newEnv(t *testing.T, n int) *env {
 	cfg.Placement = e.placement
 	cfg.Region = "local"
 	cfg.Logger = e.logger.With("who", "ledger-client")
-	cfg.AddTimeout = 5 * time.Second
-	cfg.ReadTimeout = 5 * time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
 	c, err := ledger.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)

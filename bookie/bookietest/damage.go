@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
@@ -101,4 +102,32 @@ func (c *Cluster) LoseEntry(ctx context.Context, ledgerID, entryID int64, payloa
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// FlipJournalByte flips one byte in the middle of the first copy of
+// payload found in the journal files (*.log) of dir, and fails the test if
+// there is none.
+func FlipJournalByte(t testing.TB, dir string, payload []byte) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(data, payload)
+		if i < 0 {
+			continue
+		}
+		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		if _, err := fh.WriteAt([]byte{data[i+len(payload)/2] ^ 0x5a}, int64(i+len(payload)/2)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("payload not found in the journal files of %s", dir)
 }
