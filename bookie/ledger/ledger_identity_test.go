@@ -22,6 +22,26 @@ import (
 	"github.com/meridianmq/meridian/bookie/ledger"
 )
 
+// createTailOnFirstPair creates an E3/Qw2/Qa2 ledger with c, writes to it
+// with writeUntilTailOnFirstPair and returns the writer, what was
+// acknowledged and the indexes in e of the bookies at the first two places
+// of its last segment (the tail's replicas).
+func createTailOnFirstPair(t *testing.T, ctx context.Context, e *env, c *ledger.Client, n int) (*ledger.Writer, *ackLog, int, int) {
+	t.Helper()
+	w, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAckLog()
+	writeUntilTailOnFirstPair(t, ctx, w, a, n)
+	md, err := c.Metadata(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := md.Segments[len(md.Segments)-1].Ensemble
+	return w, a, e.index(ens[0].ID), e.index(ens[1].ID)
+}
+
 // writeUntilTailOnFirstPair appends entries synchronously (each one
 // acknowledged) until at least n were written and the last one's write set
 // is ensemble positions {0, 1} (E3/Qw2: entry e goes to e%3 and e%3+1).
@@ -57,18 +77,7 @@ func TestWipedBookieRecoveryDoesNotTruncate(t *testing.T) {
 	c1 := e.client(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	w, err := c1.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newAckLog()
-	writeUntilTailOnFirstPair(t, ctx, w, a, 200)
-	md, err := c1.Metadata(ctx, w.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ens := md.Segments[len(md.Segments)-1].Ensemble
-	wiped, down := e.index(ens[0].ID), e.index(ens[1].ID)
+	w, a, wiped, down := createTailOnFirstPair(t, ctx, e, c1, 200)
 	// The broker dies: its ledger client goes, the ledger stays open.
 	c1.Close()
 
@@ -139,18 +148,7 @@ func TestImpostorBookieRejected(t *testing.T) {
 			c1 := e.client(nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
-			w, err := c1.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := newAckLog()
-			writeUntilTailOnFirstPair(t, ctx, w, a, 50)
-			md, err := c1.Metadata(ctx, w.ID())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ens := md.Segments[len(md.Segments)-1].Ensemble
-			dead, down := e.index(ens[0].ID), e.index(ens[1].ID)
+			w, a, dead, down := createTailOnFirstPair(t, ctx, e, c1, 50)
 			c1.Close()
 			addr := e.bk.Addr(dead)
 			e.bk.Kill(dead)
