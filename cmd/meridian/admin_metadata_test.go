@@ -1,38 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// lockedBuffer is a bytes.Buffer a child process may write while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // oneLineError asserts a refusal: non-zero exit and one line on stderr
 // that mentions want.
@@ -164,7 +140,6 @@ func TestCLIAdminMetadataStatusDirect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts a metadata node (-short)")
 	}
-	bin := cliBinary(t)
 	dir := t.TempDir()
 	raft, grpcAddr, httpAddr := cliFreeAddr(t), cliFreeAddr(t), cliFreeAddr(t)
 	cfg := fmt.Sprintf("node_id: 1\nraft_address: %s\ngrpc_address: %s\nhttp_address: %s\ndata_dir: %s\nshards:\n"+
@@ -174,41 +149,8 @@ func TestCLIAdminMetadataStatusDirect(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logBuf := &lockedBuffer{}
-	cmd := exec.Command(bin, "meta", "--config", path)
-	cmd.Stdout, cmd.Stderr = logBuf, logBuf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("meta exited: %s", logBuf.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("meta not ready in 60s: %s", logBuf.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	meta := startProc(t, "meta", "meta", "--config", path)
+	waitHTTP(t, meta, "http://"+httpAddr+"/readyz", 60*time.Second)
 	dead := cliFreeAddr(t)
 	r := runCLI(t, "", "admin", "--connect-timeout", "5s", "metadata", "status", "--metadata", grpcAddr+","+dead, "--output", "json")
 	if r.code != 0 {
@@ -224,8 +166,8 @@ func TestCLIAdminMetadataStatusDirect(t *testing.T) {
 		t.Fatalf("status --metadata text: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	// The leadership log line.
-	if !strings.Contains(logBuf.String(), "metadata shard leader changed") {
-		t.Fatalf("meta logged no leadership line:\n%s", logBuf.String())
+	if !strings.Contains(meta.log.String(), "metadata shard leader changed") {
+		t.Fatalf("meta logged no leadership line:\n%s", meta.log.String())
 	}
 }
 

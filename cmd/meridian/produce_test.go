@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -60,44 +58,11 @@ func cliFreeAddr(t *testing.T) string {
 // cliStandalone starts `meridian standalone` and returns its gRPC address.
 func cliStandalone(t *testing.T) string {
 	t.Helper()
-	bin := cliBinary(t)
 	dir := t.TempDir()
 	grpcAddr, httpAddr := cliFreeAddr(t), cliFreeAddr(t)
-	var logBuf bytes.Buffer
-	cmd := exec.Command(bin, "standalone", "--data-dir", filepath.Join(dir, "data"), "--grpc", grpcAddr, "--http", httpAddr)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return grpcAddr
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("standalone exited: %s", logBuf.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("standalone not ready in 90s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	p := startProc(t, "standalone", "standalone", "--data-dir", filepath.Join(dir, "data"), "--grpc", grpcAddr, "--http", httpAddr)
+	waitHTTP(t, p, "http://"+httpAddr+"/readyz", 90*time.Second)
+	return grpcAddr
 }
 
 type cliResult struct {
