@@ -171,6 +171,23 @@ func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, autorecover
 	return cfg, fc, plan, nil
 }
 
+// bookieMetadataClient connects to the metadata endpoints fc names, on
+// metadata.shard (the bookie's region by default).
+func bookieMetadataClient(ctx context.Context, configPath string, cfg bookie.Config, fc bookieFileConfig) (*metadata.Client, error) {
+	shard := fc.Metadata.Shard
+	if shard == "" {
+		shard = cfg.Region
+	}
+	if shard == "" {
+		return nil, fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
+	}
+	mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	return mc, nil
+}
+
 func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	var fc bookieFileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -261,16 +278,9 @@ func init() {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if len(fc.Metadata.Endpoints) > 0 {
-				shard := fc.Metadata.Shard
-				if shard == "" {
-					shard = cfg.Region
-				}
-				if shard == "" {
-					return fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
-				}
-				mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+				mc, err := bookieMetadataClient(ctx, configPath, cfg, fc)
 				if err != nil {
-					return fmt.Errorf("metadata client: %w", err)
+					return err
 				}
 				defer mc.Close()
 				cfg.Metadata = mc
@@ -348,16 +358,9 @@ bookies. The bookie must be stopped.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
 			if len(fc.Metadata.Endpoints) > 0 {
-				shard := fc.Metadata.Shard
-				if shard == "" {
-					shard = cfg.Region
-				}
-				if shard == "" {
-					return fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
-				}
-				mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+				mc, err := bookieMetadataClient(ctx, configPath, cfg, fc)
 				if err != nil {
-					return fmt.Errorf("metadata client: %w", err)
+					return err
 				}
 				defer mc.Close()
 				cfg.Metadata = mc
