@@ -307,15 +307,22 @@ func (e *env) repaired(bookieID string) func() (bool, string) {
 
 func (e *env) startAuditor(id string, reg prometheus.Registerer) *autorecovery.Auditor {
 	e.t.Helper()
+	return e.startAuditorWith(id, func(cfg *autorecovery.AuditorConfig) { cfg.Registerer = reg })
+}
+
+// startAuditorWith starts an auditor with short test intervals, with tweak
+// applied.
+func (e *env) startAuditorWith(id string, tweak func(*autorecovery.AuditorConfig)) *autorecovery.Auditor {
+	e.t.Helper()
 	cfg := autorecovery.DefaultAuditorConfig()
 	cfg.Store = e.store
 	cfg.ID = id
 	cfg.Logger = e.logger.With("who", id)
-	cfg.Registerer = reg
 	cfg.LostBookieDelay = time.Second
 	cfg.CheckInterval = 100 * time.Millisecond
 	cfg.AuditInterval = time.Second
 	cfg.SessionTTL = 3 * time.Second
+	tweak(&cfg)
 	a, err := autorecovery.NewAuditor(cfg)
 	if err != nil {
 		e.t.Fatal(err)

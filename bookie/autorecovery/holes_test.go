@@ -97,27 +97,6 @@ func TestAuditorFindsHolesOnLiveReplicas(t *testing.T) {
 	e.verifyReplicas()
 }
 
-// startAuditorWith starts an auditor like startAuditor, with tweak applied.
-func (e *env) startAuditorWith(id string, tweak func(*autorecovery.AuditorConfig)) *autorecovery.Auditor {
-	e.t.Helper()
-	cfg := autorecovery.DefaultAuditorConfig()
-	cfg.Store = e.store
-	cfg.ID = id
-	cfg.Logger = e.logger.With("who", id)
-	cfg.LostBookieDelay = time.Second
-	cfg.CheckInterval = 100 * time.Millisecond
-	cfg.AuditInterval = time.Second
-	cfg.SessionTTL = 3 * time.Second
-	tweak(&cfg)
-	a, err := autorecovery.NewAuditor(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	a.Start()
-	e.t.Cleanup(func() { a.Close() })
-	return a
-}
-
 func bookieIDsOf(ens []topology.BookieInfo) []string {
 	out := make([]string, len(ens))
 	for i, b := range ens {
