@@ -214,9 +214,7 @@ func TestNonGracefulUnloadPersistsCursors(t *testing.T) {
 		t.Fatal(e)
 	}
 	fail.Store(true)
-	if r := p.send(20, []byte("m20")); r.GetError() == nil {
-		t.Fatalf("send with failing adds acknowledged: %v", r)
-	}
+	p.sendRefused(20, []byte("m20"))
 	waitFor(t, "the topic to unload after the add failure", func() bool { return len(rc.Broker(0).OwnedTopics()) == 0 })
 	fail.Store(false)
 	c.cancel()

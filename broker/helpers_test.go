@@ -45,12 +45,17 @@ func openProducer(t *testing.T, cli clientv1.MeridianClient, topic, name string)
 	return &testProducer{t: t, st: st}, r.GetOpened()
 }
 
+// sendRequest is a single-message batch (key "k", S2) with sequence seq.
+func sendRequest(seq int64, payload []byte) *clientv1.ProduceRequest {
+	body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Key: "k", Payload: payload}}}, clientv1.CompressionType_COMPRESSION_TYPE_S2)
+	return &clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: seq, NumMessages: 1,
+		Compression: clientv1.CompressionType_COMPRESSION_TYPE_S2, UncompressedSize: size, Payload: body}}}
+}
+
 // send sends one single-message batch and waits for its receipt.
 func (p *testProducer) send(seq int64, payload []byte) *clientv1.SendReceipt {
 	p.t.Helper()
-	body, size, _ := wire.EncodeBatch(&clientv1.Batch{Messages: []*clientv1.SingleMessage{{Key: "k", Payload: payload}}}, clientv1.CompressionType_COMPRESSION_TYPE_S2)
-	if err := p.st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: seq, NumMessages: 1,
-		Compression: clientv1.CompressionType_COMPRESSION_TYPE_S2, UncompressedSize: size, Payload: body}}}); err != nil {
+	if err := p.st.Send(sendRequest(seq, payload)); err != nil {
 		p.t.Fatal(err)
 	}
 	r, err := p.st.Recv()
@@ -58,6 +63,28 @@ func (p *testProducer) send(seq int64, payload []byte) *clientv1.SendReceipt {
 		p.t.Fatalf("receipt of %d: %v", seq, err)
 	}
 	return r.GetReceipt()
+}
+
+// sendRefused sends one single-message batch that the broker must not
+// acknowledge and fails the test if it does. The refusal is either an
+// error receipt or the end of the stream: when an add failure unloads the
+// topic, the stream may close ("topic not owned here") before the error
+// receipt is written, and both tell the producer the send was not stored.
+func (p *testProducer) sendRefused(seq int64, payload []byte) {
+	p.t.Helper()
+	if err := p.st.Send(sendRequest(seq, payload)); err != nil {
+		p.t.Logf("send %d refused: stream closed: %v", seq, err)
+		return
+	}
+	r, err := p.st.Recv()
+	switch {
+	case err != nil:
+		p.t.Logf("send %d refused: stream ended: %v", seq, err)
+	case r.GetReceipt().GetError() == nil:
+		p.t.Fatalf("send %d acknowledged, want refused: %v", seq, r)
+	default:
+		p.t.Logf("send %d refused: %v", seq, r.GetReceipt().GetError())
+	}
 }
 
 func (p *testProducer) sendOK(seq int64) *clientv1.MessageId {
