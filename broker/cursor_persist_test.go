@@ -261,7 +261,7 @@ func TestSyncCursorPersistSurvivesKill(t *testing.T) {
 	_, adm := conn(t, addrs[0])
 	keepNamespace(t, adm, "public/sync", func(p *clientv1.NamespacePolicies) { p.CursorPersistIntervalMs = proto.Int64(0) })
 	topic := "public/sync/t"
-	owner := lookupOwner(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
@@ -286,7 +286,7 @@ func TestSyncCursorPersistSurvivesKill(t *testing.T) {
 	}
 	rc.Kill(oi)
 	other := addrs[1-oi]
-	lookupOwner(t, other, topic, func(o string) bool { return o == other })
+	regiontest.LookupOwner(t, other, topic, func(o string) bool { return o == other })
 	cli2, _ := conn(t, other)
 	c2 := subscribe(t, cli2, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	got := c2.nextUntil("m19")
@@ -294,25 +294,6 @@ func TestSyncCursorPersistSurvivesKill(t *testing.T) {
 	want := "m10 m11 m13 m14 m16 m17 m18 m19"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("after killing the owner got %v, want %s", got, want)
-	}
-}
-
-// lookupOwner polls Lookup through addr until pred accepts the owner.
-func lookupOwner(t *testing.T, addr, topic string, pred func(string) bool) string {
-	t.Helper()
-	cli, _ := conn(t, addr)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
-		cancel()
-		if err == nil && pred(r.BrokerUrl) {
-			return r.BrokerUrl
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lookup of %s via %s: last %v %v", topic, addr, r, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -342,7 +323,7 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 	_, adm := conn(t, addrs[0])
 	keepNamespace(t, adm, "public/zombie", nil)
 	topic := "public/zombie/t"
-	owner := lookupOwner(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	zi := 0
 	if owner == addrs[1] {
 		zi = 1
@@ -392,7 +373,7 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 	}
 	// Its session expires; the other broker takes the topic.
 	newOwner := addrs[ni]
-	lookupOwner(t, newOwner, topic, func(o string) bool { return o == newOwner })
+	regiontest.LookupOwner(t, newOwner, topic, func(o string) bool { return o == newOwner })
 	ncli, _ := conn(t, newOwner)
 	nc := subscribe(t, ncli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	if _, payload := nc.next(); payload != "m40" {
@@ -428,7 +409,7 @@ func TestZombieOwnerCannotPersistCursor(t *testing.T) {
 	keepAlive[zi].Thaw()
 	nc.cancel()
 	zc.cancel()
-	owner2 := lookupOwner(t, newOwner, topic, func(string) bool { return true })
+	owner2 := regiontest.LookupOwner(t, newOwner, topic, func(string) bool { return true })
 	cli2, _ := conn(t, owner2)
 	c2 := subscribe(t, cli2, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	if _, payload := c2.next(); payload != "m90" {

@@ -16,30 +16,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// lookupVia polls broker addr's Lookup until pred accepts the owner.
-func lookupVia(t *testing.T, addr, topic string, pred func(string) bool) string {
-	t.Helper()
-	cli := dial(t, addr)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
-		cancel()
-		if err == nil && pred(r.BrokerUrl) {
-			return r.BrokerUrl
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lookup of %s via %s: last %v %v", topic, addr, r, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestFailoverKillOwnerKeepsAckedMessages(t *testing.T) {
 	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
 	addrs := rc.Addrs()
 	topic := "public/default/failover"
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
@@ -47,7 +28,7 @@ func TestFailoverKillOwnerKeepsAckedMessages(t *testing.T) {
 	acked := produce(t, dial(t, owner), topic, 0, 30)
 	rc.Kill(oi)
 	other := addrs[1-oi]
-	lookupVia(t, other, topic, func(o string) bool { return o == other })
+	regiontest.LookupOwner(t, other, topic, func(o string) bool { return o == other })
 	acked = append(acked, produce(t, dial(t, other), topic, 100, 30)...)
 	got := consume(t, dial(t, other), topic, "s", 60)
 	seen := map[string]int{}
@@ -70,7 +51,7 @@ func TestZombieOwnerCannotWriteAfterTakeover(t *testing.T) {
 	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
 	addrs := rc.Addrs()
 	topic := "public/default/zombie"
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
@@ -104,7 +85,7 @@ func TestZombieOwnerCannotWriteAfterTakeover(t *testing.T) {
 	}
 	rc.Pause(oi)
 	other := addrs[1-oi]
-	lookupVia(t, other, topic, func(o string) bool { return o == other })
+	regiontest.LookupOwner(t, other, topic, func(o string) bool { return o == other })
 	// The new owner recovered (fenced) the zombie's ledger: the zombie's
 	// adds must fail, never be acknowledged.
 	r, err := send(5)
@@ -265,7 +246,7 @@ func TestFailoverWhileProducing(t *testing.T) {
 	topic := "public/default/live-failover"
 	const total = 200
 	lp := startLiveProducer(t, addrs, topic, total)
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	lp.waitFor(60)
 	oi := 0
 	if owner == addrs[1] {

@@ -20,7 +20,7 @@ func TestTopicsSpreadAndMoveOnGracefulStop(t *testing.T) {
 	perBroker := map[string]int{}
 	for i := range 10 {
 		topic := fmt.Sprintf("public/default/spread-%d", i)
-		o := lookupVia(t, addrs[i%2], topic, func(string) bool { return true })
+		o := regiontest.LookupOwner(t, addrs[i%2], topic, func(string) bool { return true })
 		owners[topic] = o
 		perBroker[o]++
 	}
@@ -61,7 +61,7 @@ func TestTopicsSpreadAndMoveOnGracefulStop(t *testing.T) {
 		}
 		// Released on shutdown: the next lookup moves it at once, no
 		// session expiry to wait for.
-		lookupVia(t, addrs[1], topic, func(n string) bool { return n == addrs[1] })
+		regiontest.LookupOwner(t, addrs[1], topic, func(n string) bool { return n == addrs[1] })
 		got := consume(t, dial(t, addrs[1]), topic, "s", 5)
 		for i := range 5 {
 			if got[i] != fmt.Sprintf("m%d", i) {
@@ -83,7 +83,7 @@ func TestSessionLossDropsTopics(t *testing.T) {
 	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 2})
 	addrs := rc.Addrs()
 	topic := "public/default/session-loss"
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
@@ -115,7 +115,7 @@ func TestSessionLossDropsTopics(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	newOwner := lookupVia(t, addrs[1-oi], topic, func(string) bool { return true })
+	newOwner := regiontest.LookupOwner(t, addrs[1-oi], topic, func(string) bool { return true })
 	produce(t, dial(t, newOwner), topic, 10, 10)
 	got := consume(t, dial(t, newOwner), topic, "s", 20)
 	for i := range 20 {

@@ -27,7 +27,7 @@ func TestTopicLoadsWithBookieOfLastSegmentGone(t *testing.T) {
 	}})
 	addrs := rc.Addrs()
 	topic := "public/default/recovery-dead-bookie"
-	owner := lookupVia(t, addrs[0], topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, addrs[0], topic, func(string) bool { return true })
 	oi := 0
 	if owner == addrs[1] {
 		oi = 1
@@ -67,7 +67,7 @@ func TestTopicLoadsWithBookieOfLastSegmentGone(t *testing.T) {
 	t.Logf("killed broker %d and bookie %s of ledger %d's last segment %v", oi, victim, open.LedgerId, md.Segments[len(md.Segments)-1].Ensemble)
 
 	other := addrs[1-oi]
-	lookupVia(t, other, topic, func(o string) bool { return o == other })
+	regiontest.LookupOwner(t, other, topic, func(o string) bool { return o == other })
 	_, oadm := dialAdmin(t, other)
 	var loaded time.Duration
 	deadline := time.Now().Add(60 * time.Second)

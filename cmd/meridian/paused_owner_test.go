@@ -12,6 +12,7 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -89,7 +90,7 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 		return rec.MD[1]
 	}
 
-	owner := pzLookup(t, brokers[0].grpc, topic, func(string) bool { return true })
+	owner := regiontest.LookupOwner(t, brokers[0].grpc, topic, func(string) bool { return true })
 	zi := 0
 	if owner == brokers[1].grpc {
 		zi = 1
@@ -132,7 +133,7 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 	if md := storedMD(); md != 39 {
 		t.Fatalf("stored mark-delete %d before the pause, want 39 (persist interval too short for this machine?)", md)
 	}
-	pzLookup(t, next.grpc, topic, func(o string) bool { return o == next.grpc })
+	regiontest.LookupOwner(t, next.grpc, topic, func(o string) bool { return o == next.grpc })
 	nc := pzSubscribe(t, next.grpc, topic, "s")
 	if got := nc.next(); got != "m40" {
 		t.Fatalf("new owner delivered %s first, want m40", got)
@@ -164,7 +165,7 @@ func TestPausedOwnerCannotWriteCursor(t *testing.T) {
 	})
 	nc.close()
 	zc.close()
-	o := pzLookup(t, next.grpc, topic, func(string) bool { return true })
+	o := regiontest.LookupOwner(t, next.grpc, topic, func(string) bool { return true })
 	c := pzSubscribe(t, o, topic, "s")
 	seen := map[string]int{}
 	first := ""
@@ -207,25 +208,6 @@ func pzDial(t *testing.T, addr string) clientv1.MeridianClient {
 	}
 	t.Cleanup(func() { c.Close() })
 	return clientv1.NewMeridianClient(c)
-}
-
-// pzLookup polls Lookup through addr until pred accepts the owner.
-func pzLookup(t *testing.T, addr, topic string, pred func(string) bool) string {
-	t.Helper()
-	cli := pzDial(t, addr)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
-		cancel()
-		if err == nil && pred(r.BrokerUrl) {
-			return r.BrokerUrl
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lookup of %s via %s: last %v %v", topic, addr, r, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // pzProduce stores m0..m<n-1>, one acknowledged send at a time.

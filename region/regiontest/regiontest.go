@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/bookietest"
 	"github.com/meridianmq/meridian/bookie/ledger"
@@ -21,6 +22,8 @@ import (
 	"github.com/meridianmq/meridian/metadata/metadatatest"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Region is the name of the test region.
@@ -184,5 +187,31 @@ func (c *Cluster) Close() {
 		}
 		_ = b.srv.Stop(ctx)
 		_ = b.ledgers.Close()
+	}
+}
+
+// LookupOwner polls Lookup through the broker at addr until pred accepts
+// the owner it names, and returns that owner; it fails t after 60 s (topic
+// moves wait for a session to expire, which a loaded machine stretches).
+func LookupOwner(t testing.TB, addr, topic string, pred func(owner string) bool) string {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer cc.Close()
+	cli := clientv1.NewMeridianClient(cc)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
+		cancel()
+		if err == nil && pred(r.BrokerUrl) {
+			return r.BrokerUrl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lookup of %s via %s: last %v %v", topic, addr, r, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
