@@ -28,6 +28,12 @@ type Config struct {
 	AdvertisedGRPC string `yaml:"advertised_grpc"`
 	AdvertisedHTTP string `yaml:"advertised_http"`
 
+	// DialRewrite maps addresses this broker dials (remote regions'
+	// brokers, peers) to the address it dials instead; `meridian dev` points
+	// them at its link proxy so that cross-region traffic can be delayed and
+	// cut. Unmapped addresses are dialed as they are.
+	DialRewrite map[string]string `yaml:"dial_rewrite"`
+
 	// Global is the global metadata shard (tenants, namespaces). Required.
 	Global metadata.Store `yaml:"-"`
 	// Regional is the region's metadata shard (ownership, ledger lists,

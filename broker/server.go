@@ -146,6 +146,12 @@ func (s *Server) Start(ctx context.Context) error {
 		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = s.httpSrv.Serve(s.httpLis) }()
 	}
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	err = s.registerRegion(rctx)
+	rcancel()
+	if err != nil {
+		s.log.Warn("region registry in the global shard not updated; other regions may not find this broker", "err", err)
+	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
 	go s.keepAlive(bg)
@@ -661,7 +667,7 @@ func (s *Server) peer(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.peers[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(s.dialAddr(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-// Package chaos injects faults (network proxy, process control, disk
-// faults) into real clusters and checks that no acknowledged message is
-// lost. (Not built yet.)
+// Package chaos injects faults into real clusters: a user-space link proxy
+// that delays, jitters and cuts the traffic between regions (Network), and
+// process control for clusters of OS processes.
 package chaos

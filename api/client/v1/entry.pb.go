@@ -186,8 +186,15 @@ type EntryMetadata struct {
 	Replicated bool `protobuf:"varint,12,opt,name=replicated,proto3" json:"replicated,omitempty"`
 	// broker_publish_time_ms is when the owning broker accepted the entry.
 	BrokerPublishTimeMs int64 `protobuf:"varint,13,opt,name=broker_publish_time_ms,json=brokerPublishTimeMs,proto3" json:"broker_publish_time_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// origin_seq is the entry's offset in its origin region's copy of the
+	// topic: entries trimmed by retention + entries of earlier ledgers +
+	// entry ID. It grows by exactly 1 per origin entry, so a receiver can
+	// tell a resend (<= the highest applied) from a gap (> highest + 1).
+	// Filled in by the replicator when it ships an entry; 0 on local entries
+	// as stored.
+	OriginSeq     int64 `protobuf:"varint,14,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -307,6 +314,13 @@ func (x *EntryMetadata) GetReplicated() bool {
 func (x *EntryMetadata) GetBrokerPublishTimeMs() int64 {
 	if x != nil {
 		return x.BrokerPublishTimeMs
+	}
+	return 0
+}
+
+func (x *EntryMetadata) GetOriginSeq() int64 {
+	if x != nil {
+		return x.OriginSeq
 	}
 	return 0
 }
@@ -437,7 +451,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\xb3\x04\n" +
+	"batchIndex\"\xd2\x04\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -455,7 +469,9 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\n" +
 	"replicated\x18\f \x01(\bR\n" +
 	"replicated\x123\n" +
-	"\x16broker_publish_time_ms\x18\r \x01(\x03R\x13brokerPublishTimeMs\"\xf1\x01\n" +
+	"\x16broker_publish_time_ms\x18\r \x01(\x03R\x13brokerPublishTimeMs\x12\x1d\n" +
+	"\n" +
+	"origin_seq\x18\x0e \x01(\x03R\toriginSeq\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +
