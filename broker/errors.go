@@ -38,6 +38,9 @@ var (
 	ErrUnavailable = errors.New("broker: unavailable")
 	// ErrTopicFenced: another broker took the topic over (CAS mismatch).
 	ErrTopicFenced = errors.New("broker: topic fenced: another broker took it over")
+	// ErrQuotaExceeded: a backlog quota or the replication lag bound is
+	// exceeded; retry once it clears.
+	ErrQuotaExceeded = errors.New("broker: quota exceeded")
 	// ErrServerStopping: the broker is shutting down.
 	ErrServerStopping   = errors.New("broker: stopping")
 	errInternalSentinel = errors.New("broker: internal")
@@ -72,6 +75,7 @@ var errTable = []errMap{
 	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
 	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
 	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
+	{ErrQuotaExceeded, clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, codes.ResourceExhausted},
 	// FromError maps a code back to the first entry with it: ErrUnavailable
 	// must come before the other UNAVAILABLE causes.
 	{ErrUnavailable, clientv1.ErrorCode_ERROR_CODE_UNAVAILABLE, codes.Unavailable},

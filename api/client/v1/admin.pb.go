@@ -32,6 +32,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// QuotaAction is what a topic does with new writes while a quota or bound
+// is exceeded.
+type QuotaAction int32
+
+const (
+	// QUOTA_ACTION_PRODUCER_HOLD (default): hold the send until the quota
+	// clears or the producer's send timeout ends it.
+	QuotaAction_QUOTA_ACTION_PRODUCER_HOLD QuotaAction = 0
+	// QUOTA_ACTION_PRODUCER_ERROR: fail the send at once with a retryable
+	// error (ERROR_CODE_QUOTA_EXCEEDED) naming the quota.
+	QuotaAction_QUOTA_ACTION_PRODUCER_ERROR QuotaAction = 1
+)
+
+// Enum value maps for QuotaAction.
+var (
+	QuotaAction_name = map[int32]string{
+		0: "QUOTA_ACTION_PRODUCER_HOLD",
+		1: "QUOTA_ACTION_PRODUCER_ERROR",
+	}
+	QuotaAction_value = map[string]int32{
+		"QUOTA_ACTION_PRODUCER_HOLD":  0,
+		"QUOTA_ACTION_PRODUCER_ERROR": 1,
+	}
+)
+
+func (x QuotaAction) Enum() *QuotaAction {
+	p := new(QuotaAction)
+	*p = x
+	return p
+}
+
+func (x QuotaAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QuotaAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_client_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (QuotaAction) Type() protoreflect.EnumType {
+	return &file_api_client_v1_admin_proto_enumTypes[0]
+}
+
+func (x QuotaAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QuotaAction.Descriptor instead.
+func (QuotaAction) EnumDescriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 // MetadataShard names the shard of a metadata request.
 type MetadataShard int32
 
@@ -64,11 +116,11 @@ func (x MetadataShard) String() string {
 }
 
 func (MetadataShard) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_client_v1_admin_proto_enumTypes[0].Descriptor()
+	return file_api_client_v1_admin_proto_enumTypes[1].Descriptor()
 }
 
 func (MetadataShard) Type() protoreflect.EnumType {
-	return &file_api_client_v1_admin_proto_enumTypes[0]
+	return &file_api_client_v1_admin_proto_enumTypes[1]
 }
 
 func (x MetadataShard) Number() protoreflect.EnumNumber {
@@ -77,7 +129,7 @@ func (x MetadataShard) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MetadataShard.Descriptor instead.
 func (MetadataShard) EnumDescriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 type ListTenantsRequest struct {
@@ -354,8 +406,27 @@ type NamespacePolicies struct {
 	// of one metadata write per ack round); unset = the broker's
 	// cursor_persist_interval (default 1 s). Limit 3 600 000 (1 h).
 	CursorPersistIntervalMs *int64 `protobuf:"varint,7,opt,name=cursor_persist_interval_ms,json=cursorPersistIntervalMs,proto3,oneof" json:"cursor_persist_interval_ms,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// backlog_quota_bytes bounds the backlog of every cursor of a topic
+	// (subscriptions and replicators): past it the topic applies
+	// backlog_quota_action to new writes, producers' and replicated ones
+	// alike. Replicator backlog is never dropped to make room. Unset or -1 =
+	// no quota.
+	BacklogQuotaBytes  *int64      `protobuf:"varint,8,opt,name=backlog_quota_bytes,json=backlogQuotaBytes,proto3,oneof" json:"backlog_quota_bytes,omitempty"`
+	BacklogQuotaAction QuotaAction `protobuf:"varint,9,opt,name=backlog_quota_action,json=backlogQuotaAction,proto3,enum=meridian.client.v1.QuotaAction" json:"backlog_quota_action,omitempty"`
+	// max_replication_lag_ms bounds the replication lag (age of the oldest
+	// entry not yet persisted by the remote) to the regions in
+	// max_replication_lag_regions (empty = every replication region). Past
+	// it the topic applies max_replication_lag_action to producers
+	// (replicated writes are never held). 0 = no bound.
+	MaxReplicationLagMs      int64       `protobuf:"varint,10,opt,name=max_replication_lag_ms,json=maxReplicationLagMs,proto3" json:"max_replication_lag_ms,omitempty"`
+	MaxReplicationLagAction  QuotaAction `protobuf:"varint,11,opt,name=max_replication_lag_action,json=maxReplicationLagAction,proto3,enum=meridian.client.v1.QuotaAction" json:"max_replication_lag_action,omitempty"`
+	MaxReplicationLagRegions []string    `protobuf:"bytes,12,rep,name=max_replication_lag_regions,json=maxReplicationLagRegions,proto3" json:"max_replication_lag_regions,omitempty"`
+	// replicator_rate_msgs / replicator_rate_bytes cap each replicator of the
+	// namespace's topics (messages/s, bytes/s; 0 = unlimited).
+	ReplicatorRateMsgs  int64 `protobuf:"varint,13,opt,name=replicator_rate_msgs,json=replicatorRateMsgs,proto3" json:"replicator_rate_msgs,omitempty"`
+	ReplicatorRateBytes int64 `protobuf:"varint,14,opt,name=replicator_rate_bytes,json=replicatorRateBytes,proto3" json:"replicator_rate_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -433,6 +504,55 @@ func (x *NamespacePolicies) GetReplicationRegions() []string {
 func (x *NamespacePolicies) GetCursorPersistIntervalMs() int64 {
 	if x != nil && x.CursorPersistIntervalMs != nil {
 		return *x.CursorPersistIntervalMs
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetBacklogQuotaBytes() int64 {
+	if x != nil && x.BacklogQuotaBytes != nil {
+		return *x.BacklogQuotaBytes
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetBacklogQuotaAction() QuotaAction {
+	if x != nil {
+		return x.BacklogQuotaAction
+	}
+	return QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
+}
+
+func (x *NamespacePolicies) GetMaxReplicationLagMs() int64 {
+	if x != nil {
+		return x.MaxReplicationLagMs
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetMaxReplicationLagAction() QuotaAction {
+	if x != nil {
+		return x.MaxReplicationLagAction
+	}
+	return QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
+}
+
+func (x *NamespacePolicies) GetMaxReplicationLagRegions() []string {
+	if x != nil {
+		return x.MaxReplicationLagRegions
+	}
+	return nil
+}
+
+func (x *NamespacePolicies) GetReplicatorRateMsgs() int64 {
+	if x != nil {
+		return x.ReplicatorRateMsgs
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetReplicatorRateBytes() int64 {
+	if x != nil {
+		return x.ReplicatorRateBytes
 	}
 	return 0
 }
@@ -4799,7 +4919,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xf4\x02\n" +
+	"\x14DeleteTenantResponse\"\xcc\x06\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -4808,8 +4928,17 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ack_quorum\x18\x05 \x01(\x05R\tackQuorum\x12/\n" +
 	"\x13replication_regions\x18\x06 \x03(\tR\x12replicationRegions\x12@\n" +
-	"\x1acursor_persist_interval_ms\x18\a \x01(\x03H\x00R\x17cursorPersistIntervalMs\x88\x01\x01B\x1d\n" +
-	"\x1b_cursor_persist_interval_ms\"/\n" +
+	"\x1acursor_persist_interval_ms\x18\a \x01(\x03H\x00R\x17cursorPersistIntervalMs\x88\x01\x01\x123\n" +
+	"\x13backlog_quota_bytes\x18\b \x01(\x03H\x01R\x11backlogQuotaBytes\x88\x01\x01\x12Q\n" +
+	"\x14backlog_quota_action\x18\t \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x12backlogQuotaAction\x123\n" +
+	"\x16max_replication_lag_ms\x18\n" +
+	" \x01(\x03R\x13maxReplicationLagMs\x12\\\n" +
+	"\x1amax_replication_lag_action\x18\v \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x17maxReplicationLagAction\x12=\n" +
+	"\x1bmax_replication_lag_regions\x18\f \x03(\tR\x18maxReplicationLagRegions\x120\n" +
+	"\x14replicator_rate_msgs\x18\r \x01(\x03R\x12replicatorRateMsgs\x122\n" +
+	"\x15replicator_rate_bytes\x18\x0e \x01(\x03R\x13replicatorRateBytesB\x1d\n" +
+	"\x1b_cursor_persist_interval_msB\x16\n" +
+	"\x14_backlog_quota_bytes\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"8\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
@@ -5112,7 +5241,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x17SkipLostEntriesResponse\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
-	"\aapplied\x18\x03 \x01(\bR\aapplied*G\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied*N\n" +
+	"\vQuotaAction\x12\x1e\n" +
+	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
+	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
 	"\x15METADATA_SHARD_GLOBAL\x10\x012\xcb\x1a\n" +
@@ -5163,198 +5295,201 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_admin_proto_rawDescData
 }
 
-var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(MetadataShard)(0),                   // 0: meridian.client.v1.MetadataShard
-	(*ListTenantsRequest)(nil),           // 1: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 2: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),          // 3: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),         // 4: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),          // 5: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),         // 6: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),            // 7: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),        // 8: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 9: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),       // 10: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),      // 11: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),       // 12: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),      // 13: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),  // 14: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil), // 15: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),  // 16: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil), // 17: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),            // 18: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),           // 19: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),           // 20: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 21: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),           // 22: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 23: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),         // 24: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil), // 25: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),           // 26: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),          // 27: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                // 28: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                // 29: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),            // 30: meridian.client.v1.SubscriptionStats
-	(*BlockedRead)(nil),                  // 31: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                   // 32: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                   // 33: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                   // 34: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),           // 35: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),     // 36: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),    // 37: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),    // 38: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),   // 39: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),    // 40: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),   // 41: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),     // 42: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),    // 43: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),           // 44: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                   // 45: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),          // 46: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                 // 47: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),           // 48: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),          // 49: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),        // 50: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil), // 51: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),           // 52: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),     // 53: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),    // 54: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),    // 55: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),   // 56: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),    // 57: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),   // 58: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),    // 59: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),   // 60: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),     // 61: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),          // 62: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),           // 63: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),               // 64: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),             // 65: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),        // 66: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),      // 67: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),     // 68: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                 // 69: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                // 70: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                // 71: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),             // 72: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),      // 73: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),     // 74: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),           // 75: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),           // 76: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),    // 77: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),          // 78: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),       // 79: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),      // 80: meridian.client.v1.SkipLostEntriesResponse
-	nil,                                  // 81: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                // 82: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 83: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 84: meridian.client.v1.InitialPosition
+	(QuotaAction)(0),                     // 0: meridian.client.v1.QuotaAction
+	(MetadataShard)(0),                   // 1: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),           // 2: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),          // 3: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),          // 4: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),         // 5: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),          // 6: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),         // 7: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),            // 8: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),        // 9: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),       // 10: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),       // 11: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),      // 12: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),       // 13: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),      // 14: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),  // 15: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil), // 16: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),  // 17: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil), // 18: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),            // 19: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),           // 20: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),           // 21: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 22: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),           // 23: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 24: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),         // 25: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil), // 26: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),           // 27: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),          // 28: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                // 29: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                // 30: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),            // 31: meridian.client.v1.SubscriptionStats
+	(*BlockedRead)(nil),                  // 32: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                   // 33: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                   // 34: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                   // 35: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),           // 36: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),     // 37: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),    // 38: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),    // 39: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),   // 40: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),    // 41: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),   // 42: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),     // 43: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),    // 44: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),           // 45: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                   // 46: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),          // 47: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                 // 48: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),           // 49: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),          // 50: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),        // 51: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil), // 52: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),           // 53: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),     // 54: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),    // 55: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),    // 56: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),   // 57: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),    // 58: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),   // 59: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),    // 60: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),   // 61: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),     // 62: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),          // 63: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),           // 64: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),               // 65: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),             // 66: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),        // 67: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),      // 68: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),     // 69: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                 // 70: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                // 71: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                // 72: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),             // 73: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),      // 74: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),     // 75: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),           // 76: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),           // 77: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),    // 78: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),          // 79: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),       // 80: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),      // 81: meridian.client.v1.SkipLostEntriesResponse
+	nil,                                  // 82: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                // 83: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                    // 84: meridian.client.v1.MessageId
+	(InitialPosition)(0),                 // 85: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
-	7,  // 0: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	7,  // 1: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	7,  // 2: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	82, // 3: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	29, // 4: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	83, // 5: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	31, // 6: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	83, // 7: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	28, // 8: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	30, // 9: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	83, // 10: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	33, // 11: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	34, // 12: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	83, // 13: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	84, // 14: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	83, // 15: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	84, // 16: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	45, // 17: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	47, // 18: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	50, // 19: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	47, // 20: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	62, // 21: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	63, // 22: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	0,  // 23: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	0,  // 24: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	65, // 25: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	69, // 26: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	70, // 27: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	81, // 28: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	71, // 29: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	76, // 30: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	77, // 31: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	83, // 32: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	1,  // 33: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	3,  // 34: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	5,  // 35: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	8,  // 36: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	10, // 37: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	12, // 38: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	14, // 39: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	16, // 40: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	18, // 41: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	20, // 42: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	22, // 43: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	24, // 44: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	25, // 45: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	26, // 46: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	36, // 47: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	38, // 48: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	40, // 49: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	42, // 50: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	44, // 51: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	48, // 52: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	51, // 53: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	53, // 54: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	55, // 55: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	57, // 56: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	59, // 57: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	61, // 58: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	66, // 59: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	67, // 60: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	72, // 61: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	73, // 62: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	75, // 63: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	79, // 64: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	2,  // 65: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	4,  // 66: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	6,  // 67: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	9,  // 68: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	11, // 69: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	13, // 70: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	15, // 71: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	17, // 72: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	19, // 73: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	21, // 74: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	23, // 75: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	32, // 76: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	35, // 77: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	27, // 78: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	37, // 79: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	39, // 80: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	41, // 81: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	43, // 82: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	46, // 83: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	49, // 84: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	52, // 85: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	54, // 86: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	56, // 87: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	58, // 88: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	60, // 89: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	64, // 90: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	65, // 91: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	68, // 92: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	71, // 93: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	74, // 94: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	78, // 95: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	80, // 96: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	65, // [65:97] is the sub-list for method output_type
-	33, // [33:65] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	0,  // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
+	0,  // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
+	8,  // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,  // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,  // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	83, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	30, // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	84, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	32, // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	84, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29, // 10: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31, // 11: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	84, // 12: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	34, // 13: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	35, // 14: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	84, // 15: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	85, // 16: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	84, // 17: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	85, // 18: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	46, // 19: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	48, // 20: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	51, // 21: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	48, // 22: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	63, // 23: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	64, // 24: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,  // 25: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,  // 26: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	66, // 27: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	70, // 28: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	71, // 29: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	82, // 30: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	72, // 31: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	77, // 32: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	78, // 33: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	84, // 34: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	2,  // 35: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,  // 36: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,  // 37: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,  // 38: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11, // 39: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13, // 40: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15, // 41: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17, // 42: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19, // 43: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21, // 44: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23, // 45: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25, // 46: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26, // 47: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27, // 48: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	37, // 49: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	39, // 50: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	41, // 51: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	43, // 52: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	45, // 53: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	49, // 54: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	52, // 55: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	54, // 56: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	56, // 57: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	58, // 58: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	60, // 59: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	62, // 60: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	67, // 61: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	68, // 62: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	73, // 63: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	74, // 64: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	76, // 65: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	80, // 66: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	3,  // 67: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,  // 68: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,  // 69: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10, // 70: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12, // 71: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14, // 72: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16, // 73: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18, // 74: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20, // 75: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22, // 76: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24, // 77: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	33, // 78: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	36, // 79: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28, // 80: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	38, // 81: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	40, // 82: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	42, // 83: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	44, // 84: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	47, // 85: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	50, // 86: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	53, // 87: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	55, // 88: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	57, // 89: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	59, // 90: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	61, // 91: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	65, // 92: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	66, // 93: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	69, // 94: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	72, // 95: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	75, // 96: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	79, // 97: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	81, // 98: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	67, // [67:99] is the sub-list for method output_type
+	35, // [35:67] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -5379,7 +5514,7 @@ func file_api_client_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -81,6 +81,9 @@ const (
 	ErrorCode_ERROR_CODE_UNAVAILABLE                ErrorCode = 11
 	ErrorCode_ERROR_CODE_TIMEOUT                    ErrorCode = 12
 	ErrorCode_ERROR_CODE_INTERNAL                   ErrorCode = 13
+	// ERROR_CODE_QUOTA_EXCEEDED: a backlog quota or the replication lag bound
+	// is exceeded (retryable: the send may succeed once it clears).
+	ErrorCode_ERROR_CODE_QUOTA_EXCEEDED ErrorCode = 14
 )
 
 // Enum value maps for ErrorCode.
@@ -100,6 +103,7 @@ var (
 		11: "ERROR_CODE_UNAVAILABLE",
 		12: "ERROR_CODE_TIMEOUT",
 		13: "ERROR_CODE_INTERNAL",
+		14: "ERROR_CODE_QUOTA_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                0,
@@ -116,6 +120,7 @@ var (
 		"ERROR_CODE_UNAVAILABLE":                11,
 		"ERROR_CODE_TIMEOUT":                    12,
 		"ERROR_CODE_INTERNAL":                   13,
+		"ERROR_CODE_QUOTA_EXCEEDED":             14,
 	}
 )
 
@@ -596,9 +601,11 @@ type Send struct {
 	// must not exceed the broker's max message size (default 5 MiB).
 	Payload []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	// replicate_to restricts geo-replication targets (empty = namespace policy).
-	ReplicateTo   []string `protobuf:"bytes,7,rep,name=replicate_to,json=replicateTo,proto3" json:"replicate_to,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReplicateTo []string `protobuf:"bytes,7,rep,name=replicate_to,json=replicateTo,proto3" json:"replicate_to,omitempty"`
+	// disable_replication keeps the batch in the local region only.
+	DisableReplication bool `protobuf:"varint,8,opt,name=disable_replication,json=disableReplication,proto3" json:"disable_replication,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Send) Reset() {
@@ -678,6 +685,13 @@ func (x *Send) GetReplicateTo() []string {
 		return x.ReplicateTo
 	}
 	return nil
+}
+
+func (x *Send) GetDisableReplication() bool {
+	if x != nil {
+		return x.DisableReplication
+	}
+	return false
 }
 
 type ProduceResponse struct {
@@ -1740,7 +1754,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x04kind\"I\n" +
 	"\fOpenProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
-	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\"\xa3\x02\n" +
+	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\"\xd4\x02\n" +
 	"\x04Send\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12!\n" +
@@ -1749,7 +1763,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x11uncompressed_size\x18\x04 \x01(\x03R\x10uncompressedSize\x12&\n" +
 	"\x0fpublish_time_ms\x18\x05 \x01(\x03R\rpublishTimeMs\x12\x18\n" +
 	"\apayload\x18\x06 \x01(\fR\apayload\x12!\n" +
-	"\freplicate_to\x18\a \x03(\tR\vreplicateTo\"\x94\x01\n" +
+	"\freplicate_to\x18\a \x03(\tR\vreplicateTo\x12/\n" +
+	"\x13disable_replication\x18\b \x01(\bR\x12disableReplication\"\x94\x01\n" +
 	"\x0fProduceResponse\x12<\n" +
 	"\x06opened\x18\x01 \x01(\v2\".meridian.client.v1.ProducerOpenedH\x00R\x06opened\x12;\n" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.meridian.client.v1.SendReceiptH\x00R\areceiptB\x06\n" +
@@ -1819,7 +1834,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\"\x0e\n" +
-	"\fUnsubscribed*\xb1\x03\n" +
+	"\fUnsubscribed*\xd0\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -1835,7 +1850,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\v\x12\x16\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\f\x12\x17\n" +
-	"\x13ERROR_CODE_INTERNAL\x10\r*q\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\r\x12\x1d\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0e*q\n" +
 	"\x10SubscriptionType\x12\x1f\n" +
 	"\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x00\x12\x1c\n" +
 	"\x18SUBSCRIPTION_TYPE_SHARED\x10\x01\x12\x1e\n" +

@@ -192,9 +192,11 @@ type EntryMetadata struct {
 	// tell a resend (<= the highest applied) from a gap (> highest + 1).
 	// Filled in by the replicator when it ships an entry; 0 on local entries
 	// as stored.
-	OriginSeq     int64 `protobuf:"varint,14,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OriginSeq int64 `protobuf:"varint,14,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
+	// disable_replication: the entry stays in its origin region.
+	DisableReplication bool `protobuf:"varint,15,opt,name=disable_replication,json=disableReplication,proto3" json:"disable_replication,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -325,6 +327,13 @@ func (x *EntryMetadata) GetOriginSeq() int64 {
 	return 0
 }
 
+func (x *EntryMetadata) GetDisableReplication() bool {
+	if x != nil {
+		return x.DisableReplication
+	}
+	return false
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -451,7 +460,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\xd2\x04\n" +
+	"batchIndex\"\x83\x05\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -471,7 +480,8 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"replicated\x123\n" +
 	"\x16broker_publish_time_ms\x18\r \x01(\x03R\x13brokerPublishTimeMs\x12\x1d\n" +
 	"\n" +
-	"origin_seq\x18\x0e \x01(\x03R\toriginSeq\"\xf1\x01\n" +
+	"origin_seq\x18\x0e \x01(\x03R\toriginSeq\x12/\n" +
+	"\x13disable_replication\x18\x0f \x01(\bR\x12disableReplication\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +
