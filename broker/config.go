@@ -34,6 +34,11 @@ type Config struct {
 	// cut. Unmapped addresses are dialed as they are.
 	DialRewrite map[string]string `yaml:"dial_rewrite"`
 
+	// RegionHealth reports remote regions' reachability from the WAN
+	// membership pool, shown by ListRegions (nil: ListRegions probes each
+	// region with a gRPC Lookup instead).
+	RegionHealth RegionHealth `yaml:"-"`
+
 	// Global is the global metadata shard (tenants, namespaces). Required.
 	Global metadata.Store `yaml:"-"`
 	// Regional is the region's metadata shard (ownership, ledger lists,

@@ -125,16 +125,3 @@ func (s *Server) dialAddr(addr string) string {
 	}
 	return addr
 }
-
-// ReplicationRegions returns the regions a topic replicates to, its own
-// region included when the list is not empty: the namespace's
-// replication_regions. (The policy work of issue 8 extends this with the
-// topic-level override, the tenant's allowed regions and the cache that
-// outlives a lost global quorum; callers keep using this function.)
-func (s *Server) ReplicationRegions(ctx context.Context, name TopicName) ([]string, error) {
-	pol, err := s.getPolicies(ctx, name.NamespaceName())
-	if err != nil {
-		return nil, err
-	}
-	return append([]string(nil), pol.GetReplicationRegions()...), nil
-}

@@ -181,6 +181,10 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
 	}
+	if err := b.checkSendReplication(ctx, t.name, sd); err != nil {
+		fail(err)
+		return
+	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
 		if d.stored {
@@ -205,7 +209,8 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		ProducerName: p.name, SequenceId: sd.GetSequenceId(), HighestSequenceId: highest,
 		PublishTimeMs: pub, NumMessages: sd.GetNumMessages(), Compression: sd.GetCompression(),
 		UncompressedSize: sd.GetUncompressedSize(), OriginRegion: b.cfg.Region,
-		ReplicateTo: sd.GetReplicateTo(), BrokerPublishTimeMs: now.UnixMilli(),
+		ReplicateTo: sd.GetReplicateTo(), DisableReplication: sd.GetDisableReplication(),
+		BrokerPublishTimeMs: now.UnixMilli(),
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}
