@@ -86,6 +86,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	}()
 	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
 		ProducerName: pname, LastSequenceId: t.ml.lastSequence(pname), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
+		Region: b.cfg.Region,
 	}}}); err != nil {
 		return err
 	}
