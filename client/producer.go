@@ -58,9 +58,9 @@ type Producer struct {
 	// quotaWait is the pause before reconnecting after a quota refusal
 	// (doubling up to maxQuotaWait; reset by a stored batch).
 	quotaWait time.Duration
-	waiters  []flushWaiter
-	closing  bool
-	fatal    error // set when the producer can no longer send
+	waiters   []flushWaiter
+	closing   bool
+	fatal     error // set when the producer can no longer send
 }
 
 type flushWaiter struct {
