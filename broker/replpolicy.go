@@ -435,7 +435,9 @@ func (s *Server) checkSendReplication(ctx context.Context, name TopicName, sd *c
 	}
 	for _, r := range to {
 		if !slices.Contains(regions, r) {
-			return fmt.Errorf("%w: replicate_to region %q is not one of topic %s's replication regions [%s]", ErrInvalidArgument, r, name, strings.Join(regions, ","))
+			// The text leaves out the topic: the client reads "topic" or
+			// "name" in an INVALID_ARGUMENT message as a bad name.
+			return fmt.Errorf("%w: replicate_to region %q is not one of the replication regions [%s]", ErrInvalidArgument, r, strings.Join(regions, ","))
 		}
 	}
 	return nil

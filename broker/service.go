@@ -186,6 +186,12 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(err)
 		return
 	}
+	if f := b.cfg.Testing.RefuseSend; f != nil {
+		if err := f(t.name.String()); err != nil {
+			fail(err)
+			return
+		}
+	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
 		if d.stored {
