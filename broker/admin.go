@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -44,10 +45,12 @@ func (a *adminService) DeleteTenant(ctx context.Context, r *clientv1.DeleteTenan
 	}
 	if err := a.b.cfg.Global.Delete(ctx, tenantPrefix+r.GetTenant(), metadata.AnyVersion); err != nil {
 		if errors.Is(err, metadata.ErrNotFound) {
+			a.b.policies.forget(tenantPrefix + r.GetTenant())
 			return nil, GRPCError(fmt.Errorf("%w: tenant %s", ErrNotFound, r.GetTenant()))
 		}
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
+	a.b.policies.forget(tenantPrefix + r.GetTenant())
 	return &clientv1.DeleteTenantResponse{}, nil
 }
 
@@ -89,6 +92,7 @@ func (a *adminService) DeleteNamespace(ctx context.Context, r *clientv1.DeleteNa
 	if err := a.b.cfg.Global.Delete(ctx, namespacePrefix+r.GetNamespace(), metadata.AnyVersion); err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
+	a.b.policies.forget(namespacePrefix + r.GetNamespace())
 	return &clientv1.DeleteNamespaceResponse{}, nil
 }
 
@@ -121,10 +125,17 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 		}
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
+	if cur, perr := parsePolicies(r.GetNamespace(), kv.Value); perr != nil || !slices.Equal(cur.GetReplicationRegions(), p.GetReplicationRegions()) {
+		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "replication_regions", p.GetReplicationRegions()); err != nil {
+			return nil, GRPCError(err)
+		}
+	}
 	val, _ := protojson.Marshal(p)
-	if _, err := a.b.cfg.Global.Put(ctx, namespacePrefix+r.GetNamespace(), val, kv.Version, 0); err != nil {
+	nkv, err := a.b.cfg.Global.Put(ctx, namespacePrefix+r.GetNamespace(), val, kv.Version, 0)
+	if err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
+	a.b.policies.learn(nkv)
 	for _, t := range a.b.loadedTopics() {
 		if t.name.NamespaceName() == r.GetNamespace() {
 			t.mu.Lock()

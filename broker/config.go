@@ -37,6 +37,11 @@ type Config struct {
 	// (see WANConfig); without wan.bind_address there is none.
 	WAN WANConfig `yaml:"wan"`
 
+	// RegionHealth reports remote regions' reachability from the WAN
+	// membership pool, shown by ListRegions (nil: ListRegions probes each
+	// region with a gRPC Lookup instead).
+	RegionHealth RegionHealth `yaml:"-"`
+
 	// Global is the global metadata shard (tenants, namespaces). Required.
 	Global metadata.Store `yaml:"-"`
 	// Regional is the region's metadata shard (ownership, ledger lists,

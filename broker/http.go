@@ -77,6 +77,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 		"SkipLostEntries":       route(func() *clientv1.SkipLostEntriesRequest { return &clientv1.SkipLostEntriesRequest{} }, a.SkipLostEntries),
 	}
 	addMetadataAdminRoutes(routes, a)
+	addReplicationAdminRoutes(routes, a)
 	return routes
 }
 

@@ -38,19 +38,46 @@ const (
 	MaxReplicationRegions = 32
 )
 
+// getPolicies returns a namespace's policies through the policy cache: a
+// region cut off from the global shard keeps the policies it last saw.
+// The result is shared: do not modify it.
 func (s *Server) getPolicies(ctx context.Context, ns string) (*clientv1.NamespacePolicies, error) {
-	kv, err := s.cfg.Global.Get(ctx, namespacePrefix+ns, metadata.ReadOptions{})
+	kv, err := s.policies.get(ctx, namespacePrefix+ns, false)
 	if errors.Is(err, metadata.ErrNotFound) {
 		return nil, fmt.Errorf("%w: namespace %s does not exist", ErrNotFound, ns)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: read namespace %s: %v", ErrUnavailable, ns, err)
 	}
+	return parsePolicies(ns, kv.Value)
+}
+
+func parsePolicies(ns string, val []byte) (*clientv1.NamespacePolicies, error) {
 	p := &clientv1.NamespacePolicies{}
-	if err := protojson.Unmarshal(kv.Value, p); err != nil {
+	if err := protojson.Unmarshal(val, p); err != nil {
 		return nil, fmt.Errorf("broker: namespace %s policies corrupt: %v", ns, err)
 	}
 	return p, nil
+}
+
+// getTenant returns a tenant's record through the policy cache.
+func (s *Server) getTenant(ctx context.Context, tenant string) (tenantRecord, error) {
+	kv, err := s.policies.get(ctx, tenantPrefix+tenant, false)
+	if errors.Is(err, metadata.ErrNotFound) {
+		return tenantRecord{}, fmt.Errorf("%w: tenant %s does not exist", ErrNotFound, tenant)
+	}
+	if err != nil {
+		return tenantRecord{}, fmt.Errorf("%w: read tenant %s: %v", ErrUnavailable, tenant, err)
+	}
+	return parseTenant(tenant, kv.Value)
+}
+
+func parseTenant(tenant string, val []byte) (tenantRecord, error) {
+	var rec tenantRecord
+	if err := json.Unmarshal(val, &rec); err != nil {
+		return tenantRecord{}, fmt.Errorf("broker: tenant %s record corrupt: %v", tenant, err)
+	}
+	return rec, nil
 }
 
 // quorums resolves E/Qw/Qa from policies and broker defaults.
@@ -115,12 +142,14 @@ func (s *Server) createTenant(ctx context.Context, name string, regions []string
 		}
 	}
 	val, _ := json.Marshal(tenantRecord{AllowedRegions: regions})
-	if _, err := s.cfg.Global.Put(ctx, tenantPrefix+name, val, metadata.MustNotExist, 0); err != nil {
+	kv, err := s.cfg.Global.Put(ctx, tenantPrefix+name, val, metadata.MustNotExist, 0)
+	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return fmt.Errorf("%w: tenant %s", ErrAlreadyExists, name)
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	s.policies.learn(kv)
 	return nil
 }
 
@@ -138,6 +167,9 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	if err := s.checkRegionsAllowed(ctx, ns, "replication_regions", p.GetReplicationRegions()); err != nil {
+		return err
+	}
 	if p == nil {
 		p = &clientv1.NamespacePolicies{}
 	}
@@ -150,12 +182,14 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 		p.RetentionSizeBytes = s.cfg.DefaultRetentionSizeBytes
 	}
 	val, _ := protojson.Marshal(p)
-	if _, err := s.cfg.Global.Put(ctx, namespacePrefix+ns, val, metadata.MustNotExist, 0); err != nil {
+	kv, err := s.cfg.Global.Put(ctx, namespacePrefix+ns, val, metadata.MustNotExist, 0)
+	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return fmt.Errorf("%w: namespace %s", ErrAlreadyExists, ns)
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	s.policies.learn(kv)
 	return nil
 }
 

@@ -90,23 +90,24 @@ func (s *Server) registerRegion(ctx context.Context) error {
 		}
 		rec.Brokers[s.cfg.BrokerID] = RegionBroker{GRPC: s.self.GRPC, HTTP: s.self.HTTP, UpdatedMs: now, WAN: s.wanAddr()}
 		val, _ := json.Marshal(&rec)
-		_, err = s.cfg.Global.Put(ctx, key, val, version, 0)
+		nkv, err := s.cfg.Global.Put(ctx, key, val, version, 0)
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			continue
+		}
+		if err == nil {
+			s.policies.learn(nkv)
 		}
 		return err
 	}
 	return fmt.Errorf("register region %s: too many concurrent updates", s.cfg.Region)
 }
 
-// RegionInfo reads a region's record from the global shard. With the
-// global quorum unreachable it falls back to this node's stale copy.
+// RegionInfo reads a region's record through the policy cache (which
+// follows regions/ in the global shard): with the global quorum
+// unreachable it answers with the last record seen, else this node's
+// stale copy.
 func (s *Server) RegionInfo(ctx context.Context, region string) (RegionRecord, error) {
-	key := regionPrefix + region
-	kv, err := s.cfg.Global.Get(ctx, key, metadata.ReadOptions{})
-	if err != nil && !errors.Is(err, metadata.ErrNotFound) {
-		kv, err = s.cfg.Global.Get(ctx, key, metadata.ReadOptions{Stale: true})
-	}
+	kv, err := s.policies.get(ctx, regionPrefix+region, false)
 	if errors.Is(err, metadata.ErrNotFound) {
 		return RegionRecord{}, fmt.Errorf("%w: region %q is not registered", ErrNotFound, region)
 	}
@@ -127,17 +128,4 @@ func (s *Server) dialAddr(addr string) string {
 		return to
 	}
 	return addr
-}
-
-// ReplicationRegions returns the regions a topic replicates to, its own
-// region included when the list is not empty: the namespace's
-// replication_regions. (The policy work of issue 8 extends this with the
-// topic-level override, the tenant's allowed regions and the cache that
-// outlives a lost global quorum; callers keep using this function.)
-func (s *Server) ReplicationRegions(ctx context.Context, name TopicName) ([]string, error) {
-	pol, err := s.getPolicies(ctx, name.NamespaceName())
-	if err != nil {
-		return nil, err
-	}
-	return append([]string(nil), pol.GetReplicationRegions()...), nil
 }

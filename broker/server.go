@@ -68,6 +68,14 @@ type Server struct {
 	bgDone   chan struct{}
 	// takeWarn rate-limits "taking the topic" warnings (one per 10s).
 	takeWarn warnEvery
+	// policies mirrors the global shard's policies (policycache.go);
+	// policyDone is closed when its goroutines have exited.
+	policies   *policyCache
+	policyDone chan struct{}
+	// replLag reports replication lag per region (regionlist.go).
+	replLag atomic.Pointer[ReplicationLagFunc]
+	// probes remembers remote regions' last answers (regionlist.go).
+	probes regionProbes
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -98,6 +106,11 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	pc, err := newPolicyCache(cfg.Global, cfg.Logger, cfg.Registerer, s.policyChanged)
+	if err != nil {
+		return nil, err
+	}
+	s.policies = pc
 	return s, nil
 }
 
@@ -165,6 +178,8 @@ func (s *Server) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
 	go s.keepAlive(bg)
+	s.policyDone = make(chan struct{})
+	go func() { defer close(s.policyDone); s.policies.run(bg) }()
 	s.warnNoSpareBookie(ctx)
 	s.ready.Store(true)
 	s.log.Info("broker started", "grpc", s.self.GRPC, "http", s.self.HTTP)
@@ -273,6 +288,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		if s.bgCancel != nil {
 			s.bgCancel()
 			<-s.bgDone
+			<-s.policyDone
 		}
 		s.mu.Lock()
 		sid := s.session
@@ -323,6 +339,7 @@ func (s *Server) Kill() {
 		if s.bgCancel != nil {
 			s.bgCancel()
 			<-s.bgDone
+			<-s.policyDone
 		}
 		// Stop background work without writing anything.
 		s.mu.Lock()

@@ -86,6 +86,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	}()
 	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
 		ProducerName: pname, LastSequenceId: t.ml.lastSequence(pname), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
+		Region: b.cfg.Region,
 	}}}); err != nil {
 		return err
 	}
@@ -181,6 +182,16 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
 	}
+	if err := b.checkSendReplication(ctx, t.name, sd); err != nil {
+		fail(err)
+		return
+	}
+	if f := b.cfg.Testing.RefuseSend; f != nil {
+		if err := f(t.name.String()); err != nil {
+			fail(err)
+			return
+		}
+	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
 		if d.stored {
@@ -205,7 +216,8 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		ProducerName: p.name, SequenceId: sd.GetSequenceId(), HighestSequenceId: highest,
 		PublishTimeMs: pub, NumMessages: sd.GetNumMessages(), Compression: sd.GetCompression(),
 		UncompressedSize: sd.GetUncompressedSize(), OriginRegion: b.cfg.Region,
-		ReplicateTo: sd.GetReplicateTo(), BrokerPublishTimeMs: now.UnixMilli(),
+		ReplicateTo: sd.GetReplicateTo(), DisableReplication: sd.GetDisableReplication(),
+		BrokerPublishTimeMs: now.UnixMilli(),
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}

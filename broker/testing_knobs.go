@@ -19,6 +19,10 @@ type TestingKnobs struct {
 	// subscription's cursor, with its outcome (nil: written). It must not
 	// block.
 	OnCursorPersist func(topic, subscription string, err error)
+	// RefuseSend, when set, is asked before each producer send is stored;
+	// a non-nil error refuses the send with that error (nothing stored),
+	// as a quota would. It must not block.
+	RefuseSend func(topic string) error
 }
 
 // Freezer stops the goroutines that check it while it is frozen. The zero

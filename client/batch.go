@@ -30,6 +30,13 @@ type batch struct {
 func (b *batch) firstSeq() int64 { return b.msgs[0].seq }
 func (b *batch) lastSeq() int64  { return b.msgs[len(b.msgs)-1].seq }
 
+// replication returns the batch's replication options (its messages all
+// have the same; see batchBuilder.add).
+func (b *batch) replication() (to []string, disable bool) {
+	m := b.msgs[0].msg
+	return m.ReplicateTo, m.DisableReplication
+}
+
 // oldest is when the batch's first message was accepted.
 func (b *batch) oldest() time.Time { return b.msgs[0].accepted }
 
@@ -47,11 +54,12 @@ func newBatchBuilder(maxMessages, maxBytes int) *batchBuilder {
 }
 
 // add appends m. It returns the batch that had to be closed BEFORE m was
-// added (because m would not fit), or nil, and whether the batch that now
+// added (because m would not fit, or has other replication options than
+// the batch: one batch is one entry, replicated as a whole), or nil, and whether the batch that now
 // holds m is full and must be closed right away.
 func (bb *batchBuilder) add(m pendingMsg) (closed *batch, full bool) {
 	sz := m.msg.size()
-	if bb.cur != nil && bb.cur.bytes+sz > bb.maxBytes {
+	if bb.cur != nil && (bb.cur.bytes+sz > bb.maxBytes || !sameReplication(bb.cur.msgs[0].msg, m.msg)) {
 		closed = bb.cur
 		bb.cur = nil
 	}

@@ -85,8 +85,18 @@ func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
 			ProducerName:    md.GetProducerName(),
 			SequenceID:      md.GetSequenceId() + int64(i),
 			OriginRegion:    md.GetOriginRegion(),
+			OriginID:        originID(md, base, i),
 			RedeliveryCount: m.GetRedeliveryCount(),
 		}
 	}
 	return out, nil
+}
+
+// originID is message i's ID in its origin region: the origin position
+// for a replicated entry, else its own position.
+func originID(md *clientv1.EntryMetadata, id MessageID, i int) string {
+	if md.GetReplicated() {
+		return MessageID{LedgerID: md.GetOriginLedgerId(), EntryID: md.GetOriginEntryId(), BatchIndex: int32(i)}.String()
+	}
+	return MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID, BatchIndex: int32(i)}.String()
 }

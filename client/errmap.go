@@ -74,6 +74,8 @@ func errorFromProto(e *clientv1.Error) error {
 		kind = ErrUnavailable
 	case clientv1.ErrorCode_ERROR_CODE_INTERNAL:
 		kind = errInternal
+	case clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED:
+		kind = ErrQuotaExceeded
 	}
 	return &ServerError{
 		Reason:      strings.TrimPrefix(e.GetCode().String(), "ERROR_CODE_"),
@@ -131,9 +133,12 @@ func mapError(err error) error {
 	case codes.FailedPrecondition, codes.PermissionDenied:
 		kind = ErrNotAllowed
 	case codes.ResourceExhausted:
-		if strings.Contains(st.Message(), "larger than max") {
+		switch {
+		case strings.Contains(st.Message(), "larger than max"):
 			kind = ErrMessageTooLarge
-		} else {
+		case strings.Contains(st.Message(), "quota"):
+			kind = ErrQuotaExceeded
+		default:
 			kind = ErrUnavailable
 		}
 	case codes.Internal, codes.Unknown, codes.DataLoss:
@@ -149,7 +154,7 @@ func retryable(err error) bool {
 	// A deadline here is a per-attempt timeout; the retry loops check the
 	// caller's own context separately.
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, errTopicNotOwned) ||
-		errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrQuotaExceeded)
 }
 
 // transientAfterOpen reports errors that are expected right after a

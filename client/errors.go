@@ -44,6 +44,11 @@ var (
 	// ErrUnavailable: no broker could serve the request before the
 	// deadline (unreachable, shutting down, topic moving).
 	ErrUnavailable = errors.New("client: service unavailable")
+	// ErrQuotaExceeded: the topic refused the write because a backlog
+	// quota or the replication lag bound is exceeded. It is retryable: the
+	// producer resends with backoff within its SendTimeout, and reports the
+	// quota (wrapped with ErrSendTimeout) if the timeout ends first.
+	ErrQuotaExceeded = errors.New("client: quota exceeded")
 	// ErrProducerFenced: another producer with the same name took over.
 	ErrProducerFenced = errors.New("client: producer fenced")
 )

@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,14 @@ type Message struct {
 	Properties map[string]string
 	// EventTime is an optional application timestamp (zero = unset).
 	EventTime time.Time
+	// ReplicateTo restricts geo-replication of this message to these
+	// regions (at most MaxReplicateTo; each must be one of the topic's
+	// replication regions, else the broker refuses the message with
+	// ErrInvalidArgument naming the region). Empty = the topic's policy.
+	ReplicateTo []string
+	// DisableReplication keeps the message in the region it is produced
+	// in. It excludes ReplicateTo.
+	DisableReplication bool
 	// SequenceID is an output: the producer sets it when it accepts the
 	// message (before the callback runs). Do not reuse a Message for
 	// another send until its send is resolved.
@@ -28,6 +37,31 @@ type Message struct {
 	// stored twice. Its MessageID is where it was first stored when the
 	// broker still knows it, else UnknownMessageID.
 	Duplicate bool
+}
+
+// MaxReplicateTo caps Message.ReplicateTo (the broker's limit).
+const MaxReplicateTo = 16
+
+// validateReplication checks a message's replication options.
+func (m *Message) validateReplication() error {
+	if m.DisableReplication && len(m.ReplicateTo) > 0 {
+		return fmt.Errorf("%w: ReplicateTo and DisableReplication are exclusive", ErrInvalidArgument)
+	}
+	if len(m.ReplicateTo) > MaxReplicateTo {
+		return fmt.Errorf("%w: ReplicateTo has %d regions, limit %d", ErrInvalidArgument, len(m.ReplicateTo), MaxReplicateTo)
+	}
+	for i, r := range m.ReplicateTo {
+		if r == "" {
+			return fmt.Errorf("%w: ReplicateTo[%d] is empty", ErrInvalidArgument, i)
+		}
+	}
+	return nil
+}
+
+// sameReplication reports whether a and b may share a batch: one batch is
+// one entry, and replication options are per entry.
+func sameReplication(a, b *Message) bool {
+	return a.DisableReplication == b.DisableReplication && slices.Equal(a.ReplicateTo, b.ReplicateTo)
 }
 
 // size is the message's contribution to a batch's byte budget.
@@ -115,6 +149,11 @@ type ReceivedMessage struct {
 	SequenceID   int64
 	// OriginRegion is the region where the message was produced.
 	OriginRegion string
+	// OriginID is the message's ID in its origin region ("L:E:B"): its ID
+	// for a message produced in the consumer's region, the origin position
+	// for a replicated one. Together with OriginRegion it names the message
+	// in every region.
+	OriginID string
 	// RedeliveryCount is how many times the broker delivered it before
 	// (0 when the broker does not report it).
 	RedeliveryCount int32

@@ -51,9 +51,16 @@ type Producer struct {
 	stalled  int           // send timeouts in a row with no receipt between
 	stallCh  chan struct{} // signalled when stalled reaches StallTimeouts
 	maxBytes int64         // broker's max entry payload
-	waiters  []flushWaiter
-	closing  bool
-	fatal    error // set when the producer can no longer send
+	region   string        // the owner's region (ProducerOpened.region)
+	// lastErr is the last retryable error a receipt reported (a quota, an
+	// unavailable topic); a send timeout names it.
+	lastErr error
+	// quotaWait is the pause before reconnecting after a quota refusal
+	// (doubling up to maxQuotaWait; reset by a stored batch).
+	quotaWait time.Duration
+	waiters   []flushWaiter
+	closing   bool
+	fatal     error // set when the producer can no longer send
 }
 
 type flushWaiter struct {
@@ -124,6 +131,22 @@ func (p *Producer) Name() string {
 	return p.name
 }
 
+// Region returns the region of the broker the producer writes to: the
+// origin region of its messages ("" before the broker reported it).
+func (p *Producer) Region() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.region
+}
+
+// Backoff after a quota refusal: the quota clears when consumers or
+// replicators drain the backlog, which takes a while; resending at once
+// would only load the broker.
+const (
+	minQuotaWait = 50 * time.Millisecond
+	maxQuotaWait = time.Second
+)
+
 // Stats returns the producer's counters.
 func (p *Producer) Stats() ProducerStats {
 	return ProducerStats{
@@ -168,6 +191,10 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 	}
 	if m == nil {
 		cb(MessageID{}, m, fmt.Errorf("%w: nil message", ErrInvalidArgument))
+		return
+	}
+	if err := m.validateReplication(); err != nil {
+		cb(MessageID{}, m, err)
 		return
 	}
 	if sz := m.size(); p.opts.MaxMessageSize > 0 && sz > p.opts.MaxMessageSize {
@@ -386,17 +413,27 @@ func (p *Producer) timeoutLoop() {
 			for len(p.inflight) > 0 && now.Sub(p.inflight[0].oldest()) > p.opts.SendTimeout {
 				b := p.inflight[0]
 				p.popHeadLocked()
-				p.resolveLocked(b, MessageID{}, fmt.Errorf("%w: not acknowledged within %v", ErrSendTimeout, p.opts.SendTimeout))
+				p.resolveLocked(b, MessageID{}, p.timeoutErrLocked())
 				p.noteTimeoutLocked()
 			}
 			if len(p.inflight) == 0 && p.builder.cur != nil && now.Sub(p.builder.cur.oldest()) > p.opts.SendTimeout {
 				b := p.builder.take()
 				p.timerGen++
-				p.resolveLocked(b, MessageID{}, fmt.Errorf("%w: not acknowledged within %v", ErrSendTimeout, p.opts.SendTimeout))
+				p.resolveLocked(b, MessageID{}, p.timeoutErrLocked())
 			}
 			p.mu.Unlock()
 		}
 	}
+}
+
+// timeoutErrLocked is the error of a send that timed out: ErrSendTimeout,
+// also wrapping the last retryable broker error (ErrQuotaExceeded while a
+// quota held the sends back) so that the caller sees why.
+func (p *Producer) timeoutErrLocked() error {
+	if p.lastErr != nil {
+		return fmt.Errorf("%w: not acknowledged within %v; last broker error: %w", ErrSendTimeout, p.opts.SendTimeout, p.lastErr)
+	}
+	return fmt.Errorf("%w: not acknowledged within %v", ErrSendTimeout, p.opts.SendTimeout)
 }
 
 // noteTimeoutLocked counts a send timeout of a sent batch and asks serve
@@ -494,6 +531,7 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 		}
 	}
 	p.maxBytes = opened.GetMaxMessageBytes()
+	p.region = opened.GetRegion()
 	p.mu.Unlock()
 	p.log.Debug("producer connected", "broker", addr, "last_sequence_id", opened.GetLastSequenceId())
 	return &cancelOnEnd{Meridian_ProduceClient: stream, cancel: cancel}, nil
@@ -518,6 +556,21 @@ func (p *Producer) run(stream clientv1.Meridian_ProduceClient) {
 			return
 		}
 		p.log.Info("producer stream broken; reconnecting", "err", err)
+		if errors.Is(err, ErrQuotaExceeded) {
+			// Resend after a pause (every unresolved batch, in order, on the
+			// new stream); the send timeout still bounds each message.
+			p.mu.Lock()
+			p.quotaWait = min(max(2*p.quotaWait, minQuotaWait), maxQuotaWait)
+			wait := p.quotaWait
+			p.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-p.ctx.Done():
+				t.Stop()
+				return
+			}
+		}
 		var cerr error
 		stream, cerr = p.connectRetry(p.ctx, false)
 		if cerr != nil {
@@ -598,13 +651,16 @@ func (p *Producer) writeLoop(stream clientv1.Meridian_ProduceClient, stop <-chan
 				return p.ctx.Err()
 			}
 		}
+		to, disable := b.replication()
 		req := &clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{
-			SequenceId:       b.firstSeq(),
-			NumMessages:      int32(len(b.msgs)),
-			Compression:      compressionToProto(p.opts.Compression),
-			UncompressedSize: b.usize,
-			PublishTimeMs:    time.Now().UnixMilli(),
-			Payload:          b.payload,
+			SequenceId:         b.firstSeq(),
+			NumMessages:        int32(len(b.msgs)),
+			Compression:        compressionToProto(p.opts.Compression),
+			UncompressedSize:   b.usize,
+			PublishTimeMs:      time.Now().UnixMilli(),
+			Payload:            b.payload,
+			ReplicateTo:        to,
+			DisableReplication: disable,
 		}}}
 		if err := stream.Send(req); err != nil {
 			return mapError(err)
@@ -650,15 +706,17 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 		if e := rc.GetError(); e != nil {
 			err := errorFromProto(e)
 			if retryable(err) {
+				p.lastErr = err
 				p.mu.Unlock()
 				p.c.noteFailure(p.opts.Topic, err)
-				return fmt.Errorf("%w: %v", errReconnect, err)
+				return fmt.Errorf("%w: %w", errReconnect, err)
 			}
 			p.removeLocked(idx)
 			p.resolveLocked(b, MessageID{}, err)
 			p.mu.Unlock()
 			continue
 		}
+		p.lastErr, p.quotaWait = nil, 0
 		if rc.GetDuplicate() {
 			p.duplicates.Add(1)
 			p.c.metrics.duplicates.Inc()

@@ -107,7 +107,7 @@ func newAdminCmd() *cobra.Command {
 	o := &adminOpts{}
 	root := &cobra.Command{
 		Use:   "admin",
-		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers and metadata",
+		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers, metadata and regions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Listed from the command tree, so a new resource is never left out.
@@ -133,6 +133,15 @@ func newAdminCmd() *cobra.Command {
 	}
 
 	// tenants
+	var allowedRegions []string
+	createTenant := leaf("create TENANT", "Create a tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		if err := a.CreateTenant(ctx, args[0], cleanRegions(allowedRegions)...); err != nil {
+			return err
+		}
+		out.done("created tenant", args[0])
+		return nil
+	})
+	createTenant.Flags().StringSliceVar(&allowedRegions, "allowed-regions", nil, "regions the tenant may use (comma-separated; default all)")
 	tenants := group("tenants", "Tenants",
 		leaf("list", "List tenants", 0, func(ctx context.Context, a *client.Admin, out *adminOut, _ []string) error {
 			ts, err := a.ListTenants(ctx)
@@ -141,13 +150,7 @@ func newAdminCmd() *cobra.Command {
 			}
 			return err
 		}),
-		leaf("create TENANT", "Create a tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
-			if err := a.CreateTenant(ctx, args[0]); err != nil {
-				return err
-			}
-			out.done("created tenant", args[0])
-			return nil
-		}),
+		createTenant,
 		leaf("delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			if err := a.DeleteTenant(ctx, args[0]); err != nil {
 				return err
@@ -333,6 +336,7 @@ func newAdminCmd() *cobra.Command {
 	)
 	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
 	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
+	addReplicationCmds(o, root, tenants, namespaces, topics)
 	return root
 }
 

@@ -28,7 +28,9 @@ func newConsumeCmd() *cobra.Command {
 
 Exits after --count messages (0 = until interrupted, or until --idle passes
 without a message: exit 0 when at least one message arrived, else 1). With --output json, one line per message:
-{"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",...}.`,
+{"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",
+"origin_region","origin_id",...}: origin_region is the region where the message was
+produced and origin_id ("L:E:B") its ID there (its own id when produced locally).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
 	}
@@ -52,14 +54,18 @@ func init() { rootCmd.AddCommand(newConsumeCmd()) }
 
 // consumedJSON is one --output json line.
 type consumedJSON struct {
-	ID              string            `json:"id"`
-	Key             string            `json:"key"`
-	Payload         *string           `json:"payload,omitempty"`
-	PayloadB64      *string           `json:"payload_b64,omitempty"`
-	PublishTime     string            `json:"publish_time"`
-	Producer        string            `json:"producer"`
-	Seq             int64             `json:"seq"`
-	OriginRegion    string            `json:"origin_region,omitempty"`
+	ID          string  `json:"id"`
+	Key         string  `json:"key"`
+	Payload     *string `json:"payload,omitempty"`
+	PayloadB64  *string `json:"payload_b64,omitempty"`
+	PublishTime string  `json:"publish_time"`
+	Producer    string  `json:"producer"`
+	Seq         int64   `json:"seq"`
+	// OriginRegion / OriginID name the message in the region where it
+	// was produced (OriginID "L:E:B" is its ID there; equal to ID for a
+	// message produced in this region).
+	OriginRegion    string            `json:"origin_region"`
+	OriginID        string            `json:"origin_id"`
 	Properties      map[string]string `json:"properties,omitempty"`
 	RedeliveryCount int32             `json:"redelivery_count,omitempty"`
 	EventTime       string            `json:"event_time,omitempty"`
@@ -68,7 +74,7 @@ type consumedJSON struct {
 func toConsumedJSON(m *client.ReceivedMessage) consumedJSON {
 	j := consumedJSON{
 		ID: m.ID.String(), Key: m.Key, Producer: m.ProducerName, Seq: m.SequenceID,
-		OriginRegion: m.OriginRegion, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
+		OriginRegion: m.OriginRegion, OriginID: m.OriginID, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
 	}
 	if !m.PublishTime.IsZero() {
 		j.PublishTime = m.PublishTime.UTC().Format(time.RFC3339Nano)

@@ -131,7 +131,8 @@ type produceFlags struct {
 	count, size, keys, maxPending, batchMax             int
 	rate                                                float64
 	batchDelay, sendTimeout, timeout                    time.Duration
-	verbose                                             bool
+	verbose, noReplication                              bool
+	replicateTo                                         []string
 }
 
 func newProduceCmd() *cobra.Command {
@@ -145,7 +146,11 @@ The messages are --message TEXT (sent --count times, default 1); else the
 lines of stdin when stdin is not a terminal (all lines, or the first --count);
 else --count (default 1) generated payloads of --size bytes.
 With --output json, one line per ACKNOWLEDGED message:
-{"id":"L:E:B","seq":N,"key":"...","producer":"NAME","ack_time":"RFC3339Nano"}.
+{"id":"L:E:B","seq":N,"key":"...","producer":"NAME","ack_time":"RFC3339Nano",
+"origin_region":"REGION","origin_id":"L:E:B"} (origin: this region and the message's
+ID here, the names other regions' consumers see it under).
+--replicate-to a,b restricts geo-replication of the messages to those regions (each
+one of the topic's replication regions); --no-replication keeps them in this region.
 A message the broker had already stored (resent after a reconnect) is not stored
 again: its line adds "duplicate":true, and "id" is where it was first stored, or
 "-1:-1:-1" when the broker no longer knows.
@@ -172,6 +177,8 @@ warning on stderr: its messages would be deleted.`,
 	fl.DurationVar(&f.sendTimeout, "send-timeout", 30*time.Second, "fail a message not acknowledged within this time")
 	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
+	fl.StringSliceVar(&f.replicateTo, "replicate-to", nil, "replicate the messages only to these regions (comma-separated, at most 16)")
+	fl.BoolVar(&f.noReplication, "no-replication", false, "keep the messages in this region (no geo-replication)")
 	return cmd
 }
 
@@ -202,6 +209,13 @@ func (f *produceFlags) validate() error {
 	}
 	if f.rate < 0 {
 		return fmt.Errorf("--rate %v: must be >= 0", f.rate)
+	}
+	f.replicateTo = cleanRegions(f.replicateTo)
+	if f.noReplication && len(f.replicateTo) > 0 {
+		return errors.New("--replicate-to and --no-replication are mutually exclusive")
+	}
+	if len(f.replicateTo) > client.MaxReplicateTo {
+		return fmt.Errorf("--replicate-to has %d regions, limit %d", len(f.replicateTo), client.MaxReplicateTo)
 	}
 	return validateProducerFlags(f.maxPending, f.batchMax, f.batchDelay, f.compression)
 }
@@ -287,6 +301,10 @@ type produceRecord struct {
 	// Duplicate: the broker had already stored the message; ID is where it
 	// was first stored ("-1:-1:-1" when the broker no longer knows).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// OriginRegion / OriginID name the message everywhere: the region it
+	// was produced in (this one) and its ID here.
+	OriginRegion string `json:"origin_region"`
+	OriginID     string `json:"origin_id"`
 }
 
 func runProduce(cmd *cobra.Command, f *produceFlags) error {
@@ -310,7 +328,7 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 		return fmt.Errorf("open producer on %s: %w", f.topic, err)
 	}
 	warnIfRetainsNothing(ctx, c, f.topic, cmd.ErrOrStderr())
-	producerName := p.Name()
+	producerName, region := p.Name(), p.Region()
 	out := &lineWriter{w: cmd.OutOrStdout()}
 	var (
 		mu       sync.Mutex
@@ -335,7 +353,7 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			key = fmt.Sprintf("k%d", sent%f.keys)
 		}
 		sent++
-		p.SendAsync(ctx, &client.Message{Key: key, Payload: payload}, func(id client.MessageID, m *client.Message, err error) {
+		p.SendAsync(ctx, &client.Message{Key: key, Payload: payload, ReplicateTo: f.replicateTo, DisableReplication: f.noReplication}, func(id client.MessageID, m *client.Message, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -348,7 +366,8 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			acked++
 			if f.output == "json" {
 				out.json(produceRecord{ID: id.String(), Seq: m.SequenceID, Key: m.Key, Producer: producerName,
-					AckTime: time.Now().UTC().Format(time.RFC3339Nano), Duplicate: m.Duplicate})
+					AckTime: time.Now().UTC().Format(time.RFC3339Nano), Duplicate: m.Duplicate,
+					OriginRegion: region, OriginID: id.String()})
 			}
 		})
 	}

@@ -17,15 +17,16 @@ func TestProduceJSONDuplicate(t *testing.T) {
 		dup  bool
 		want string
 	}{
-		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, false, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t"}`},
-		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, true, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true}`},
-		{client.UnknownMessageID, true, `{"id":"-1:-1:-1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true}`},
+		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, false, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t","origin_region":"r","origin_id":"7:3:1"}`},
+		{client.MessageID{LedgerID: 7, EntryID: 3, BatchIndex: 1}, true, `{"id":"7:3:1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true,"origin_region":"r","origin_id":"7:3:1"}`},
+		{client.UnknownMessageID, true, `{"id":"-1:-1:-1","seq":4,"key":"k","producer":"p","ack_time":"t","duplicate":true,"origin_region":"r","origin_id":"-1:-1:-1"}`},
 	}
 	for _, c := range cases {
 		var buf bytes.Buffer
 		out := &lineWriter{w: &buf}
 		m := &client.Message{Key: "k", SequenceID: 4, Duplicate: c.dup}
-		out.json(produceRecord{ID: c.id.String(), Seq: m.SequenceID, Key: m.Key, Producer: "p", AckTime: "t", Duplicate: m.Duplicate})
+		out.json(produceRecord{ID: c.id.String(), Seq: m.SequenceID, Key: m.Key, Producer: "p", AckTime: "t", Duplicate: m.Duplicate,
+			OriginRegion: "r", OriginID: c.id.String()})
 		if got := buf.String(); got != c.want+"\n" {
 			t.Errorf("line %q, want %q", got, c.want)
 		}

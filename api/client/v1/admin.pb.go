@@ -4905,6 +4905,962 @@ func (x *SkipLostEntriesResponse) GetApplied() bool {
 	return false
 }
 
+type SetNamespaceReplicationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is "tenant/namespace".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// regions replaces the namespace's replication regions (empty = off).
+	Regions       []string `protobuf:"bytes,2,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNamespaceReplicationRequest) Reset() {
+	*x = SetNamespaceReplicationRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNamespaceReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNamespaceReplicationRequest) ProtoMessage() {}
+
+func (x *SetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
+func (*SetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *SetNamespaceReplicationRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetNamespaceReplicationRequest) GetRegions() []string {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type SetNamespaceReplicationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNamespaceReplicationResponse) Reset() {
+	*x = SetNamespaceReplicationResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNamespaceReplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNamespaceReplicationResponse) ProtoMessage() {}
+
+func (x *SetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
+func (*SetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{81}
+}
+
+type GetNamespaceReplicationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNamespaceReplicationRequest) Reset() {
+	*x = GetNamespaceReplicationRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNamespaceReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNamespaceReplicationRequest) ProtoMessage() {}
+
+func (x *GetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
+func (*GetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *GetNamespaceReplicationRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type GetNamespaceReplicationResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Regions []string               `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	// stale is true when the global shard could not be read and the answer
+	// is the broker's last seen copy.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNamespaceReplicationResponse) Reset() {
+	*x = GetNamespaceReplicationResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNamespaceReplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNamespaceReplicationResponse) ProtoMessage() {}
+
+func (x *GetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
+func (*GetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *GetNamespaceReplicationResponse) GetRegions() []string {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+func (x *GetNamespaceReplicationResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type GetTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantRequest) Reset() {
+	*x = GetTenantRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantRequest) ProtoMessage() {}
+
+func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantRequest.ProtoReflect.Descriptor instead.
+func (*GetTenantRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *GetTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type TenantInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// allowed_regions lists the regions the tenant may use (empty = all).
+	AllowedRegions []string `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
+	Stale          bool     `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TenantInfo) Reset() {
+	*x = TenantInfo{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantInfo) ProtoMessage() {}
+
+func (x *TenantInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
+func (*TenantInfo) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *TenantInfo) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantInfo) GetAllowedRegions() []string {
+	if x != nil {
+		return x.AllowedRegions
+	}
+	return nil
+}
+
+func (x *TenantInfo) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type SetTenantAllowedRegionsRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Tenant         string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	AllowedRegions []string               `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetTenantAllowedRegionsRequest) Reset() {
+	*x = SetTenantAllowedRegionsRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantAllowedRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantAllowedRegionsRequest) ProtoMessage() {}
+
+func (x *SetTenantAllowedRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantAllowedRegionsRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantAllowedRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *SetTenantAllowedRegionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantAllowedRegionsRequest) GetAllowedRegions() []string {
+	if x != nil {
+		return x.AllowedRegions
+	}
+	return nil
+}
+
+type SetTenantAllowedRegionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantAllowedRegionsResponse) Reset() {
+	*x = SetTenantAllowedRegionsResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantAllowedRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantAllowedRegionsResponse) ProtoMessage() {}
+
+func (x *SetTenantAllowedRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantAllowedRegionsResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantAllowedRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{87}
+}
+
+type SetTopicReplicationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is "tenant/namespace/topic".
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// regions is the override (empty = replication off for this topic).
+	Regions       []string `protobuf:"bytes,2,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicReplicationRequest) Reset() {
+	*x = SetTopicReplicationRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicReplicationRequest) ProtoMessage() {}
+
+func (x *SetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicReplicationRequest.ProtoReflect.Descriptor instead.
+func (*SetTopicReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *SetTopicReplicationRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SetTopicReplicationRequest) GetRegions() []string {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type SetTopicReplicationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicReplicationResponse) Reset() {
+	*x = SetTopicReplicationResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicReplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicReplicationResponse) ProtoMessage() {}
+
+func (x *SetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicReplicationResponse.ProtoReflect.Descriptor instead.
+func (*SetTopicReplicationResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{89}
+}
+
+type GetTopicReplicationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTopicReplicationRequest) Reset() {
+	*x = GetTopicReplicationRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicReplicationRequest) ProtoMessage() {}
+
+func (x *GetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicReplicationRequest.ProtoReflect.Descriptor instead.
+func (*GetTopicReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *GetTopicReplicationRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type GetTopicReplicationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// has_override is true when the topic has its own regions.
+	HasOverride bool `protobuf:"varint,1,opt,name=has_override,json=hasOverride,proto3" json:"has_override,omitempty"`
+	// override_regions is the topic's override (when has_override).
+	OverrideRegions []string `protobuf:"bytes,2,rep,name=override_regions,json=overrideRegions,proto3" json:"override_regions,omitempty"`
+	// effective_regions are the regions the topic replicates to: the
+	// override, else the namespace's regions, limited to the tenant's
+	// allowed regions; empty when it does not replicate.
+	EffectiveRegions []string `protobuf:"bytes,3,rep,name=effective_regions,json=effectiveRegions,proto3" json:"effective_regions,omitempty"`
+	Stale            bool     `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GetTopicReplicationResponse) Reset() {
+	*x = GetTopicReplicationResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicReplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicReplicationResponse) ProtoMessage() {}
+
+func (x *GetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicReplicationResponse.ProtoReflect.Descriptor instead.
+func (*GetTopicReplicationResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *GetTopicReplicationResponse) GetHasOverride() bool {
+	if x != nil {
+		return x.HasOverride
+	}
+	return false
+}
+
+func (x *GetTopicReplicationResponse) GetOverrideRegions() []string {
+	if x != nil {
+		return x.OverrideRegions
+	}
+	return nil
+}
+
+func (x *GetTopicReplicationResponse) GetEffectiveRegions() []string {
+	if x != nil {
+		return x.EffectiveRegions
+	}
+	return nil
+}
+
+func (x *GetTopicReplicationResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type RemoveTopicReplicationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveTopicReplicationRequest) Reset() {
+	*x = RemoveTopicReplicationRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveTopicReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveTopicReplicationRequest) ProtoMessage() {}
+
+func (x *RemoveTopicReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveTopicReplicationRequest.ProtoReflect.Descriptor instead.
+func (*RemoveTopicReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *RemoveTopicReplicationRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type RemoveTopicReplicationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveTopicReplicationResponse) Reset() {
+	*x = RemoveTopicReplicationResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveTopicReplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveTopicReplicationResponse) ProtoMessage() {}
+
+func (x *RemoveTopicReplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveTopicReplicationResponse.ProtoReflect.Descriptor instead.
+func (*RemoveTopicReplicationResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{93}
+}
+
+type ListRegionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegionsRequest) Reset() {
+	*x = ListRegionsRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegionsRequest) ProtoMessage() {}
+
+func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
+func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{94}
+}
+
+// RegionReplicationLag sums the replication towards one region of the
+// topics this broker owns.
+type RegionReplicationLag struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// available is false until the broker's replicators report (then the
+	// other fields are 0).
+	Available       bool  `protobuf:"varint,1,opt,name=available,proto3" json:"available,omitempty"`
+	Topics          int64 `protobuf:"varint,2,opt,name=topics,proto3" json:"topics,omitempty"`
+	BacklogMessages int64 `protobuf:"varint,3,opt,name=backlog_messages,json=backlogMessages,proto3" json:"backlog_messages,omitempty"`
+	BacklogBytes    int64 `protobuf:"varint,4,opt,name=backlog_bytes,json=backlogBytes,proto3" json:"backlog_bytes,omitempty"`
+	// max_lag_ms is the largest lag (age of the oldest entry not yet
+	// persisted by the region) over those topics.
+	MaxLagMs int64 `protobuf:"varint,5,opt,name=max_lag_ms,json=maxLagMs,proto3" json:"max_lag_ms,omitempty"`
+	// stalled counts replicators reported stalled.
+	Stalled       int64 `protobuf:"varint,6,opt,name=stalled,proto3" json:"stalled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionReplicationLag) Reset() {
+	*x = RegionReplicationLag{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionReplicationLag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionReplicationLag) ProtoMessage() {}
+
+func (x *RegionReplicationLag) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionReplicationLag.ProtoReflect.Descriptor instead.
+func (*RegionReplicationLag) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *RegionReplicationLag) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *RegionReplicationLag) GetTopics() int64 {
+	if x != nil {
+		return x.Topics
+	}
+	return 0
+}
+
+func (x *RegionReplicationLag) GetBacklogMessages() int64 {
+	if x != nil {
+		return x.BacklogMessages
+	}
+	return 0
+}
+
+func (x *RegionReplicationLag) GetBacklogBytes() int64 {
+	if x != nil {
+		return x.BacklogBytes
+	}
+	return 0
+}
+
+func (x *RegionReplicationLag) GetMaxLagMs() int64 {
+	if x != nil {
+		return x.MaxLagMs
+	}
+	return 0
+}
+
+func (x *RegionReplicationLag) GetStalled() int64 {
+	if x != nil {
+		return x.Stalled
+	}
+	return 0
+}
+
+type RegionStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// endpoints are the region's brokers' gRPC addresses, most recently
+	// registered first.
+	Endpoints []string `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// local is true for the answering broker's own region.
+	Local bool `protobuf:"varint,3,opt,name=local,proto3" json:"local,omitempty"`
+	// reachable: the region answered the last health check.
+	Reachable bool `protobuf:"varint,4,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// last_seen_ms is when it was last seen healthy (Unix ms; 0 = never).
+	LastSeenMs int64 `protobuf:"varint,5,opt,name=last_seen_ms,json=lastSeenMs,proto3" json:"last_seen_ms,omitempty"`
+	// health_source says where reachability comes from: "local", "wan"
+	// (the WAN membership pool) or "probe" (a gRPC Lookup of the region).
+	HealthSource string `protobuf:"bytes,6,opt,name=health_source,json=healthSource,proto3" json:"health_source,omitempty"`
+	// health_error is the probe's error when unreachable.
+	HealthError   string                `protobuf:"bytes,7,opt,name=health_error,json=healthError,proto3" json:"health_error,omitempty"`
+	Replication   *RegionReplicationLag `protobuf:"bytes,8,opt,name=replication,proto3" json:"replication,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionStatus) Reset() {
+	*x = RegionStatus{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionStatus) ProtoMessage() {}
+
+func (x *RegionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionStatus.ProtoReflect.Descriptor instead.
+func (*RegionStatus) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *RegionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegionStatus) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *RegionStatus) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+func (x *RegionStatus) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *RegionStatus) GetLastSeenMs() int64 {
+	if x != nil {
+		return x.LastSeenMs
+	}
+	return 0
+}
+
+func (x *RegionStatus) GetHealthSource() string {
+	if x != nil {
+		return x.HealthSource
+	}
+	return ""
+}
+
+func (x *RegionStatus) GetHealthError() string {
+	if x != nil {
+		return x.HealthError
+	}
+	return ""
+}
+
+func (x *RegionStatus) GetReplication() *RegionReplicationLag {
+	if x != nil {
+		return x.Replication
+	}
+	return nil
+}
+
+type ListRegionsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Regions []*RegionStatus        `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	// stale is true when the registry was read from the broker's last seen copy.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegionsResponse) Reset() {
+	*x = ListRegionsResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegionsResponse) ProtoMessage() {}
+
+func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegionsResponse.ProtoReflect.Descriptor instead.
+func (*ListRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *ListRegionsResponse) GetRegions() []*RegionStatus {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+func (x *ListRegionsResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -5241,13 +6197,69 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x17SkipLostEntriesResponse\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
-	"\aapplied\x18\x03 \x01(\bR\aapplied*N\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied\"X\n" +
+	"\x1eSetNamespaceReplicationRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aregions\x18\x02 \x03(\tR\aregions\"!\n" +
+	"\x1fSetNamespaceReplicationResponse\">\n" +
+	"\x1eGetNamespaceReplicationRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"Q\n" +
+	"\x1fGetNamespaceReplicationResponse\x12\x18\n" +
+	"\aregions\x18\x01 \x03(\tR\aregions\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"*\n" +
+	"\x10GetTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"c\n" +
+	"\n" +
+	"TenantInfo\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"a\n" +
+	"\x1eSetTenantAllowedRegionsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\"!\n" +
+	"\x1fSetTenantAllowedRegionsResponse\"L\n" +
+	"\x1aSetTopicReplicationRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
+	"\aregions\x18\x02 \x03(\tR\aregions\"\x1d\n" +
+	"\x1bSetTopicReplicationResponse\"2\n" +
+	"\x1aGetTopicReplicationRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"\xae\x01\n" +
+	"\x1bGetTopicReplicationResponse\x12!\n" +
+	"\fhas_override\x18\x01 \x01(\bR\vhasOverride\x12)\n" +
+	"\x10override_regions\x18\x02 \x03(\tR\x0foverrideRegions\x12+\n" +
+	"\x11effective_regions\x18\x03 \x03(\tR\x10effectiveRegions\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"5\n" +
+	"\x1dRemoveTopicReplicationRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\" \n" +
+	"\x1eRemoveTopicReplicationResponse\"\x14\n" +
+	"\x12ListRegionsRequest\"\xd4\x01\n" +
+	"\x14RegionReplicationLag\x12\x1c\n" +
+	"\tavailable\x18\x01 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06topics\x18\x02 \x01(\x03R\x06topics\x12)\n" +
+	"\x10backlog_messages\x18\x03 \x01(\x03R\x0fbacklogMessages\x12#\n" +
+	"\rbacklog_bytes\x18\x04 \x01(\x03R\fbacklogBytes\x12\x1c\n" +
+	"\n" +
+	"max_lag_ms\x18\x05 \x01(\x03R\bmaxLagMs\x12\x18\n" +
+	"\astalled\x18\x06 \x01(\x03R\astalled\"\xaa\x02\n" +
+	"\fRegionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tendpoints\x18\x02 \x03(\tR\tendpoints\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\bR\x05local\x12\x1c\n" +
+	"\treachable\x18\x04 \x01(\bR\treachable\x12 \n" +
+	"\flast_seen_ms\x18\x05 \x01(\x03R\n" +
+	"lastSeenMs\x12#\n" +
+	"\rhealth_source\x18\x06 \x01(\tR\fhealthSource\x12!\n" +
+	"\fhealth_error\x18\a \x01(\tR\vhealthError\x12J\n" +
+	"\vreplication\x18\b \x01(\v2(.meridian.client.v1.RegionReplicationLagR\vreplication\"g\n" +
+	"\x13ListRegionsResponse\x12:\n" +
+	"\aregions\x18\x01 \x03(\v2 .meridian.client.v1.RegionStatusR\aregions\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale*N\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xcb\x1a\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xfe!\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -5281,7 +6293,15 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tGetLedger\x12$.meridian.client.v1.GetLedgerRequest\x1a!.meridian.client.v1.LedgerDetails\x12m\n" +
 	"\x10ListTopicLedgers\x12+.meridian.client.v1.ListTopicLedgersRequest\x1a,.meridian.client.v1.ListTopicLedgersResponse\x12^\n" +
 	"\vScrubBookie\x12&.meridian.client.v1.ScrubBookieRequest\x1a'.meridian.client.v1.ScrubBookieResponse\x12j\n" +
-	"\x0fSkipLostEntries\x12*.meridian.client.v1.SkipLostEntriesRequest\x1a+.meridian.client.v1.SkipLostEntriesResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x0fSkipLostEntries\x12*.meridian.client.v1.SkipLostEntriesRequest\x1a+.meridian.client.v1.SkipLostEntriesResponse\x12\x82\x01\n" +
+	"\x17SetNamespaceReplication\x122.meridian.client.v1.SetNamespaceReplicationRequest\x1a3.meridian.client.v1.SetNamespaceReplicationResponse\x12\x82\x01\n" +
+	"\x17GetNamespaceReplication\x122.meridian.client.v1.GetNamespaceReplicationRequest\x1a3.meridian.client.v1.GetNamespaceReplicationResponse\x12Q\n" +
+	"\tGetTenant\x12$.meridian.client.v1.GetTenantRequest\x1a\x1e.meridian.client.v1.TenantInfo\x12\x82\x01\n" +
+	"\x17SetTenantAllowedRegions\x122.meridian.client.v1.SetTenantAllowedRegionsRequest\x1a3.meridian.client.v1.SetTenantAllowedRegionsResponse\x12v\n" +
+	"\x13SetTopicReplication\x12..meridian.client.v1.SetTopicReplicationRequest\x1a/.meridian.client.v1.SetTopicReplicationResponse\x12v\n" +
+	"\x13GetTopicReplication\x12..meridian.client.v1.GetTopicReplicationRequest\x1a/.meridian.client.v1.GetTopicReplicationResponse\x12\x7f\n" +
+	"\x16RemoveTopicReplication\x121.meridian.client.v1.RemoveTopicReplicationRequest\x1a2.meridian.client.v1.RemoveTopicReplicationResponse\x12^\n" +
+	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -5296,200 +6316,236 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(QuotaAction)(0),                     // 0: meridian.client.v1.QuotaAction
-	(MetadataShard)(0),                   // 1: meridian.client.v1.MetadataShard
-	(*ListTenantsRequest)(nil),           // 2: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 3: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),          // 4: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),         // 5: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),          // 6: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),         // 7: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),            // 8: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),        // 9: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),       // 10: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),       // 11: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),      // 12: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),       // 13: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),      // 14: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),  // 15: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil), // 16: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),  // 17: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil), // 18: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),            // 19: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),           // 20: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),           // 21: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 22: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),           // 23: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 24: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),         // 25: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil), // 26: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),           // 27: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),          // 28: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                // 29: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                // 30: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),            // 31: meridian.client.v1.SubscriptionStats
-	(*BlockedRead)(nil),                  // 32: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                   // 33: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                   // 34: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                   // 35: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),           // 36: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),     // 37: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),    // 38: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),    // 39: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),   // 40: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),    // 41: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),   // 42: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),     // 43: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),    // 44: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),           // 45: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                   // 46: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),          // 47: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                 // 48: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),           // 49: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),          // 50: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),        // 51: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil), // 52: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),           // 53: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),     // 54: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),    // 55: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),    // 56: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),   // 57: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),    // 58: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),   // 59: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),    // 60: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),   // 61: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),     // 62: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),          // 63: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),           // 64: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),               // 65: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),             // 66: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),        // 67: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),      // 68: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),     // 69: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                 // 70: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                // 71: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                // 72: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),             // 73: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),      // 74: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),     // 75: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),           // 76: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),           // 77: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),    // 78: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),          // 79: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),       // 80: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),      // 81: meridian.client.v1.SkipLostEntriesResponse
-	nil,                                  // 82: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                // 83: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                    // 84: meridian.client.v1.MessageId
-	(InitialPosition)(0),                 // 85: meridian.client.v1.InitialPosition
+	(QuotaAction)(0),                        // 0: meridian.client.v1.QuotaAction
+	(MetadataShard)(0),                      // 1: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),              // 2: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),             // 3: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),             // 4: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),            // 5: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),             // 6: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),            // 7: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),               // 8: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),           // 9: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),          // 10: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),          // 11: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),         // 12: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),          // 13: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),         // 14: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),     // 15: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil),    // 16: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),     // 17: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil),    // 18: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),               // 19: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 20: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),              // 21: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 22: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 23: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 24: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),            // 25: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil),    // 26: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),              // 27: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),             // 28: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                   // 29: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                   // 30: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),               // 31: meridian.client.v1.SubscriptionStats
+	(*BlockedRead)(nil),                     // 32: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                      // 33: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                      // 34: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                      // 35: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),              // 36: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),        // 37: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),       // 38: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),       // 39: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),      // 40: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),       // 41: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),      // 42: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),        // 43: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),       // 44: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),              // 45: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                      // 46: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),             // 47: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                    // 48: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),              // 49: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),             // 50: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),           // 51: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),    // 52: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),              // 53: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),        // 54: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),       // 55: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),       // 56: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),      // 57: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),       // 58: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),      // 59: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),       // 60: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),      // 61: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),        // 62: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),             // 63: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),              // 64: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                  // 65: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                // 66: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),           // 67: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),         // 68: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),        // 69: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                    // 70: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                   // 71: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                   // 72: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                // 73: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),         // 74: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),        // 75: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),              // 76: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),              // 77: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),       // 78: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),             // 79: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),          // 80: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),         // 81: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),  // 82: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil), // 83: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),  // 84: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil), // 85: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                // 86: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                      // 87: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),  // 88: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil), // 89: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),      // 90: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),     // 91: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),      // 92: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),     // 93: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),   // 94: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),  // 95: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),              // 96: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),            // 97: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                    // 98: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),             // 99: meridian.client.v1.ListRegionsResponse
+	nil,                                     // 100: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                   // 101: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                       // 102: meridian.client.v1.MessageId
+	(InitialPosition)(0),                    // 103: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
-	0,  // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
-	0,  // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
-	8,  // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,  // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,  // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	83, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	30, // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	84, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	32, // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	84, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29, // 10: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31, // 11: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	84, // 12: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	34, // 13: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	35, // 14: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	84, // 15: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	85, // 16: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	84, // 17: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	85, // 18: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	46, // 19: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	48, // 20: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	51, // 21: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	48, // 22: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	63, // 23: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	64, // 24: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,  // 25: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,  // 26: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	66, // 27: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	70, // 28: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	71, // 29: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	82, // 30: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	72, // 31: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	77, // 32: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	78, // 33: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	84, // 34: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	2,  // 35: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,  // 36: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,  // 37: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,  // 38: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11, // 39: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13, // 40: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15, // 41: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17, // 42: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19, // 43: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21, // 44: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23, // 45: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25, // 46: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26, // 47: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27, // 48: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	37, // 49: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	39, // 50: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	41, // 51: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	43, // 52: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	45, // 53: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	49, // 54: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	52, // 55: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	54, // 56: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	56, // 57: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	58, // 58: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	60, // 59: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	62, // 60: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	67, // 61: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	68, // 62: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	73, // 63: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	74, // 64: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	76, // 65: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	80, // 66: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	3,  // 67: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,  // 68: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,  // 69: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10, // 70: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12, // 71: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14, // 72: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16, // 73: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18, // 74: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20, // 75: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22, // 76: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24, // 77: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	33, // 78: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	36, // 79: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28, // 80: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	38, // 81: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	40, // 82: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	42, // 83: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	44, // 84: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	47, // 85: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	50, // 86: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	53, // 87: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	55, // 88: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	57, // 89: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	59, // 90: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	61, // 91: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	65, // 92: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	66, // 93: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	69, // 94: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	72, // 95: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	75, // 96: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	79, // 97: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	81, // 98: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	67, // [67:99] is the sub-list for method output_type
-	35, // [35:67] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
+	0,   // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
+	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	101, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	102, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	32,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	102, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29,  // 10: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31,  // 11: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	102, // 12: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	34,  // 13: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	35,  // 14: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	102, // 15: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	103, // 16: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	102, // 17: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	103, // 18: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	46,  // 19: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	48,  // 20: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	51,  // 21: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	48,  // 22: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	63,  // 23: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	64,  // 24: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 25: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 26: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	66,  // 27: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	70,  // 28: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	71,  // 29: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	100, // 30: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	72,  // 31: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	77,  // 32: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	78,  // 33: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	102, // 34: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	97,  // 35: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	98,  // 36: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	2,   // 37: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 38: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 39: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 40: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 41: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 42: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 43: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 44: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 45: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 46: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 47: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 48: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 49: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 50: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	37,  // 51: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	39,  // 52: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	41,  // 53: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	43,  // 54: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	45,  // 55: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	49,  // 56: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	52,  // 57: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	54,  // 58: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	56,  // 59: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	58,  // 60: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	60,  // 61: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	62,  // 62: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	67,  // 63: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	68,  // 64: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	73,  // 65: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	74,  // 66: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	76,  // 67: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	80,  // 68: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	82,  // 69: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	84,  // 70: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	86,  // 71: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	88,  // 72: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	90,  // 73: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	92,  // 74: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	94,  // 75: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	96,  // 76: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	3,   // 77: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 78: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 79: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 80: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 81: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 82: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 83: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 84: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 85: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 86: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 87: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	33,  // 88: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	36,  // 89: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 90: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	38,  // 91: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	40,  // 92: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	42,  // 93: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	44,  // 94: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	47,  // 95: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	50,  // 96: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	53,  // 97: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	55,  // 98: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	57,  // 99: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	59,  // 100: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	61,  // 101: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	65,  // 102: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	66,  // 103: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	69,  // 104: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	72,  // 105: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	75,  // 106: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	79,  // 107: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	81,  // 108: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	83,  // 109: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	85,  // 110: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	87,  // 111: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	89,  // 112: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	91,  // 113: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	93,  // 114: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	95,  // 115: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	99,  // 116: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	77,  // [77:117] is the sub-list for method output_type
+	37,  // [37:77] is the sub-list for method input_type
+	37,  // [37:37] is the sub-list for extension type_name
+	37,  // [37:37] is the sub-list for extension extendee
+	0,   // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -5515,7 +6571,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   81,
+			NumMessages:   99,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,38 +30,46 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListTenants_FullMethodName           = "/meridian.client.v1.Admin/ListTenants"
-	Admin_CreateTenant_FullMethodName          = "/meridian.client.v1.Admin/CreateTenant"
-	Admin_DeleteTenant_FullMethodName          = "/meridian.client.v1.Admin/DeleteTenant"
-	Admin_ListNamespaces_FullMethodName        = "/meridian.client.v1.Admin/ListNamespaces"
-	Admin_CreateNamespace_FullMethodName       = "/meridian.client.v1.Admin/CreateNamespace"
-	Admin_DeleteNamespace_FullMethodName       = "/meridian.client.v1.Admin/DeleteNamespace"
-	Admin_GetNamespacePolicies_FullMethodName  = "/meridian.client.v1.Admin/GetNamespacePolicies"
-	Admin_SetNamespacePolicies_FullMethodName  = "/meridian.client.v1.Admin/SetNamespacePolicies"
-	Admin_ListTopics_FullMethodName            = "/meridian.client.v1.Admin/ListTopics"
-	Admin_CreateTopic_FullMethodName           = "/meridian.client.v1.Admin/CreateTopic"
-	Admin_DeleteTopic_FullMethodName           = "/meridian.client.v1.Admin/DeleteTopic"
-	Admin_GetTopicStats_FullMethodName         = "/meridian.client.v1.Admin/GetTopicStats"
-	Admin_GetTopicInternalStats_FullMethodName = "/meridian.client.v1.Admin/GetTopicInternalStats"
-	Admin_UnloadTopic_FullMethodName           = "/meridian.client.v1.Admin/UnloadTopic"
-	Admin_ListSubscriptions_FullMethodName     = "/meridian.client.v1.Admin/ListSubscriptions"
-	Admin_CreateSubscription_FullMethodName    = "/meridian.client.v1.Admin/CreateSubscription"
-	Admin_DeleteSubscription_FullMethodName    = "/meridian.client.v1.Admin/DeleteSubscription"
-	Admin_ResetSubscription_FullMethodName     = "/meridian.client.v1.Admin/ResetSubscription"
-	Admin_ListBrokers_FullMethodName           = "/meridian.client.v1.Admin/ListBrokers"
-	Admin_ListBookies_FullMethodName           = "/meridian.client.v1.Admin/ListBookies"
-	Admin_GetAutorecoveryStatus_FullMethodName = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
-	Admin_PauseAutorecovery_FullMethodName     = "/meridian.client.v1.Admin/PauseAutorecovery"
-	Admin_ResumeAutorecovery_FullMethodName    = "/meridian.client.v1.Admin/ResumeAutorecovery"
-	Admin_DecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/DecommissionBookie"
-	Admin_RecommissionBookie_FullMethodName    = "/meridian.client.v1.Admin/RecommissionBookie"
-	Admin_GetMetadataStatus_FullMethodName     = "/meridian.client.v1.Admin/GetMetadataStatus"
-	Admin_GetMetadataKey_FullMethodName        = "/meridian.client.v1.Admin/GetMetadataKey"
-	Admin_ListMetadataKeys_FullMethodName      = "/meridian.client.v1.Admin/ListMetadataKeys"
-	Admin_GetLedger_FullMethodName             = "/meridian.client.v1.Admin/GetLedger"
-	Admin_ListTopicLedgers_FullMethodName      = "/meridian.client.v1.Admin/ListTopicLedgers"
-	Admin_ScrubBookie_FullMethodName           = "/meridian.client.v1.Admin/ScrubBookie"
-	Admin_SkipLostEntries_FullMethodName       = "/meridian.client.v1.Admin/SkipLostEntries"
+	Admin_ListTenants_FullMethodName             = "/meridian.client.v1.Admin/ListTenants"
+	Admin_CreateTenant_FullMethodName            = "/meridian.client.v1.Admin/CreateTenant"
+	Admin_DeleteTenant_FullMethodName            = "/meridian.client.v1.Admin/DeleteTenant"
+	Admin_ListNamespaces_FullMethodName          = "/meridian.client.v1.Admin/ListNamespaces"
+	Admin_CreateNamespace_FullMethodName         = "/meridian.client.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName         = "/meridian.client.v1.Admin/DeleteNamespace"
+	Admin_GetNamespacePolicies_FullMethodName    = "/meridian.client.v1.Admin/GetNamespacePolicies"
+	Admin_SetNamespacePolicies_FullMethodName    = "/meridian.client.v1.Admin/SetNamespacePolicies"
+	Admin_ListTopics_FullMethodName              = "/meridian.client.v1.Admin/ListTopics"
+	Admin_CreateTopic_FullMethodName             = "/meridian.client.v1.Admin/CreateTopic"
+	Admin_DeleteTopic_FullMethodName             = "/meridian.client.v1.Admin/DeleteTopic"
+	Admin_GetTopicStats_FullMethodName           = "/meridian.client.v1.Admin/GetTopicStats"
+	Admin_GetTopicInternalStats_FullMethodName   = "/meridian.client.v1.Admin/GetTopicInternalStats"
+	Admin_UnloadTopic_FullMethodName             = "/meridian.client.v1.Admin/UnloadTopic"
+	Admin_ListSubscriptions_FullMethodName       = "/meridian.client.v1.Admin/ListSubscriptions"
+	Admin_CreateSubscription_FullMethodName      = "/meridian.client.v1.Admin/CreateSubscription"
+	Admin_DeleteSubscription_FullMethodName      = "/meridian.client.v1.Admin/DeleteSubscription"
+	Admin_ResetSubscription_FullMethodName       = "/meridian.client.v1.Admin/ResetSubscription"
+	Admin_ListBrokers_FullMethodName             = "/meridian.client.v1.Admin/ListBrokers"
+	Admin_ListBookies_FullMethodName             = "/meridian.client.v1.Admin/ListBookies"
+	Admin_GetAutorecoveryStatus_FullMethodName   = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
+	Admin_PauseAutorecovery_FullMethodName       = "/meridian.client.v1.Admin/PauseAutorecovery"
+	Admin_ResumeAutorecovery_FullMethodName      = "/meridian.client.v1.Admin/ResumeAutorecovery"
+	Admin_DecommissionBookie_FullMethodName      = "/meridian.client.v1.Admin/DecommissionBookie"
+	Admin_RecommissionBookie_FullMethodName      = "/meridian.client.v1.Admin/RecommissionBookie"
+	Admin_GetMetadataStatus_FullMethodName       = "/meridian.client.v1.Admin/GetMetadataStatus"
+	Admin_GetMetadataKey_FullMethodName          = "/meridian.client.v1.Admin/GetMetadataKey"
+	Admin_ListMetadataKeys_FullMethodName        = "/meridian.client.v1.Admin/ListMetadataKeys"
+	Admin_GetLedger_FullMethodName               = "/meridian.client.v1.Admin/GetLedger"
+	Admin_ListTopicLedgers_FullMethodName        = "/meridian.client.v1.Admin/ListTopicLedgers"
+	Admin_ScrubBookie_FullMethodName             = "/meridian.client.v1.Admin/ScrubBookie"
+	Admin_SkipLostEntries_FullMethodName         = "/meridian.client.v1.Admin/SkipLostEntries"
+	Admin_SetNamespaceReplication_FullMethodName = "/meridian.client.v1.Admin/SetNamespaceReplication"
+	Admin_GetNamespaceReplication_FullMethodName = "/meridian.client.v1.Admin/GetNamespaceReplication"
+	Admin_GetTenant_FullMethodName               = "/meridian.client.v1.Admin/GetTenant"
+	Admin_SetTenantAllowedRegions_FullMethodName = "/meridian.client.v1.Admin/SetTenantAllowedRegions"
+	Admin_SetTopicReplication_FullMethodName     = "/meridian.client.v1.Admin/SetTopicReplication"
+	Admin_GetTopicReplication_FullMethodName     = "/meridian.client.v1.Admin/GetTopicReplication"
+	Admin_RemoveTopicReplication_FullMethodName  = "/meridian.client.v1.Admin/RemoveTopicReplication"
+	Admin_ListRegions_FullMethodName             = "/meridian.client.v1.Admin/ListRegions"
 )
 
 // AdminClient is the client API for Admin service.
@@ -138,6 +146,32 @@ type AdminClient interface {
 	// moves past it. Without confirm it changes nothing and says what it
 	// would skip. An entry that reads fine is refused (FailedPrecondition).
 	SkipLostEntries(ctx context.Context, in *SkipLostEntriesRequest, opts ...grpc.CallOption) (*SkipLostEntriesResponse, error)
+	// SetNamespaceReplication sets a namespace's replication regions (the
+	// replication_regions policy; other policies unchanged). Every region
+	// must be registered in the global region registry and allowed by the
+	// tenant (INVALID_ARGUMENT names the first that is not). An empty list
+	// turns replication off.
+	SetNamespaceReplication(ctx context.Context, in *SetNamespaceReplicationRequest, opts ...grpc.CallOption) (*SetNamespaceReplicationResponse, error)
+	// GetNamespaceReplication reports a namespace's replication regions.
+	GetNamespaceReplication(ctx context.Context, in *GetNamespaceReplicationRequest, opts ...grpc.CallOption) (*GetNamespaceReplicationResponse, error)
+	// GetTenant reports a tenant's allowed regions.
+	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*TenantInfo, error)
+	// SetTenantAllowedRegions replaces a tenant's allowed regions (empty =
+	// every region). It refuses (NOT_ALLOWED) a list that leaves out a
+	// region one of the tenant's namespaces replicates to.
+	SetTenantAllowedRegions(ctx context.Context, in *SetTenantAllowedRegionsRequest, opts ...grpc.CallOption) (*SetTenantAllowedRegionsResponse, error)
+	// SetTopicReplication sets a topic-level override of its namespace's
+	// replication regions, validated like SetNamespaceReplication. The
+	// topic need not exist yet.
+	SetTopicReplication(ctx context.Context, in *SetTopicReplicationRequest, opts ...grpc.CallOption) (*SetTopicReplicationResponse, error)
+	// GetTopicReplication reports a topic's override, if any, and the
+	// regions it effectively replicates to.
+	GetTopicReplication(ctx context.Context, in *GetTopicReplicationRequest, opts ...grpc.CallOption) (*GetTopicReplicationResponse, error)
+	// RemoveTopicReplication removes a topic's override (NOT_FOUND if none).
+	RemoveTopicReplication(ctx context.Context, in *RemoveTopicReplicationRequest, opts ...grpc.CallOption) (*RemoveTopicReplicationResponse, error)
+	// ListRegions lists the regions of the global region registry with
+	// their endpoints, reachability from this broker and replication lag.
+	ListRegions(ctx context.Context, in *ListRegionsRequest, opts ...grpc.CallOption) (*ListRegionsResponse, error)
 }
 
 type adminClient struct {
@@ -468,6 +502,86 @@ func (c *adminClient) SkipLostEntries(ctx context.Context, in *SkipLostEntriesRe
 	return out, nil
 }
 
+func (c *adminClient) SetNamespaceReplication(ctx context.Context, in *SetNamespaceReplicationRequest, opts ...grpc.CallOption) (*SetNamespaceReplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetNamespaceReplicationResponse)
+	err := c.cc.Invoke(ctx, Admin_SetNamespaceReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetNamespaceReplication(ctx context.Context, in *GetNamespaceReplicationRequest, opts ...grpc.CallOption) (*GetNamespaceReplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNamespaceReplicationResponse)
+	err := c.cc.Invoke(ctx, Admin_GetNamespaceReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*TenantInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TenantInfo)
+	err := c.cc.Invoke(ctx, Admin_GetTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetTenantAllowedRegions(ctx context.Context, in *SetTenantAllowedRegionsRequest, opts ...grpc.CallOption) (*SetTenantAllowedRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantAllowedRegionsResponse)
+	err := c.cc.Invoke(ctx, Admin_SetTenantAllowedRegions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetTopicReplication(ctx context.Context, in *SetTopicReplicationRequest, opts ...grpc.CallOption) (*SetTopicReplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTopicReplicationResponse)
+	err := c.cc.Invoke(ctx, Admin_SetTopicReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetTopicReplication(ctx context.Context, in *GetTopicReplicationRequest, opts ...grpc.CallOption) (*GetTopicReplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTopicReplicationResponse)
+	err := c.cc.Invoke(ctx, Admin_GetTopicReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemoveTopicReplication(ctx context.Context, in *RemoveTopicReplicationRequest, opts ...grpc.CallOption) (*RemoveTopicReplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveTopicReplicationResponse)
+	err := c.cc.Invoke(ctx, Admin_RemoveTopicReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListRegions(ctx context.Context, in *ListRegionsRequest, opts ...grpc.CallOption) (*ListRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRegionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListRegions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -542,6 +656,32 @@ type AdminServer interface {
 	// moves past it. Without confirm it changes nothing and says what it
 	// would skip. An entry that reads fine is refused (FailedPrecondition).
 	SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error)
+	// SetNamespaceReplication sets a namespace's replication regions (the
+	// replication_regions policy; other policies unchanged). Every region
+	// must be registered in the global region registry and allowed by the
+	// tenant (INVALID_ARGUMENT names the first that is not). An empty list
+	// turns replication off.
+	SetNamespaceReplication(context.Context, *SetNamespaceReplicationRequest) (*SetNamespaceReplicationResponse, error)
+	// GetNamespaceReplication reports a namespace's replication regions.
+	GetNamespaceReplication(context.Context, *GetNamespaceReplicationRequest) (*GetNamespaceReplicationResponse, error)
+	// GetTenant reports a tenant's allowed regions.
+	GetTenant(context.Context, *GetTenantRequest) (*TenantInfo, error)
+	// SetTenantAllowedRegions replaces a tenant's allowed regions (empty =
+	// every region). It refuses (NOT_ALLOWED) a list that leaves out a
+	// region one of the tenant's namespaces replicates to.
+	SetTenantAllowedRegions(context.Context, *SetTenantAllowedRegionsRequest) (*SetTenantAllowedRegionsResponse, error)
+	// SetTopicReplication sets a topic-level override of its namespace's
+	// replication regions, validated like SetNamespaceReplication. The
+	// topic need not exist yet.
+	SetTopicReplication(context.Context, *SetTopicReplicationRequest) (*SetTopicReplicationResponse, error)
+	// GetTopicReplication reports a topic's override, if any, and the
+	// regions it effectively replicates to.
+	GetTopicReplication(context.Context, *GetTopicReplicationRequest) (*GetTopicReplicationResponse, error)
+	// RemoveTopicReplication removes a topic's override (NOT_FOUND if none).
+	RemoveTopicReplication(context.Context, *RemoveTopicReplicationRequest) (*RemoveTopicReplicationResponse, error)
+	// ListRegions lists the regions of the global region registry with
+	// their endpoints, reachability from this broker and replication lag.
+	ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -647,6 +787,30 @@ func (UnimplementedAdminServer) ScrubBookie(context.Context, *ScrubBookieRequest
 }
 func (UnimplementedAdminServer) SkipLostEntries(context.Context, *SkipLostEntriesRequest) (*SkipLostEntriesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SkipLostEntries not implemented")
+}
+func (UnimplementedAdminServer) SetNamespaceReplication(context.Context, *SetNamespaceReplicationRequest) (*SetNamespaceReplicationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetNamespaceReplication not implemented")
+}
+func (UnimplementedAdminServer) GetNamespaceReplication(context.Context, *GetNamespaceReplicationRequest) (*GetNamespaceReplicationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetNamespaceReplication not implemented")
+}
+func (UnimplementedAdminServer) GetTenant(context.Context, *GetTenantRequest) (*TenantInfo, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetTenant not implemented")
+}
+func (UnimplementedAdminServer) SetTenantAllowedRegions(context.Context, *SetTenantAllowedRegionsRequest) (*SetTenantAllowedRegionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTenantAllowedRegions not implemented")
+}
+func (UnimplementedAdminServer) SetTopicReplication(context.Context, *SetTopicReplicationRequest) (*SetTopicReplicationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTopicReplication not implemented")
+}
+func (UnimplementedAdminServer) GetTopicReplication(context.Context, *GetTopicReplicationRequest) (*GetTopicReplicationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetTopicReplication not implemented")
+}
+func (UnimplementedAdminServer) RemoveTopicReplication(context.Context, *RemoveTopicReplicationRequest) (*RemoveTopicReplicationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveTopicReplication not implemented")
+}
+func (UnimplementedAdminServer) ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListRegions not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1245,6 +1409,150 @@ func _Admin_SkipLostEntries_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetNamespaceReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNamespaceReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetNamespaceReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetNamespaceReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetNamespaceReplication(ctx, req.(*SetNamespaceReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetNamespaceReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNamespaceReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetNamespaceReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetNamespaceReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetNamespaceReplication(ctx, req.(*GetNamespaceReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetTenant(ctx, req.(*GetTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetTenantAllowedRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantAllowedRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetTenantAllowedRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetTenantAllowedRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetTenantAllowedRegions(ctx, req.(*SetTenantAllowedRegionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetTopicReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTopicReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetTopicReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetTopicReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetTopicReplication(ctx, req.(*SetTopicReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetTopicReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTopicReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetTopicReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetTopicReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetTopicReplication(ctx, req.(*GetTopicReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemoveTopicReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveTopicReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemoveTopicReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemoveTopicReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemoveTopicReplication(ctx, req.(*RemoveTopicReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListRegions(ctx, req.(*ListRegionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1379,6 +1687,38 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SkipLostEntries",
 			Handler:    _Admin_SkipLostEntries_Handler,
+		},
+		{
+			MethodName: "SetNamespaceReplication",
+			Handler:    _Admin_SetNamespaceReplication_Handler,
+		},
+		{
+			MethodName: "GetNamespaceReplication",
+			Handler:    _Admin_GetNamespaceReplication_Handler,
+		},
+		{
+			MethodName: "GetTenant",
+			Handler:    _Admin_GetTenant_Handler,
+		},
+		{
+			MethodName: "SetTenantAllowedRegions",
+			Handler:    _Admin_SetTenantAllowedRegions_Handler,
+		},
+		{
+			MethodName: "SetTopicReplication",
+			Handler:    _Admin_SetTopicReplication_Handler,
+		},
+		{
+			MethodName: "GetTopicReplication",
+			Handler:    _Admin_GetTopicReplication_Handler,
+		},
+		{
+			MethodName: "RemoveTopicReplication",
+			Handler:    _Admin_RemoveTopicReplication_Handler,
+		},
+		{
+			MethodName: "ListRegions",
+			Handler:    _Admin_ListRegions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -784,8 +784,11 @@ type ProducerOpened struct {
 	LastSequenceId int64 `protobuf:"varint,2,opt,name=last_sequence_id,json=lastSequenceId,proto3" json:"last_sequence_id,omitempty"`
 	// max_message_bytes is the broker's limit on Send.payload.
 	MaxMessageBytes int64 `protobuf:"varint,3,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// region is the region the topic's owner serves: the origin_region of
+	// the entries this producer writes.
+	Region        string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProducerOpened) Reset() {
@@ -837,6 +840,13 @@ func (x *ProducerOpened) GetMaxMessageBytes() int64 {
 		return x.MaxMessageBytes
 	}
 	return 0
+}
+
+func (x *ProducerOpened) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
 }
 
 type SendReceipt struct {
@@ -1768,11 +1778,12 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0fProduceResponse\x12<\n" +
 	"\x06opened\x18\x01 \x01(\v2\".meridian.client.v1.ProducerOpenedH\x00R\x06opened\x12;\n" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.meridian.client.v1.SendReceiptH\x00R\areceiptB\x06\n" +
-	"\x04kind\"\x8b\x01\n" +
+	"\x04kind\"\xa3\x01\n" +
 	"\x0eProducerOpened\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
 	"\x10last_sequence_id\x18\x02 \x01(\x03R\x0elastSequenceId\x12*\n" +
-	"\x11max_message_bytes\x18\x03 \x01(\x03R\x0fmaxMessageBytes\"\xbb\x01\n" +
+	"\x11max_message_bytes\x18\x03 \x01(\x03R\x0fmaxMessageBytes\x12\x16\n" +
+	"\x06region\x18\x04 \x01(\tR\x06region\"\xbb\x01\n" +
 	"\vSendReceipt\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12<\n" +
