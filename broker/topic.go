@@ -48,6 +48,9 @@ type topic struct {
 	// killed marks a topic stopped by Server.Kill: nothing more is written.
 	killed atomic.Bool
 
+	// repl is the replication receiving state (replapply.go).
+	repl replState
+
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
 	rateAt                             time.Time
