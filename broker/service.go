@@ -60,6 +60,8 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		pname = fmt.Sprintf("%s-%d-%d", b.cfg.BrokerID, time.Now().UnixNano(), nameCounter.Add(1))
 	} else if len(pname) > 256 {
 		return GRPCError(fmt.Errorf("%w: producer_name is %d bytes, limit 256", ErrInvalidArgument, len(pname)))
+	} else if isReplName(pname) {
+		return GRPCError(fmt.Errorf("%w: producer_name %q: names starting with %q are reserved for replication", ErrInvalidArgument, pname, ReplDedupPrefix))
 	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {
@@ -191,6 +193,21 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 			fail(err)
 			return
 		}
+	}
+	// After a quota refusal every later send of this stream is refused too:
+	// storing a later batch first would make the refused one, when the
+	// client resends it, look like a duplicate of it (dedup: not above the
+	// highest queued sequence), and it would be lost. The client reconnects
+	// and resends from the refused batch.
+	if err := p.refusedErr(); err != nil {
+		fail(err)
+		return
+	}
+	// Backlog quota (quota.go): fail at once or hold, per the namespace.
+	if err := t.admitSend(ctx); err != nil {
+		p.refuse(err)
+		fail(err)
+		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {

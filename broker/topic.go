@@ -22,9 +22,24 @@ type producer struct {
 	done chan struct{}
 	once sync.Once
 	msgs atomic.Int64
+	// refused is set by the first quota refusal (refuse).
+	refused atomic.Pointer[error]
 }
 
 func (p *producer) close() { p.once.Do(func() { close(p.done) }) }
+
+// refuse makes every later send of the producer's stream fail with err
+// (see handleSend: a quota refusal must not let later batches overtake the
+// refused one).
+func (p *producer) refuse(err error) { p.refused.CompareAndSwap(nil, &err) }
+
+// refusedErr is the error refuse recorded, or nil.
+func (p *producer) refusedErr() error {
+	if e := p.refused.Load(); e != nil {
+		return fmt.Errorf("%w (an earlier send of this stream was refused; reconnect and resend from it)", *e)
+	}
+	return nil
+}
 
 // topic is a topic owned by this broker.
 type topic struct {
@@ -47,6 +62,9 @@ type topic struct {
 
 	// killed marks a topic stopped by Server.Kill: nothing more is written.
 	killed atomic.Bool
+
+	// repl is the replication receiving state (replapply.go).
+	repl replState
 
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
@@ -314,6 +332,9 @@ func (t *topic) runRetention(ctx context.Context) error {
 	}
 	rec := ml.cloneRecLocked()
 	rec.Ledgers = rec.Ledgers[len(drop):]
+	for _, li := range drop {
+		rec.TrimmedEntries += li.Entries
+	}
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)
