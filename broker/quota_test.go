@@ -61,8 +61,29 @@ func TestBacklogQuotaProducerError(t *testing.T) {
 	if ae := c.ack(last, true); ae != nil {
 		t.Fatal(ae)
 	}
-	if r := p.send(stored, []byte("after")); r.GetError() != nil {
-		t.Fatalf("send after the backlog was acknowledged: %v", r.GetError())
+	// The refused stream stays refused (a later batch must never overtake
+	// the refused one); a new stream of the same producer resends it.
+	if r := p.send(stored, []byte("after")); r.GetError().GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED {
+		t.Fatalf("send on the refused stream: %v, want QUOTA_EXCEEDED", r)
+	}
+	_ = p.st.CloseSend()
+	var r *clientv1.SendReceipt
+	waitFor(t, "producer reopened after the refusal", func() bool {
+		st, err := cli.Produce(ctx)
+		if err != nil {
+			return false
+		}
+		if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: "p"}}}); err != nil {
+			return false
+		}
+		if m, err := st.Recv(); err != nil || m.GetOpened() == nil {
+			return false // the old stream's producer is still registered
+		}
+		p = &testProducer{t: t, st: st}
+		return true
+	})
+	if r = p.send(stored, []byte("after")); r.GetError() != nil || r.GetDuplicate() {
+		t.Fatalf("resend after the backlog was acknowledged: %v", r)
 	}
 	// Bad values are refused, naming the field.
 	_, err := adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: "public/qerr",
@@ -184,4 +205,34 @@ func randomPayload(n int) []byte {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return b
+}
+
+// TestQuotaRefusalNotOvertaken: sends pipelined past a PRODUCER_ERROR
+// quota. Once one is refused, every later send of the stream is refused
+// too, even after the backlog clears; otherwise a later batch would be
+// stored first and the refused one's resend answered as a duplicate of it
+// (acknowledged, never stored).
+func TestQuotaRefusalNotOvertaken(t *testing.T) {
+	cli, adm, _ := oneBroker(t, nil)
+	ctx := context.Background()
+	quotaNamespace(t, adm, "public/qorder", 200, clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR)
+	topic := "public/qorder/t"
+	createTopicWithSub(t, ctx, adm, topic, "slow")
+	p, _ := openProducer(t, cli, topic, "p")
+	e, stored := fillQuota(t, p)
+	if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED {
+		t.Fatalf("refusal: %v", e)
+	}
+	// Clear the backlog, then send the next sequence on the same stream.
+	c := subscribe(t, cli, topic, "slow", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
+	var last *clientv1.MessageId
+	for range stored {
+		last, _ = c.next()
+	}
+	if ae := c.ack(last, true); ae != nil {
+		t.Fatal(ae)
+	}
+	if r := p.send(stored+1, []byte("overtaker")); r.GetError() == nil {
+		t.Fatalf("send %d after refused %d stored on the same stream (%v): the refused batch's resend would read as a duplicate", stored+1, stored, r)
+	}
 }
