@@ -38,8 +38,18 @@ type NodeConfig struct {
 	HTTPAddress string `yaml:"http_address"`
 	// DataDir holds the Raft log and snapshots; it must be this node's own.
 	DataDir string `yaml:"data_dir"`
-	// Shards are the shards this node hosts.
+	// Shards are the shards this node hosts. A node hosts only the shards
+	// it lists, each with its own member set: a region's node typically
+	// lists the global shard (one or more members per region) and its own
+	// region's shard (members in that region only).
 	Shards []ShardConfig `yaml:"shards"`
+	// RaftDialRewrite maps a peer's Raft address to the address this node
+	// dials instead (a link proxy in `meridian dev`), so that cross-region
+	// Raft traffic can be delayed and cut. Unmapped addresses are dialed as
+	// they are. When the map is empty the node uses Dragonboat's own TCP
+	// transport; when it is set, Meridian's (metadata/transport.go). All
+	// nodes of a shard must use the same kind: the two do not interoperate.
+	RaftDialRewrite map[string]string `yaml:"raft_dial_rewrite"`
 
 	// RTT is the Raft round-trip unit (default 10ms); elections take
 	// ElectionTicks RTTs, heartbeats HeartbeatTicks.
@@ -196,6 +206,14 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir must be set")
+	}
+	for from, to := range c.RaftDialRewrite {
+		if _, _, err := net.SplitHostPort(from); err != nil {
+			bad("raft_dial_rewrite key %q must be host:port", from)
+		}
+		if _, _, err := net.SplitHostPort(to); err != nil {
+			bad("raft_dial_rewrite[%q] = %q must be host:port", from, to)
+		}
 	}
 	if len(c.Shards) == 0 {
 		bad("shards must list at least one shard")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -40,7 +41,9 @@ type Node struct {
 	cfg     NodeConfig
 	log     *slog.Logger
 	metrics *metrics
-	clock   Clock
+	// tmetrics count the Raft transport with dial rewrite (when used).
+	tmetrics *raftTransportMetrics
+	clock    Clock
 
 	// Set by Start, read-only afterwards.
 	nh       *dragonboat.NodeHost
@@ -66,6 +69,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	cfg.Shards = slices.Clone(cfg.Shards)
+	cfg.RaftDialRewrite = maps.Clone(cfg.RaftDialRewrite)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -79,6 +83,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		clock:    clock,
 		log:      log.With("component", "metadata", "node", cfg.NodeID),
 		metrics:  newMetrics(cfg.Registerer),
+		tmetrics: newRaftTransportMetrics(cfg.Registerer),
 		watchSem: make(chan struct{}, cfg.MaxWatches),
 	}, nil
 }
@@ -94,12 +99,16 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.started = true
 	quietDragonboat()
+	expert := dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()}
+	if len(n.cfg.RaftDialRewrite) > 0 {
+		expert.TransportFactory = newRaftTransportFactory(n.cfg.RaftDialRewrite, n.log, n.tmetrics)
+	}
 	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, "nodehost"),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
 		RaftAddress:       n.cfg.RaftAddress,
 		RaftEventListener: leaderListener{n},
-		Expert:            dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()},
+		Expert:            expert,
 	})
 	if err != nil {
 		return fmt.Errorf("metadata: start node host at %s: %w", n.cfg.RaftAddress, err)

@@ -1,0 +1,489 @@
+package metadata
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	dbconfig "github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
+	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The Raft transport with dial rewrite.
+//
+// Dragonboat's own TCP transport dials the replica's Raft address as it
+// is. Between regions we want that traffic to go through addresses we
+// control (the link proxy of `meridian dev` and of the chaos tests), so
+// this transport listens on the node's Raft address like Dragonboat's and,
+// when it dials a target, dials NodeConfig.RaftDialRewrite[target] instead
+// when there is such an entry.
+//
+// What it relies on from Dragonboat (internal/transport): above an
+// ITransport, Dragonboat keeps one bounded send queue per target and drops
+// messages when it is full (Raft retries them: heartbeats, appends and
+// votes are all re-sent), opens one IConnection per target and sends on it
+// from one goroutine, closes it after a send error and opens a new one on
+// the next message (so redial is Dragonboat's), with a circuit breaker
+// against a dead target. Snapshots are split into chunks (2 MiB of data
+// each) sent one by one on an ISnapshotConnection. This transport
+// therefore writes synchronously, one frame at a time, each under a write
+// deadline: a link that stalls (a partition stalls TCP rather than
+// resetting it) makes the send fail after raftWriteTimeout, Dragonboat
+// drops the connection, and its queue overflows by dropping, never by
+// growing.
+//
+// Wire format. A connection starts with a preamble: the 4 magic bytes
+// "MRT1" and one byte of kind (messages or snapshot). Then frames: one byte
+// of frame type, a uint32 length, a uint32 CRC-32C of the payload (all
+// big-endian) and the payload — a marshalled pb.MessageBatch or pb.Chunk.
+// A snapshot connection ends with an end frame, answered by one ack byte
+// once every chunk before it was handed to Dragonboat, so that Close of a
+// snapshot connection returns after the receiver took the last chunk.
+
+const (
+	raftMagic = "MRT1"
+
+	raftConnMessages byte = 1
+	raftConnSnapshot byte = 2
+
+	raftFrameBatch byte = 1
+	raftFrameChunk byte = 2
+	raftFrameEnd   byte = 3
+
+	raftFrameHeader = 9
+	// raftMaxFrame bounds a frame so a corrupt or hostile length cannot
+	// make the receiver allocate without limit. A message batch is at most
+	// 64 MiB plus one entry (Dragonboat's MaxMessageBatchSize) and an entry
+	// at most max_txn_bytes (≤ 32 MiB); a chunk is 2 MiB of data.
+	raftMaxFrame = 256 << 20
+	// raftWriteTimeout bounds one frame write; raftDialTimeout one dial.
+	raftWriteTimeout = 10 * time.Second
+	raftDialTimeout  = 5 * time.Second
+	// raftPreambleTimeout bounds the wait for a new connection's preamble.
+	raftPreambleTimeout = 30 * time.Second
+	// raftAckTimeout bounds the wait for a snapshot's end acknowledgement.
+	raftAckTimeout = 30 * time.Second
+	// raftKeepAlive is the TCP keep-alive period: it ends connections to
+	// peers that vanished while the connection was idle.
+	raftKeepAlive = 10 * time.Second
+)
+
+var raftCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// errRaftTransportClosed is returned by calls after Close.
+var errRaftTransportClosed = errors.New("metadata: raft transport closed")
+
+// raftTransportFactory builds a rewriteTransport for a NodeHost.
+type raftTransportFactory struct {
+	rewrite map[string]string
+	log     *slog.Logger
+	metrics *raftTransportMetrics
+}
+
+var _ dbconfig.TransportFactory = (*raftTransportFactory)(nil)
+
+// newRaftTransportFactory returns the factory of the rewriting transport;
+// rewrite maps a Raft address to the address dialed instead.
+func newRaftTransportFactory(rewrite map[string]string, log *slog.Logger, m *raftTransportMetrics) *raftTransportFactory {
+	rw := make(map[string]string, len(rewrite))
+	for k, v := range rewrite {
+		rw[k] = v
+	}
+	return &raftTransportFactory{rewrite: rw, log: log, metrics: m}
+}
+
+// Create implements dbconfig.TransportFactory.
+func (f *raftTransportFactory) Create(nhc dbconfig.NodeHostConfig, mh raftio.MessageHandler, ch raftio.ChunkHandler) raftio.ITransport {
+	return &rewriteTransport{
+		listen:  nhc.GetListenAddress(),
+		rewrite: f.rewrite,
+		log:     f.log.With("component", "raft-transport"),
+		onBatch: mh,
+		onChunk: ch,
+		metrics: f.metrics,
+		conns:   map[net.Conn]struct{}{},
+	}
+}
+
+// Validate implements dbconfig.TransportFactory: Raft addresses are
+// host:port.
+func (f *raftTransportFactory) Validate(addr string) bool {
+	_, _, err := net.SplitHostPort(addr)
+	return err == nil
+}
+
+// rewriteTransport is a raftio.ITransport over plain TCP that dials
+// rewritten addresses. Safe for concurrent use.
+type rewriteTransport struct {
+	listen  string
+	rewrite map[string]string
+	log     *slog.Logger
+	onBatch raftio.MessageHandler
+	onChunk raftio.ChunkHandler
+	metrics *raftTransportMetrics
+
+	wg sync.WaitGroup
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	lis    net.Listener
+	conns  map[net.Conn]struct{} // every open connection, both ways
+	closed bool
+}
+
+var _ raftio.ITransport = (*rewriteTransport)(nil)
+
+// Name implements raftio.ITransport.
+func (t *rewriteTransport) Name() string { return "meridian-rewrite-tcp" }
+
+// Start implements raftio.ITransport: it listens on the Raft address.
+func (t *rewriteTransport) Start() error {
+	lis, err := net.Listen("tcp", t.listen)
+	if err != nil {
+		return fmt.Errorf("metadata: raft transport listen %s: %w", t.listen, err)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		lis.Close()
+		return errRaftTransportClosed
+	}
+	t.lis = lis
+	t.mu.Unlock()
+	t.wg.Add(1)
+	go t.acceptLoop(lis)
+	return nil
+}
+
+// Close implements raftio.ITransport: it stops listening, closes every
+// connection (which unblocks any send or receive in progress) and waits
+// for the receiving goroutines.
+func (t *rewriteTransport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	if t.lis != nil {
+		t.lis.Close()
+	}
+	for c := range t.conns {
+		c.Close()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+// track adds or removes an open connection; it refuses to add one after
+// Close.
+func (t *rewriteTransport) track(c net.Conn, add bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !add {
+		delete(t.conns, c)
+		return true
+	}
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+func (t *rewriteTransport) acceptLoop(lis net.Listener) {
+	defer t.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Temporary (for example too many open files): back off.
+				time.Sleep(backoff)
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			return // closed
+		}
+		backoff = 5 * time.Millisecond
+		if !t.track(c, true) {
+			c.Close()
+			return
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			defer func() { c.Close(); t.track(c, false) }()
+			if err := t.serve(c); err != nil {
+				t.log.Debug("raft connection ended", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}()
+	}
+}
+
+// serve reads one inbound connection until it ends.
+func (t *rewriteTransport) serve(c net.Conn) error {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetKeepAlive(true)
+		_ = tc.SetKeepAlivePeriod(raftKeepAlive)
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	var pre [len(raftMagic) + 1]byte
+	_ = c.SetReadDeadline(time.Now().Add(raftPreambleTimeout))
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return fmt.Errorf("read preamble: %w", err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if string(pre[:len(raftMagic)]) != raftMagic {
+		return fmt.Errorf("bad magic %q", pre[:len(raftMagic)])
+	}
+	kind := pre[len(raftMagic)]
+	if kind != raftConnMessages && kind != raftConnSnapshot {
+		return fmt.Errorf("unknown connection kind %d", kind)
+	}
+	for {
+		typ, payload, err := readRaftFrame(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		t.metrics.frames.WithLabelValues("received", frameKind(typ)).Inc()
+		t.metrics.bytes.WithLabelValues("received").Add(float64(len(payload)))
+		switch {
+		case kind == raftConnMessages && typ == raftFrameBatch:
+			var b pb.MessageBatch
+			if err := b.Unmarshal(payload); err != nil {
+				return fmt.Errorf("decode message batch: %w", err)
+			}
+			t.onBatch(b)
+		case kind == raftConnSnapshot && typ == raftFrameChunk:
+			var ch pb.Chunk
+			if err := ch.Unmarshal(payload); err != nil {
+				return fmt.Errorf("decode snapshot chunk: %w", err)
+			}
+			if !t.onChunk(ch) {
+				// Dragonboat rejected the chunk (stale or out of order):
+				// closing makes the sender's next write fail.
+				return fmt.Errorf("snapshot chunk %d of shard %d rejected", ch.ChunkId, ch.ShardID)
+			}
+		case kind == raftConnSnapshot && typ == raftFrameEnd:
+			_ = c.SetWriteDeadline(time.Now().Add(raftWriteTimeout))
+			_, err := c.Write([]byte{raftFrameEnd})
+			return err
+		default:
+			return fmt.Errorf("frame type %d on a connection of kind %d", typ, kind)
+		}
+	}
+}
+
+// readRaftFrame reads one frame; a clean EOF before it is io.EOF.
+func readRaftFrame(r io.Reader) (byte, []byte, error) {
+	var h [raftFrameHeader]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, nil, fmt.Errorf("truncated frame header: %w", err)
+		}
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(h[1:5])
+	if n > raftMaxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes exceeds the %d byte limit", n, raftMaxFrame)
+	}
+	// A fresh buffer per frame: decoded messages may keep slices of it.
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, nil, fmt.Errorf("truncated frame: %w", err)
+	}
+	if crc32.Checksum(payload, raftCRC) != binary.BigEndian.Uint32(h[5:9]) {
+		return 0, nil, errors.New("frame checksum mismatch")
+	}
+	return h[0], payload, nil
+}
+
+// dial opens an outbound connection of the given kind to target, through
+// its rewrite entry if it has one.
+func (t *rewriteTransport) dial(ctx context.Context, target string, kind byte) (net.Conn, error) {
+	addr := target
+	if to, ok := t.rewrite[target]; ok {
+		addr = to
+	}
+	d := net.Dialer{Timeout: raftDialTimeout, KeepAlive: raftKeepAlive}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.metrics.dials.WithLabelValues("error").Inc()
+		if addr != target {
+			return nil, fmt.Errorf("metadata: dial raft peer %s via %s: %w", target, addr, err)
+		}
+		return nil, fmt.Errorf("metadata: dial raft peer %s: %w", target, err)
+	}
+	t.metrics.dials.WithLabelValues("ok").Inc()
+	if !t.track(c, true) {
+		c.Close()
+		return nil, errRaftTransportClosed
+	}
+	pre := append([]byte(raftMagic), kind)
+	_ = c.SetWriteDeadline(time.Now().Add(raftWriteTimeout))
+	if _, err := c.Write(pre); err != nil {
+		c.Close()
+		t.track(c, false)
+		return nil, fmt.Errorf("metadata: raft peer %s: write preamble: %w", target, err)
+	}
+	return c, nil
+}
+
+// GetConnection implements raftio.ITransport.
+func (t *rewriteTransport) GetConnection(ctx context.Context, target string) (raftio.IConnection, error) {
+	c, err := t.dial(ctx, target, raftConnMessages)
+	if err != nil {
+		return nil, err
+	}
+	return &raftFrameConn{t: t, c: c}, nil
+}
+
+// GetSnapshotConnection implements raftio.ITransport.
+func (t *rewriteTransport) GetSnapshotConnection(ctx context.Context, target string) (raftio.ISnapshotConnection, error) {
+	c, err := t.dial(ctx, target, raftConnSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	return &raftFrameConn{t: t, c: c, snapshot: true}, nil
+}
+
+// raftFrameConn is an outbound connection. Dragonboat uses each from one
+// goroutine at a time; Close may come from another (transport Close).
+type raftFrameConn struct {
+	t        *rewriteTransport
+	c        net.Conn
+	snapshot bool
+	// failed is set after a write error: the stream may hold half a frame.
+	failed bool
+	once   sync.Once
+}
+
+var (
+	_ raftio.IConnection         = (*raftFrameConn)(nil)
+	_ raftio.ISnapshotConnection = (*raftFrameConn)(nil)
+)
+
+func (fc *raftFrameConn) writeFrame(typ byte, payload []byte) error {
+	if fc.failed {
+		return errors.New("metadata: raft connection failed earlier")
+	}
+	if len(payload) > raftMaxFrame {
+		return fmt.Errorf("metadata: raft frame of %d bytes exceeds the %d byte limit", len(payload), raftMaxFrame)
+	}
+	var h [raftFrameHeader]byte
+	h[0] = typ
+	binary.BigEndian.PutUint32(h[1:5], uint32(len(payload)))
+	binary.BigEndian.PutUint32(h[5:9], crc32.Checksum(payload, raftCRC))
+	_ = fc.c.SetWriteDeadline(time.Now().Add(raftWriteTimeout))
+	bufs := net.Buffers{h[:], payload}
+	if _, err := bufs.WriteTo(fc.c); err != nil {
+		fc.failed = true
+		return fmt.Errorf("metadata: raft send to %s: %w", fc.c.RemoteAddr(), err)
+	}
+	fc.t.metrics.frames.WithLabelValues("sent", frameKind(typ)).Inc()
+	fc.t.metrics.bytes.WithLabelValues("sent").Add(float64(len(payload)))
+	return nil
+}
+
+// SendMessageBatch implements raftio.IConnection.
+func (fc *raftFrameConn) SendMessageBatch(batch pb.MessageBatch) error {
+	b, err := batch.Marshal()
+	if err != nil {
+		return fmt.Errorf("metadata: encode message batch: %w", err)
+	}
+	return fc.writeFrame(raftFrameBatch, b)
+}
+
+// SendChunk implements raftio.ISnapshotConnection.
+func (fc *raftFrameConn) SendChunk(chunk pb.Chunk) error {
+	b, err := chunk.Marshal()
+	if err != nil {
+		return fmt.Errorf("metadata: encode snapshot chunk: %w", err)
+	}
+	return fc.writeFrame(raftFrameChunk, b)
+}
+
+// Close implements raftio.IConnection and raftio.ISnapshotConnection. A
+// snapshot connection first sends the end frame and waits (bounded) for
+// the receiver's acknowledgement.
+func (fc *raftFrameConn) Close() {
+	fc.once.Do(func() {
+		if fc.snapshot && !fc.failed {
+			if err := fc.writeFrame(raftFrameEnd, nil); err == nil {
+				var ack [1]byte
+				_ = fc.c.SetReadDeadline(time.Now().Add(raftAckTimeout))
+				if _, err := io.ReadFull(fc.c, ack[:]); err != nil {
+					fc.t.log.Debug("snapshot end not acknowledged", "remote", fc.c.RemoteAddr().String(), "err", err)
+				}
+			}
+		}
+		fc.c.Close()
+		fc.t.track(fc.c, false)
+	})
+}
+
+// raftTransportMetrics count the rewriting transport's traffic. Labels are
+// fixed sets (direction, kind, result).
+type raftTransportMetrics struct {
+	frames *prometheus.CounterVec
+	bytes  *prometheus.CounterVec
+	dials  *prometheus.CounterVec
+}
+
+func newRaftTransportMetrics(reg prometheus.Registerer) *raftTransportMetrics {
+	m := &raftTransportMetrics{
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_metadata_raft_transport_frames_total",
+			Help: "Frames of the Raft transport with dial rewrite, by direction (sent, received) and kind (batch, chunk).",
+		}, []string{"direction", "kind"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_metadata_raft_transport_bytes_total",
+			Help: "Payload bytes of the Raft transport with dial rewrite, by direction (sent, received).",
+		}, []string{"direction"}),
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_metadata_raft_transport_dials_total",
+			Help: "Outbound Raft connections attempted by the transport with dial rewrite, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		for _, c := range []**prometheus.CounterVec{&m.frames, &m.bytes, &m.dials} {
+			// A node restarted in the same process registers again: keep
+			// counting on the collector already registered.
+			if err := reg.Register(*c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if errors.As(err, &are) {
+					if ex, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+						*c = ex
+					}
+				}
+			}
+		}
+	}
+	return m
+}
+
+func frameKind(typ byte) string {
+	switch typ {
+	case raftFrameBatch:
+		return "batch"
+	case raftFrameChunk:
+		return "chunk"
+	}
+	return "end"
+}
