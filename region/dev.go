@@ -164,8 +164,11 @@ type DevNodePlan struct {
 // DevProxyPlan is one link proxy: traffic of region From to Target, an
 // endpoint of region To, enters at Listen.
 type DevProxyPlan struct {
-	From   string `json:"from"`
-	To     string `json:"to"`
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Kind is what Target serves: "raft" (a metadata node), "grpc" or
+	// "http" (a broker).
+	Kind   string `json:"kind"`
 	Target string `json:"target"`
 	Listen string `json:"listen"`
 }
@@ -258,10 +261,14 @@ func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 			if r.Name == s.Name {
 				continue
 			}
+			// The global shard's Raft traffic between regions.
+			for _, m := range r.Meta {
+				p.Proxies = append(p.Proxies, DevProxyPlan{From: s.Name, To: r.Name, Kind: "raft", Target: m.Raft, Listen: addr()})
+			}
 			for _, b := range r.Brokers {
-				for _, target := range []string{b.GRPC, b.HTTP} {
-					p.Proxies = append(p.Proxies, DevProxyPlan{From: s.Name, To: r.Name, Target: target, Listen: addr()})
-				}
+				p.Proxies = append(p.Proxies,
+					DevProxyPlan{From: s.Name, To: r.Name, Kind: "grpc", Target: b.GRPC, Listen: addr()},
+					DevProxyPlan{From: s.Name, To: r.Name, Kind: "http", Target: b.HTTP, Listen: addr()})
 			}
 		}
 	}
@@ -533,13 +540,19 @@ func (d *Dev) writeConfigs() error {
 			globalMembers[m.NodeID] = m.Raft
 		}
 	}
-	// Cross-region addresses a region's brokers dial go through its proxies.
-	rewrite := map[string]map[string]string{}
+	// Cross-region addresses a region's brokers and metadata nodes dial
+	// go through its proxies (brokers and Raft peers of other regions).
+	rewrite := map[string]map[string]string{}     // brokers
+	raftRewrite := map[string]map[string]string{} // metadata nodes
 	for _, x := range d.plan.Proxies {
-		if rewrite[x.From] == nil {
-			rewrite[x.From] = map[string]string{}
+		m := rewrite
+		if x.Kind == "raft" {
+			m = raftRewrite
 		}
-		rewrite[x.From][x.Target] = x.Listen
+		if m[x.From] == nil {
+			m[x.From] = map[string]string{}
+		}
+		m[x.From][x.Target] = x.Listen
 	}
 	for _, r := range d.plan.Regions {
 		rdir := filepath.Join(d.cfg.DataDir, r.Name)
@@ -563,6 +576,10 @@ func (d *Dev) writeConfigs() error {
 					{"name": metadata.GlobalShard, "shard_id": 1, "members": globalMembers},
 					{"name": r.Name, "shard_id": r.ShardID, "members": regional},
 				},
+				"rtt": d.raftRTT().String(),
+			}
+			if rw := raftRewrite[r.Name]; len(rw) > 0 {
+				cfg["raft_dial_rewrite"] = rw
 			}
 			if err := d.addProc(RoleMeta, r.Name, i, m, cfg); err != nil {
 				return err
@@ -615,6 +632,17 @@ func (d *Dev) writeConfigs() error {
 	}
 	slices.SortStableFunc(d.procs, func(a, b *devProc) int { return roleOrder(a.role) - roleOrder(b.role) })
 	return nil
+}
+
+// raftRTT is the metadata nodes' Raft tick: the global shard's heartbeats
+// and elections cross the WAN links, so the tick is at least a WAN round
+// trip (elections take 10 ticks); 50ms covers `dev link latency` up to
+// about 100ms one way without leadership flapping.
+func (d *Dev) raftRTT() time.Duration {
+	if len(d.plan.Regions) == 1 {
+		return 10 * time.Millisecond
+	}
+	return max(50*time.Millisecond, 2*(d.cfg.WANLatency+d.cfg.Jitter)).Round(time.Millisecond)
 }
 
 // quorums are the ledger quorums (ensemble, write, ack) for n bookies in a
