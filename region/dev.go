@@ -283,6 +283,9 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 	if err != nil {
 		return nil, err
 	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	var p DevPlan
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("dev: %s: %w", path, err)
@@ -292,6 +295,8 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 		names = append(names, r.Name)
 	}
 	switch {
+	case len(p.Regions) == 0 || len(p.Regions[0].Meta) == 0:
+		return nil, fmt.Errorf("dev: %s records no regions: remove it or use another --data-dir", path)
 	case !slices.Equal(names, cfg.Regions):
 		return nil, fmt.Errorf("dev: --regions %s differs from %s recorded in %s (use another --data-dir)", strings.Join(cfg.Regions, ","), strings.Join(names, ","), path)
 	case len(p.Regions[0].Bookies) != cfg.Bookies:
@@ -352,6 +357,17 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 		}
 	}
 	return &p, nil
+}
+
+func writePlan(path string, p *DevPlan) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err == nil {
+		err = writeFileAtomic(path, append(b, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	return nil
 }
 
 func writeFileAtomic(path string, data []byte) error {
@@ -430,9 +446,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 	default:
 		log.Info("restarting recorded dev cluster", "dir", dir, "regions", cfg.Regions)
 	}
-	b, _ := json.MarshalIndent(plan, "", "  ")
-	if err := writeFileAtomic(planPath, b); err != nil {
-		return nil, fmt.Errorf("dev: %w", err)
+	if err := writePlan(planPath, plan); err != nil {
+		return nil, err
 	}
 	d := &Dev{cfg: cfg, plan: plan, log: log, net: chaos.NewNetwork(log.With("component", "linkproxy"))}
 	if err := d.start(ctx); err != nil {
