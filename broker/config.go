@@ -33,6 +33,9 @@ type Config struct {
 	// them at its link proxy so that cross-region traffic can be delayed and
 	// cut. Unmapped addresses are dialed as they are.
 	DialRewrite map[string]string `yaml:"dial_rewrite"`
+	// WAN configures the broker's WAN membership pool for region health
+	// (see WANConfig); without wan.bind_address there is none.
+	WAN WANConfig `yaml:"wan"`
 
 	// Global is the global metadata shard (tenants, namespaces). Required.
 	Global metadata.Store `yaml:"-"`
@@ -214,6 +217,9 @@ func (c Config) Validate() error {
 		return bad("default_retention_size_bytes %d must be -1 (unlimited) or >= 0", c.DefaultRetentionSizeBytes)
 	case c.KeepaliveMinTime < 0 || c.KeepaliveMinTime > 10*time.Second:
 		return bad("keepalive_min_time %v must be in [0, 10s] (clients ping every 10s by default)", c.KeepaliveMinTime)
+	}
+	if err := c.WAN.validate(); err != nil {
+		return bad("%v", err)
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
 		return bad("default quorums: %v", err)

@@ -34,6 +34,9 @@ type RegionBroker struct {
 	GRPC      string `json:"grpc"`
 	HTTP      string `json:"http,omitempty"`
 	UpdatedMs int64  `json:"updated_ms"`
+	// WAN is the broker's WAN gossip address ("" without a WAN pool);
+	// brokers of other regions join it (broker/wan.go).
+	WAN string `json:"wan,omitempty"`
 }
 
 // Endpoints returns the record's gRPC addresses, most recently registered
@@ -85,7 +88,7 @@ func (s *Server) registerRegion(ctx context.Context) error {
 				delete(rec.Brokers, id)
 			}
 		}
-		rec.Brokers[s.cfg.BrokerID] = RegionBroker{GRPC: s.self.GRPC, HTTP: s.self.HTTP, UpdatedMs: now}
+		rec.Brokers[s.cfg.BrokerID] = RegionBroker{GRPC: s.self.GRPC, HTTP: s.self.HTTP, UpdatedMs: now, WAN: s.wanAddr()}
 		val, _ := json.Marshal(&rec)
 		_, err = s.cfg.Global.Put(ctx, key, val, version, 0)
 		if errors.Is(err, metadata.ErrVersionMismatch) {

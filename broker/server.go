@@ -51,6 +51,8 @@ type Server struct {
 	httpSrv *http.Server
 	httpLis net.Listener
 	self    ownerRecord
+	// wan is the WAN membership pool (nil without Config.WAN); set by Start.
+	wan *WANPool
 
 	// cacheBytes is the tail cache held by all topics (Config.TailCacheBytes).
 	cacheBytes atomic.Int64
@@ -128,11 +130,19 @@ func (s *Server) Start(ctx context.Context) error {
 	s.self.BrokerID = s.cfg.BrokerID
 	s.log = s.cfg.Logger.With("broker", s.cfg.BrokerID)
 
+	if err := s.startWAN(); err != nil {
+		lis.Close()
+		if s.httpLis != nil {
+			s.httpLis.Close()
+		}
+		return err
+	}
 	if err := s.register(ctx); err != nil {
 		lis.Close()
 		if s.httpLis != nil {
 			s.httpLis.Close()
 		}
+		s.stopWAN(ctx, false)
 		return err
 	}
 	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes+1<<20),
@@ -259,6 +269,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.mu.Unlock()
 		s.ready.Store(false)
 		s.unloadAll(ctx, true)
+		s.stopWAN(ctx, true)
 		if s.bgCancel != nil {
 			s.bgCancel()
 			<-s.bgDone
@@ -302,6 +313,7 @@ func (s *Server) Kill() {
 		s.mu.Unlock()
 		s.ready.Store(false)
 		s.zombie.Store(true)
+		s.stopWAN(context.Background(), false)
 		if s.grpcSrv != nil {
 			s.grpcSrv.Stop()
 		}

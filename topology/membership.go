@@ -125,6 +125,15 @@ type MembershipConfig struct {
 	// the seeds that are not alive members every RejoinInterval, so start
 	// order does not matter and healed partitions merge.
 	Seeds []string
+	// DialRewrite maps a member's gossip address to the address dialed
+	// instead (a link proxy in `meridian dev`). Setting it switches gossip
+	// to TCPTransport, as does TCPOnly.
+	DialRewrite map[string]string
+	// TCPOnly carries gossip packets over TCP as well as streams
+	// (TCPTransport), so that a TCP-only link proxy can carry the pool.
+	// Every member of a pool must agree: the TCP transport and memberlist's
+	// default UDP+TCP one do not talk to each other. Meant for the WAN pool.
+	TCPOnly bool
 	// Meta is application metadata published with the node. The JSON
 	// encoding of the whole node metadata must fit memberlist's 512 bytes.
 	Meta map[string]string
@@ -258,8 +267,12 @@ type Membership struct {
 	metaMu sync.Mutex
 	meta   []byte
 
+	// tcp is the gossip transport when DialRewrite or TCPOnly is set.
+	tcp *TCPTransport
+
 	// mu guards the fields below.
 	mu      sync.Mutex
+	seeds   []string          // cfg.Seeds plus AddSeeds
 	members map[string]Member // live members, by name
 	subs    map[*subscription]struct{}
 	closed  bool
@@ -304,6 +317,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	m := &Membership{
 		cfg: cfg, log: log, metrics: metrics, meta: meta,
 		members: map[string]Member{},
+		seeds:   slices.Clone(cfg.Seeds),
 		subs:    map[*subscription]struct{}{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -334,9 +348,21 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.Events = (*eventDelegate)(m)
 	mc.Logger = newMemberlistLogger(log)
 	mc.LogOutput = nil
+	if cfg.TCPOnly || len(cfg.DialRewrite) > 0 {
+		tr, err := NewTCPTransport(TCPTransportConfig{BindAddr: cfg.BindAddr, DialRewrite: cfg.DialRewrite, Logger: log})
+		if err != nil {
+			metrics.unregister(cfg.Registerer)
+			return nil, err
+		}
+		m.tcp = tr
+		mc.Transport = tr
+	}
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if m.tcp != nil {
+			_ = m.tcp.Shutdown()
+		}
 		metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("topology: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
@@ -348,6 +374,29 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}
 	go m.rejoinLoop()
 	return m, nil
+}
+
+// AddSeeds adds gossip addresses to join now and to retry like
+// cfg.Seeds (for example addresses found in a registry after start).
+func (m *Membership) AddSeeds(addrs ...string) {
+	m.mu.Lock()
+	var added []string
+	for _, a := range addrs {
+		if a != "" && !slices.Contains(m.seeds, a) {
+			m.seeds = append(m.seeds, a)
+			added = append(added, a)
+		}
+	}
+	closed := m.closed
+	m.mu.Unlock()
+	if len(added) == 0 || closed {
+		return
+	}
+	go func() {
+		if _, err := m.ml.Join(added); err != nil {
+			m.log.Debug("membership: new seeds not reachable yet; retrying in the background", "seeds", added, "err", err)
+		}
+	}()
 }
 
 func setDur(dst *time.Duration, v time.Duration) {
@@ -529,9 +578,6 @@ func (m *Membership) finish() {
 // forgot each other, find each other again.
 func (m *Membership) rejoinLoop() {
 	defer close(m.done)
-	if len(m.cfg.Seeds) == 0 {
-		return
-	}
 	every := m.cfg.RejoinInterval
 	if every == 0 {
 		every = 5 * time.Second
@@ -552,9 +598,10 @@ func (m *Membership) rejoinLoop() {
 		for _, mem := range m.members {
 			known[mem.Addr] = true
 		}
+		seeds := slices.Clone(m.seeds)
 		m.mu.Unlock()
 		var missing []string
-		for _, s := range m.cfg.Seeds {
+		for _, s := range seeds {
 			if !known[s] && s != m.Addr() {
 				missing = append(missing, s)
 			}
