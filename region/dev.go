@@ -159,6 +159,8 @@ type DevNodePlan struct {
 	Raft   string `json:"raft,omitempty"`
 	GRPC   string `json:"grpc"`
 	HTTP   string `json:"http"`
+	// WAN is a broker's WAN membership (gossip over TCP) address.
+	WAN string `json:"wan,omitempty"`
 }
 
 // DevProxyPlan is one link proxy: traffic of region From to Target, an
@@ -166,8 +168,8 @@ type DevNodePlan struct {
 type DevProxyPlan struct {
 	From string `json:"from"`
 	To   string `json:"to"`
-	// Kind is what Target serves: "raft" (a metadata node), "grpc" or
-	// "http" (a broker).
+	// Kind is what Target serves: "raft" (a metadata node), "grpc",
+	// "http" or "wan" (a broker).
 	Kind   string `json:"kind"`
 	Target string `json:"target"`
 	Listen string `json:"listen"`
@@ -252,7 +254,7 @@ func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 			r.Bookies = append(r.Bookies, DevNodePlan{ID: fmt.Sprintf("%s-bookie-%d", name, i), Rack: fmt.Sprintf("rack-%d", i%cfg.Racks), GRPC: addr(), HTTP: addr()})
 		}
 		for i := range cfg.Brokers {
-			r.Brokers = append(r.Brokers, DevNodePlan{ID: fmt.Sprintf("%s-broker-%d", name, i), GRPC: addr(), HTTP: addr()})
+			r.Brokers = append(r.Brokers, DevNodePlan{ID: fmt.Sprintf("%s-broker-%d", name, i), GRPC: addr(), HTTP: addr(), WAN: addr()})
 		}
 		p.Regions = append(p.Regions, r)
 	}
@@ -268,7 +270,8 @@ func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 			for _, b := range r.Brokers {
 				p.Proxies = append(p.Proxies,
 					DevProxyPlan{From: s.Name, To: r.Name, Kind: "grpc", Target: b.GRPC, Listen: addr()},
-					DevProxyPlan{From: s.Name, To: r.Name, Kind: "http", Target: b.HTTP, Listen: addr()})
+					DevProxyPlan{From: s.Name, To: r.Name, Kind: "http", Target: b.HTTP, Listen: addr()},
+					DevProxyPlan{From: s.Name, To: r.Name, Kind: "wan", Target: b.WAN, Listen: addr()})
 			}
 		}
 	}
@@ -339,11 +342,17 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 		for _, nodes := range [][]DevNodePlan{r.Bookies, r.Brokers} {
 			for i := range nodes {
 				n := &nodes[i]
-				g, h := n.GRPC, n.HTTP
+				g, h, w := n.GRPC, n.HTTP, n.WAN
 				if err := errors.Join(keep(n.ID+" grpc", &n.GRPC), keep(n.ID+" http", &n.HTTP)); err != nil {
 					return nil, err
 				}
 				moved[g], moved[h] = n.GRPC, n.HTTP
+				if n.WAN != "" {
+					if err := keep(n.ID+" wan", &n.WAN); err != nil {
+						return nil, err
+					}
+					moved[w] = n.WAN
+				}
 			}
 		}
 	}
@@ -617,6 +626,14 @@ func (d *Dev) writeConfigs() error {
 			}
 		}
 		e, qw, qa := quorums(len(r.Bookies))
+		var wanSeeds []string
+		for _, rr := range d.plan.Regions {
+			for _, b := range rr.Brokers {
+				if b.WAN != "" {
+					wanSeeds = append(wanSeeds, b.WAN)
+				}
+			}
+		}
 		for i, b := range r.Brokers {
 			bc := map[string]any{
 				"broker_id":             b.ID,
@@ -634,6 +651,16 @@ func (d *Dev) writeConfigs() error {
 			}
 			if rw := rewrite[r.Name]; len(rw) > 0 {
 				bc["dial_rewrite"] = rw
+			}
+			if b.WAN != "" {
+				// Region health: every broker gossips with every other,
+				// across regions through the proxies (dial_rewrite).
+				bc["wan"] = map[string]any{
+					"bind_address":           b.WAN,
+					"seeds":                  slices.DeleteFunc(slices.Clone(wanSeeds), func(s string) bool { return s == b.WAN }),
+					"fast_failure_detection": true,
+					"discover_interval":      "2s",
+				}
 			}
 			cfg := map[string]any{
 				"broker":    bc,

@@ -77,6 +77,9 @@ func TestDevPlanLayout(t *testing.T) {
 		for _, b := range append(append([]DevNodePlan{}, r.Bookies...), r.Brokers...) {
 			use(b.ID+" grpc", b.GRPC)
 			use(b.ID+" http", b.HTTP)
+			if b.WAN != "" {
+				use(b.ID+" wan", b.WAN)
+			}
 			if b.Rack != "" {
 				racks[b.Rack]++
 			}
@@ -85,8 +88,8 @@ func TestDevPlanLayout(t *testing.T) {
 			t.Fatalf("region %s: %d bookies on racks %v, %d brokers", r.Name, len(r.Bookies), racks, len(r.Brokers))
 		}
 	}
-	// Per source region: 2 remote regions × (1 raft + 2 brokers × 2).
-	if len(plan.Proxies) != 3*2*(1+2*2) {
+	// Per source region: 2 remote regions × (1 raft + 2 brokers × 3).
+	if len(plan.Proxies) != 3*2*(1+2*3) {
 		t.Fatalf("%d proxies", len(plan.Proxies))
 	}
 	for _, x := range plan.Proxies {
@@ -124,7 +127,7 @@ func TestDevPlanLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"dial_rewrite:", "default_ensemble_size: 3", "default_write_quorum: 2", "region: a", "a-broker-1"} {
+	for _, want := range []string{"dial_rewrite:", "bind_address: " + plan.Regions[0].Brokers[1].WAN, "fast_failure_detection: true", "default_ensemble_size: 3", "default_write_quorum: 2", "region: a", "a-broker-1"} {
 		if !strings.Contains(string(broker), want) {
 			t.Fatalf("a/broker-1.yaml lacks %q:\n%s", want, broker)
 		}

@@ -137,6 +137,17 @@ func devProxy(t *testing.T, st region.DevStatus, from, to, kind string) region.D
 	return region.DevProxyPlan{}
 }
 
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // probe GETs url with a timeout and reports how long it took and whether
 // it answered 200.
 func probe(url string, timeout time.Duration) (time.Duration, error) {
@@ -220,6 +231,16 @@ func TestDevCluster(t *testing.T) {
 
 	st := d.status(t)
 	pids := runningPIDs(t, st, 6) // meta, bookie, broker per region
+	// The WAN membership pool gossips through the proxies too.
+	waitWAN := func(to string, reachable bool) {
+		t.Helper()
+		want := fmt.Sprintf("meridian_broker_wan_region_reachable{region=%q} %d", to, map[bool]int{true: 1}[reachable])
+		waitFor(t, "a's broker: "+want, 60*time.Second, func() (bool, string) {
+			m := httpGet("http://" + d.info.Regions[0].HTTP + "/metrics")
+			return strings.Contains(m, want), grepLines(m, "wan_region_reachable")
+		})
+	}
+	waitWAN("b", true)
 	for _, l := range st.Links {
 		if l.Latency != "20ms" || l.Cut {
 			t.Fatalf("link %+v: want 20ms, not cut", l)
@@ -253,11 +274,14 @@ func TestDevCluster(t *testing.T) {
 			t.Fatalf("after cut a b: %+v", st.Links)
 		}
 	}
+	// a's WAN pool sees b unreachable while the link is cut.
+	waitWAN("b", false)
 	d.dev(t, "link", "heal", "a", "b")
 	waitFor(t, "request through the healed link", 30*time.Second, func() (bool, string) {
 		_, err := probe(url, 5*time.Second)
 		return err == nil, fmt.Sprint(err)
 	})
+	waitWAN("b", true)
 	// One way: b→a cut stalls the answers of a's request.
 	d.dev(t, "link", "cut", "b", "a", "--oneway")
 	st = d.status(t)
