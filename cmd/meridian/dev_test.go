@@ -264,9 +264,17 @@ func TestDevCluster(t *testing.T) {
 		t.Fatalf("through the proxy at 150ms±5ms: %v after %v (want 200 after >= 290ms)", err, took)
 	}
 	d.dev(t, "link", "latency", "a", "b", "20ms")
+	// gRPC too: an admin call to b's broker through a→b's proxy.
+	grpcProxy := devProxy(t, st, "a", "b", "grpc").Listen
+	if out := d.cli(t, "admin", "--url", grpcProxy, "tenants", "list"); !strings.Contains(out, "public") {
+		t.Fatalf("tenants list through the proxy: %q", out)
+	}
 	d.dev(t, "link", "cut", "a", "b")
 	if _, err := probe(url, 2*time.Second); err == nil {
 		t.Fatal("a request through a cut link was answered")
+	}
+	if r := runCLI(t, "", "admin", "--url", grpcProxy, "--connect-timeout", "2s", "tenants", "list"); r.code == 0 {
+		t.Fatalf("tenants list through a cut link answered: %q", r.stdout)
 	}
 	st = d.status(t)
 	for _, l := range st.Links {
@@ -282,6 +290,9 @@ func TestDevCluster(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	waitWAN("b", true)
+	if out := d.cli(t, "admin", "--url", grpcProxy, "tenants", "list"); !strings.Contains(out, "public") {
+		t.Fatalf("tenants list through the healed link: %q", out)
+	}
 	// One way: b→a cut stalls the answers of a's request.
 	d.dev(t, "link", "cut", "b", "a", "--oneway")
 	st = d.status(t)
