@@ -33,6 +33,16 @@ type devCluster struct {
 func startDev(t *testing.T, dir string, args ...string) *devCluster {
 	t.Helper()
 	p := startProc(t, "dev", append([]string{"dev", "--data-dir", dir}, args...)...)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("--- %s:\n%s", l, tail(string(b), 3000))
+		}
+	})
 	d := &devCluster{dir: dir, p: p}
 	waitFor(t, "cluster.json", 3*time.Minute, func() (bool, string) {
 		select {
@@ -228,6 +238,26 @@ func TestDevCluster(t *testing.T) {
 		acked[r] = d.produce(t, r, topic, 20)
 		d.consumeAll(t, r, topic, "s1", acked[r])
 	}
+
+	// Replication is off until set; a policy set in one region is seen in
+	// the other: the global shard spans the regions (Raft through the
+	// proxies).
+	policies := func(regionName string) map[string]any {
+		t.Helper()
+		l := jsonLines(t, d.cli(t, "admin", "--url", d.grpc(t, regionName), "--output", "json", "namespaces", "policies", "public/default"))
+		if len(l) != 1 {
+			t.Fatalf("namespaces policies in %s: %v", regionName, l)
+		}
+		return l[0]
+	}
+	if rr := policies("b")["replicationRegions"]; rr != nil && len(rr.([]any)) != 0 {
+		t.Fatalf("public/default replicates before anyone set it: %v", rr)
+	}
+	d.cli(t, "admin", "--url", d.grpc(t, "a"), "namespaces", "set-policies", "public/default", "--replication-regions", "a,b")
+	waitFor(t, "b sees a's replication policy", 30*time.Second, func() (bool, string) {
+		p := policies("b")
+		return fmt.Sprint(p["replicationRegions"]) == "[a b]", fmt.Sprint(p)
+	})
 
 	st := d.status(t)
 	pids := runningPIDs(t, st, 6) // meta, bookie, broker per region
