@@ -163,8 +163,9 @@ func (p *Process) runningLocked() bool {
 	}
 }
 
-// Signal sends sig to the process's group. SIGSTOP pauses it and SIGCONT
-// resumes it (see ProcessStatus.State).
+// Signal sends sig to the process's group. SIGSTOP pauses it (on Linux
+// Signal returns once the kernel reports it stopped) and SIGCONT resumes
+// it (see ProcessStatus.State).
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -181,6 +182,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	switch sig {
 	case syscall.SIGSTOP:
 		p.paused = true
+		if err := waitStopped(pid); err != nil {
+			p.log.Warn("SIGSTOP sent, stop not confirmed", "pid", pid, "err", err)
+		}
 	case syscall.SIGCONT:
 		p.paused = false
 	}

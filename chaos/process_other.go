@@ -12,3 +12,7 @@ import (
 func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func startLocked(cmd *exec.Cmd) error { return cmd.Start() }
+
+// waitStopped is a no-op without /proc: SIGSTOP takes effect shortly
+// after Signal returns.
+func waitStopped(int) error { return nil }
