@@ -414,7 +414,9 @@ func TestDevCluster(t *testing.T) {
 // `make test-long`): three regions of one metadata node, three bookies on
 // two racks and two brokers, with 40ms±5ms between regions. Each region
 // serves produce and consume; a cut
-// between a and b leaves c reachable from both; killing and restarting a
+// between a and b leaves c reachable from both; with a cut from both, b
+// and c keep the global majority and a policy set there reaches a after
+// the heal; killing and restarting a
 // region's metadata node and a bookie keeps the region serving.
 func TestDevClusterThreeRegions(t *testing.T) {
 	if os.Getenv("MERIDIAN_LONG") == "" {
@@ -458,6 +460,17 @@ func TestDevClusterThreeRegions(t *testing.T) {
 		t.Fatal("a→b answered while cut")
 	}
 	d.dev(t, "link", "heal", "a", "b")
+	// a cut from both others: b and c keep the global majority and change
+	// policies; a sees the change after the heal.
+	d.dev(t, "link", "cut", "a", "b")
+	d.dev(t, "link", "cut", "a", "c")
+	d.cli(t, "admin", "--url", d.grpc(t, "b"), "namespaces", "set-policies", "public/default", "--replication-regions", "b,c")
+	d.dev(t, "link", "heal", "a", "b")
+	d.dev(t, "link", "heal", "a", "c")
+	waitFor(t, "a sees the policy set while it was cut off", 60*time.Second, func() (bool, string) {
+		out := runCLI(t, "", "admin", "--url", d.grpc(t, "a"), "--output", "json", "namespaces", "policies", "public/default")
+		return strings.Contains(out.stdout, `"replicationRegions":["b","c"]`), out.stdout + out.stderr
+	})
 	for _, role := range []string{"meta", "bookie"} {
 		d.dev(t, "kill", role, "c", "0")
 		d.dev(t, "start", role, "c", "0")
