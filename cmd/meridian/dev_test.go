@@ -413,11 +413,10 @@ func TestDevCluster(t *testing.T) {
 // TestDevClusterThreeRegions is the full-size variant (MERIDIAN_LONG=1,
 // `make test-long`): three regions of one metadata node, three bookies on
 // two racks and two brokers, with 40ms±5ms between regions. Each region
-// serves produce and consume; a cut
-// between a and b leaves c reachable from both; with a cut from both, b
-// and c keep the global majority and a policy set there reaches a after
-// the heal; killing and restarting a
-// region's metadata node and a bookie keeps the region serving.
+// serves produce and consume; a cut between a and b leaves c reachable
+// from both; with a cut off from both, b and c keep the global majority
+// and a policy set there reaches a after the heal; killing and restarting
+// a region's metadata node and a bookie keeps the region serving.
 func TestDevClusterThreeRegions(t *testing.T) {
 	if os.Getenv("MERIDIAN_LONG") == "" {
 		t.Skip("MERIDIAN_LONG not set (make test-long)")
