@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/chaos"
 	"github.com/meridianmq/meridian/region/regiontest"
+	"gopkg.in/yaml.v3"
 )
 
 func freeAddr(t *testing.T) string {
@@ -147,5 +149,29 @@ func TestWANConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want one naming %s", tc.wan, err, tc.want)
 		}
+	}
+}
+
+// TestWANConfigYAML decodes the yaml keys `meridian dev` writes.
+func TestWANConfigYAML(t *testing.T) {
+	body := `
+dial_rewrite: {"127.0.0.1:7001": "127.0.0.1:9001"}
+wan:
+  bind_address: 127.0.0.1:7000
+  advertise_address: 127.0.0.1:7000
+  seeds: ["127.0.0.1:7001"]
+  fast_failure_detection: true
+  discover_interval: 2s
+`
+	cfg := broker.DefaultConfig()
+	dec := yaml.NewDecoder(strings.NewReader(body))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := broker.WANConfig{BindAddress: "127.0.0.1:7000", AdvertiseAddress: "127.0.0.1:7000", Seeds: []string{"127.0.0.1:7001"},
+		FastFailureDetection: true, DiscoverInterval: 2 * time.Second}
+	if !reflect.DeepEqual(cfg.WAN, want) || cfg.DialRewrite["127.0.0.1:7001"] != "127.0.0.1:9001" {
+		t.Fatalf("decoded wan %+v, dial_rewrite %v", cfg.WAN, cfg.DialRewrite)
 	}
 }

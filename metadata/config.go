@@ -24,6 +24,21 @@ const (
 	GlobalShard = "global"
 )
 
+// Raft transports (NodeConfig.RaftTransport).
+const (
+	// RaftTransportMeridian is metadata/transport.go: plain TCP, dials
+	// through raft_dial_rewrite.
+	RaftTransportMeridian = "meridian"
+	// RaftTransportDragonboat is Dragonboat's built-in TCP transport.
+	RaftTransportDragonboat = "dragonboat"
+)
+
+// UsesMeridianTransport reports whether the node runs Meridian's Raft
+// transport (explicitly, or by default because raft_dial_rewrite is set).
+func (c *NodeConfig) UsesMeridianTransport() bool {
+	return c.RaftTransport == RaftTransportMeridian || (c.RaftTransport == "" && len(c.RaftDialRewrite) > 0)
+}
+
 // NodeConfig configures one metadata node: one Dragonboat NodeHost hosting
 // one replica of each of several shards, plus its gRPC and HTTP servers.
 type NodeConfig struct {
@@ -46,10 +61,17 @@ type NodeConfig struct {
 	// RaftDialRewrite maps a peer's Raft address to the address this node
 	// dials instead (a link proxy in `meridian dev`), so that cross-region
 	// Raft traffic can be delayed and cut. Unmapped addresses are dialed as
-	// they are. When the map is empty the node uses Dragonboat's own TCP
-	// transport; when it is set, Meridian's (metadata/transport.go). All
-	// nodes of a shard must use the same kind: the two do not interoperate.
+	// they are. It needs RaftTransport "meridian" (the default when the map
+	// is not empty).
 	RaftDialRewrite map[string]string `yaml:"raft_dial_rewrite"`
+	// RaftTransport chooses the Raft transport: "dragonboat" (Dragonboat's
+	// own TCP transport), "meridian" (metadata/transport.go, which applies
+	// RaftDialRewrite) or "" (meridian when raft_dial_rewrite is set, else
+	// dragonboat, so existing deployments do not change). Every replica of
+	// a shard must use the same one: the two do not talk to each other, so
+	// set it explicitly on every node of a cluster where only some nodes
+	// have a rewrite map.
+	RaftTransport string `yaml:"raft_transport"`
 
 	// RTT is the Raft round-trip unit (default 10ms); elections take
 	// ElectionTicks RTTs, heartbeats HeartbeatTicks.
@@ -206,6 +228,15 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data_dir must be set")
+	}
+	switch c.RaftTransport {
+	case "", RaftTransportMeridian:
+	case RaftTransportDragonboat:
+		if len(c.RaftDialRewrite) > 0 {
+			bad("raft_dial_rewrite needs raft_transport %q (or unset), not %q", RaftTransportMeridian, c.RaftTransport)
+		}
+	default:
+		bad("raft_transport %q must be %q, %q or empty", c.RaftTransport, RaftTransportMeridian, RaftTransportDragonboat)
 	}
 	for from, to := range c.RaftDialRewrite {
 		if _, _, err := net.SplitHostPort(from); err != nil {

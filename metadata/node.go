@@ -100,7 +100,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.started = true
 	quietDragonboat()
 	expert := dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()}
-	if len(n.cfg.RaftDialRewrite) > 0 {
+	if n.cfg.UsesMeridianTransport() {
 		expert.TransportFactory = newRaftTransportFactory(n.cfg.RaftDialRewrite, n.log, n.tmetrics)
 	}
 	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{

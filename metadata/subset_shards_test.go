@@ -20,6 +20,8 @@ import (
 func TestNodesHostSubsetsOfShards(t *testing.T) {
 	regions := []string{"a", "b", "c"}
 	c := metadatatest.StartClusterWith(t, 3, metadatatest.Options{Configure: func(i int, cfg *metadata.NodeConfig) {
+		// The geo layout of `meridian dev`: Meridian's Raft transport.
+		cfg.RaftTransport = metadata.RaftTransportMeridian
 		// Options.Shards defaults to the global shard across all nodes;
 		// add this node's regional shard with itself as the only member.
 		cfg.Shards = append(cfg.Shards, metadata.ShardConfig{

@@ -176,11 +176,23 @@ func waitState(t *testing.T, c *metadatatest.Cluster, prefix string, want map[st
 }
 
 // TestRaftTransportCutAndHeal runs a 3-node metadata cluster whose Raft
-// traffic goes through link proxies by dial rewrite: proposals work; with
-// one node's links cut the other two keep quorum and proposals succeed;
-// after the heal the cut node catches up to the same state.
+// traffic goes through link proxies by dial rewrite, with WAN-like latency:
+// proposals work; with one node's links cut the other two keep quorum and
+// proposals succeed; after the heal the cut node catches up to the same
+// state.
 func TestRaftTransportCutAndHeal(t *testing.T) {
-	pc := startProxiedCluster(t, 3, nil)
+	pc := startProxiedCluster(t, 3, func(cfg *metadata.NodeConfig) {
+		// 15 ms one-way (30 ms RTT): the Raft tick must be well above the
+		// RTT, as for a global shard across regions.
+		cfg.RTT = 50 * time.Millisecond
+	})
+	for i := range 3 {
+		for j := i + 1; j < 3; j++ {
+			if err := pc.net.SetLatency(nodeName(i), nodeName(j), 15*time.Millisecond, 3*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	want := map[string]string{}
 	for i := range 10 {
 		k := fmt.Sprintf("cut/a%02d", i)
