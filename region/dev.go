@@ -601,6 +601,10 @@ func (d *Dev) writeConfigs() error {
 					{"name": r.Name, "shard_id": r.ShardID, "members": regional},
 				},
 				"rtt": d.raftRTT().String(),
+				// Meridian's Raft transport (metadata/transport.go) dials
+				// through raft_dial_rewrite; every node of a shard must use
+				// the same transport, so all of them do.
+				"raft_transport": metadata.RaftTransportMeridian,
 			}
 			if rw := raftRewrite[r.Name]; len(rw) > 0 {
 				cfg["raft_dial_rewrite"] = rw

@@ -115,7 +115,7 @@ func TestDevPlanLayout(t *testing.T) {
 		t.Fatalf("b's metadata shards: %+v", mc.Shards)
 	}
 	// b's node dials a's and c's Raft addresses through b's proxies.
-	if len(mc.RaftDialRewrite) != 2 {
+	if len(mc.RaftDialRewrite) != 2 || mc.RaftTransport != metadata.RaftTransportMeridian {
 		t.Fatalf("raft_dial_rewrite %v", mc.RaftDialRewrite)
 	}
 	for _, x := range plan.Proxies {
