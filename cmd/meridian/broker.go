@@ -137,7 +137,7 @@ func init() {
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Minute)
 			// Like standalone: tenant "public" and "public/default" exist.
-			if err := srv.EnsureDefaultNamespace(sctx); err != nil {
+			if err := ensureDefaultNamespace(sctx, srv, log); err != nil {
 				cancel()
 				return fmt.Errorf("default namespace: %w", err)
 			}
@@ -159,4 +159,23 @@ func init() {
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file (see deploy/config/broker.yaml)")
 	_ = cmd.MarkFlagRequired("config")
 	rootCmd.AddCommand(cmd)
+}
+
+// ensureDefaultNamespace creates public/default, retrying until ctx ends:
+// the global shard may be briefly out of reach (a region starting before
+// the others, a WAN link just healed), and a timed-out create whose
+// outcome is unknown is settled by the next attempt finding it.
+func ensureDefaultNamespace(ctx context.Context, srv *broker.Server, log *slog.Logger) error {
+	for {
+		err := srv.EnsureDefaultNamespace(ctx)
+		if err == nil {
+			return nil
+		}
+		log.Warn("default namespace not ensured yet: retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
