@@ -109,8 +109,9 @@ type Config struct {
 	KeepaliveTime    time.Duration `yaml:"keepalive_time"`
 	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
 	// KeepaliveMinTime is the shortest interval at which the broker lets a
-	// client ping it, with or without an open stream (default 5s, below the
-	// client's 10s default). A client pinging faster is disconnected with
+	// client ping it, with or without an open stream (default 1s: the
+	// replicators of other regions ping every second to notice a cut link;
+	// clients ping every 10s by default). A client pinging faster is disconnected with
 	// "too many pings", so keep it below every client's keepalive time.
 	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
 	// DefaultRetentionTime and DefaultRetentionSizeBytes are the retention
@@ -121,6 +122,10 @@ type Config struct {
 	// means forever / unlimited, as in the namespace policies.
 	DefaultRetentionTime      time.Duration `yaml:"default_retention_time"`
 	DefaultRetentionSizeBytes int64         `yaml:"default_retention_size_bytes"`
+
+	// Replication tunes the replicators (see ReplicationConfig; zero
+	// fields take their defaults).
+	Replication ReplicationConfig `yaml:"replication"`
 
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
@@ -156,7 +161,8 @@ func DefaultConfig() Config {
 		DedupMaxProducers:     10000,
 		KeepaliveTime:         30 * time.Second,
 		KeepaliveTimeout:      10 * time.Second,
-		KeepaliveMinTime:      5 * time.Second,
+		KeepaliveMinTime:      time.Second,
+		Replication:           DefaultReplicationConfig(),
 	}
 }
 
@@ -214,6 +220,9 @@ func (c Config) Validate() error {
 		return bad("default_retention_size_bytes %d must be -1 (unlimited) or >= 0", c.DefaultRetentionSizeBytes)
 	case c.KeepaliveMinTime < 0 || c.KeepaliveMinTime > 10*time.Second:
 		return bad("keepalive_min_time %v must be in [0, 10s] (clients ping every 10s by default)", c.KeepaliveMinTime)
+	}
+	if err := c.Replication.Validate(); err != nil {
+		return err
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
 		return bad("default quorums: %v", err)

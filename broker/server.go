@@ -45,6 +45,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	repl    *replManager
 
 	grpcSrv *grpc.Server
 	lis     net.Listener
@@ -96,6 +97,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.repl, err = newReplManager(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -155,6 +159,7 @@ func (s *Server) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
 	go s.keepAlive(bg)
+	s.repl.start()
 	s.warnNoSpareBookie(ctx)
 	s.ready.Store(true)
 	s.log.Info("broker started", "grpc", s.self.GRPC, "http", s.self.HTTP)
@@ -258,7 +263,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.stopping = true
 		s.mu.Unlock()
 		s.ready.Store(false)
+		s.repl.stop()
 		s.unloadAll(ctx, true)
+		s.repl.closePool()
 		if s.bgCancel != nil {
 			s.bgCancel()
 			<-s.bgDone
@@ -302,6 +309,8 @@ func (s *Server) Kill() {
 		s.mu.Unlock()
 		s.ready.Store(false)
 		s.zombie.Store(true)
+		s.repl.stop()
+		defer s.repl.closePool()
 		if s.grpcSrv != nil {
 			s.grpcSrv.Stop()
 		}
@@ -448,6 +457,7 @@ func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*to
 			return nil, err
 		}
 		s.metrics.topicsOwned.Inc()
+		s.repl.topicLoaded(t)
 		return t, nil
 	}
 }

@@ -181,6 +181,10 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
 	}
+	if err := t.replicationLagGate(ctx); err != nil {
+		fail(err)
+		return
+	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
 	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
 		if d.stored {

@@ -48,6 +48,9 @@ type topic struct {
 	// killed marks a topic stopped by Server.Kill: nothing more is written.
 	killed atomic.Bool
 
+	// repl holds the topic's replicators (replication.go).
+	repl topicRepl
+
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
 	rateAt                             time.Time
@@ -140,6 +143,7 @@ func (t *topic) notify() {
 	for _, s := range subs {
 		s.kick()
 	}
+	t.repl.kick()
 }
 
 func (t *topic) onLedgerFailed(err error) {
@@ -439,6 +443,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	}
 	t.mu.Unlock()
 	close(t.stop)
+	t.repl.stopAll()
 	for _, p := range prods {
 		p.close()
 	}

@@ -1,0 +1,377 @@
+package replicator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
+// Position is an entry's position in the local copy of the topic (ledger,
+// entry). The replicator only compares positions for equality; the Source
+// orders them.
+type Position struct{ Ledger, Entry int64 }
+
+func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Ledger, p.Entry) }
+
+// Entry is one stored entry of the local log, in ship form.
+type Entry struct {
+	Pos Position
+	// Data is the stored entry (internal/wire format) with its origin
+	// fields filled in (origin_region, origin_ledger_id, origin_entry_id,
+	// origin_seq): the bytes sent to the remote.
+	Data []byte
+	// Origin is the region where the entry was produced; OriginSeq its
+	// offset in the origin's copy of the topic.
+	Origin    string
+	OriginSeq int64
+	// Targets restricts the regions the entry goes to (empty: all).
+	Targets []string
+	// NoReplicate is set for entries produced with replication disabled.
+	NoReplicate bool
+	// Messages is the number of messages in the entry (rate limits).
+	Messages int
+	// PublishMs is when the entry was stored (broker publish time, ms),
+	// used for the replication lag.
+	PublishMs int64
+}
+
+// Errors of a replication session.
+var (
+	// ErrRejected: the remote rejected an entry (quota, fenced, not
+	// ready). The replicator rewinds to it and backs off.
+	ErrRejected = errors.New("replicator: remote rejected entries")
+	// ErrProtocol: the remote answered out of order or malformed.
+	ErrProtocol = errors.New("replicator: protocol violation by the remote")
+)
+
+type itemState uint8
+
+const (
+	stateUnsent itemState = iota
+	stateInflight
+	stateDone
+)
+
+type item struct {
+	e     Entry
+	state itemState
+	// sent is set when the remote answered PERSISTED (counted as shipped).
+	persisted bool
+}
+
+// request is one ReplicateEntries in flight.
+type request struct {
+	id     int64
+	items  []*item
+	bytes  int64
+	msgs   int
+	sentAt time.Time
+}
+
+// Limits bound a pipeline.
+type Limits struct {
+	// MinWindow and MaxWindow bound the bytes in flight (default 1 MiB and
+	// 64 MiB); between them the window follows bandwidth × RTT.
+	MinWindow, MaxWindow int64
+	// MaxRequests bounds the requests in flight (default 1024).
+	MaxRequests int
+	// RequestBytes and RequestEntries bound one request (defaults 512 KiB
+	// and 512 entries; a request always carries at least one entry).
+	RequestBytes   int64
+	RequestEntries int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MinWindow <= 0 {
+		l.MinWindow = 1 << 20
+	}
+	if l.MaxWindow < l.MinWindow {
+		l.MaxWindow = max(64<<20, l.MinWindow)
+	}
+	if l.MaxRequests <= 0 {
+		l.MaxRequests = 1024
+	}
+	if l.RequestBytes <= 0 {
+		l.RequestBytes = 512 << 10
+	}
+	if l.RequestEntries <= 0 {
+		l.RequestEntries = 512
+	}
+	return l
+}
+
+// Progress is what one acknowledgement did.
+type Progress struct {
+	// Persisted and PersistedBytes count entries the remote stored now.
+	Persisted      int
+	PersistedBytes int64
+	PersistedMsgs  int
+	// Skipped counts DUPLICATE and GAP answers.
+	Skipped int
+}
+
+// pipeline is the protocol core of one replication session: the entries
+// read from the cursor and not yet done, the requests in flight, the
+// remote's applied/direct view and the window. It has no goroutines,
+// sockets or clocks (times are passed in).
+type pipeline struct {
+	self, remote string
+	lim          Limits
+
+	applied map[string]int64
+	direct  map[string]bool
+
+	// queue holds the entries read from the cursor, in log order, from the
+	// first one not done. unsent indexes the first entry not yet sent or
+	// skipped.
+	queue  []*item
+	unsent int
+	// readPos is the position of the last entry read (the next read is
+	// after it).
+	readPos Position
+
+	reqs          []*request
+	nextID        int64
+	inflightBytes int64
+
+	win window
+}
+
+func newPipeline(self, remote string, lim Limits, start Position, opened *clientv1.ReplicateOpened) *pipeline {
+	p := &pipeline{self: self, remote: remote, lim: lim.withDefaults(), readPos: start, nextID: 1,
+		applied: map[string]int64{}, direct: map[string]bool{}}
+	p.win.init(p.lim.MinWindow, p.lim.MaxWindow)
+	p.view(opened.GetApplied(), opened.GetDirect())
+	return p
+}
+
+// view merges the remote's applied positions and replaces its direct list.
+func (p *pipeline) view(applied map[string]int64, direct []string) {
+	for o, s := range applied {
+		if cur, ok := p.applied[o]; !ok || s > cur {
+			p.applied[o] = s
+		}
+	}
+	p.direct = make(map[string]bool, len(direct))
+	for _, d := range direct {
+		p.direct[d] = true
+	}
+}
+
+// needsSending reports whether the remote needs e (see the package doc).
+func (p *pipeline) needsSending(e *Entry) bool {
+	origin := e.Origin
+	if origin == "" {
+		origin = p.self
+	}
+	switch {
+	case origin == p.remote, e.NoReplicate:
+		return false
+	case len(e.Targets) > 0 && !slices.Contains(e.Targets, p.remote):
+		return false
+	case origin != p.self && p.direct[origin]:
+		// The origin's own replicator is connected to the remote.
+		return false
+	}
+	if a, ok := p.applied[origin]; ok && e.OriginSeq <= a {
+		return false
+	}
+	return true
+}
+
+// wantRead reports whether the pipeline has room for more entries: the
+// unsent part of the queue is shorter than a request and the window has
+// room.
+func (p *pipeline) wantRead() bool {
+	return len(p.queue)-p.unsent < p.lim.RequestEntries && p.canSend()
+}
+
+func (p *pipeline) canSend() bool {
+	return len(p.reqs) < p.lim.MaxRequests && p.inflightBytes < p.win.size
+}
+
+// push appends entries read after readPos (in log order).
+func (p *pipeline) push(es []Entry) {
+	for _, e := range es {
+		p.queue = append(p.queue, &item{e: e})
+		p.readPos = e.Pos
+	}
+}
+
+// next builds the next request from the unsent entries, marking entries
+// that need no sending done. It returns nil when nothing is to be sent now
+// (window full or no unsent entry).
+func (p *pipeline) next(now time.Time) *request {
+	if !p.canSend() {
+		return nil
+	}
+	var r *request
+	for p.unsent < len(p.queue) {
+		it := p.queue[p.unsent]
+		if !p.needsSending(&it.e) {
+			it.state = stateDone
+			p.unsent++
+			continue
+		}
+		n := int64(len(it.e.Data))
+		if r != nil && (len(r.items) >= p.lim.RequestEntries || r.bytes+n > p.lim.RequestBytes) {
+			break
+		}
+		if r == nil {
+			r = &request{id: p.nextID, sentAt: now}
+			p.nextID++
+		}
+		it.state = stateInflight
+		r.items = append(r.items, it)
+		r.bytes += n
+		r.msgs += max(it.e.Messages, 1)
+		p.unsent++
+	}
+	if r != nil {
+		p.reqs = append(p.reqs, r)
+		p.inflightBytes += r.bytes
+	}
+	return r
+}
+
+// ack applies the remote's answer to the oldest request in flight. A
+// rejection returns an error wrapping ErrRejected: every entry from the
+// first rejected one on is not replicated, and the session must end (the
+// next one starts again from the cursor).
+func (p *pipeline) ack(a *clientv1.ReplicateAck, now time.Time) (Progress, error) {
+	var pr Progress
+	if len(p.reqs) == 0 || p.reqs[0].id != a.GetRequestId() {
+		return pr, fmt.Errorf("%w: ack for request %d, expected %s", ErrProtocol, a.GetRequestId(), p.expected())
+	}
+	r := p.reqs[0]
+	if len(a.GetResults()) != len(r.items) {
+		return pr, fmt.Errorf("%w: ack for request %d has %d results for %d entries", ErrProtocol, r.id, len(a.GetResults()), len(r.items))
+	}
+	p.reqs = p.reqs[1:]
+	p.inflightBytes -= r.bytes
+	p.win.sample(now.Sub(r.sentAt), r.bytes, now)
+	p.view(a.GetApplied(), a.GetDirect())
+	for i, res := range a.GetResults() {
+		it := r.items[i]
+		switch res {
+		case clientv1.ReplicateResult_REPLICATE_RESULT_PERSISTED:
+			it.state, it.persisted = stateDone, true
+			pr.Persisted++
+			pr.PersistedBytes += int64(len(it.e.Data))
+			pr.PersistedMsgs += max(it.e.Messages, 1)
+		case clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE, clientv1.ReplicateResult_REPLICATE_RESULT_GAP:
+			it.state = stateDone
+			pr.Skipped++
+		case clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED:
+			msg := a.GetError().GetMessage()
+			if msg == "" {
+				msg = "no reason given"
+			}
+			return pr, fmt.Errorf("%w: entry %s (origin %s seq %d): %s", ErrRejected, it.e.Pos, it.e.Origin, it.e.OriginSeq, msg)
+		default:
+			return pr, fmt.Errorf("%w: result %v for entry %s", ErrProtocol, res, it.e.Pos)
+		}
+	}
+	return pr, nil
+}
+
+func (p *pipeline) expected() string {
+	if len(p.reqs) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(p.reqs[0].id)
+}
+
+// advance drops the done prefix of the queue and returns the position of
+// the last entry dropped (ok=false when nothing moved): the new
+// mark-delete position.
+func (p *pipeline) advance() (Position, bool) {
+	n := 0
+	for n < len(p.queue) && p.queue[n].state == stateDone {
+		n++
+	}
+	if n == 0 {
+		return Position{}, false
+	}
+	last := p.queue[n-1].e.Pos
+	clear(p.queue[:n])
+	p.queue = p.queue[n:]
+	p.unsent -= n
+	return last, true
+}
+
+// oldest returns the publish time of the first entry not done (ok=false
+// when the queue is empty).
+func (p *pipeline) oldest() (int64, bool) {
+	if len(p.queue) == 0 {
+		return 0, false
+	}
+	return p.queue[0].e.PublishMs, true
+}
+
+// toProto renders a request.
+func (r *request) toProto() *clientv1.ReplicateRequest {
+	es := make([][]byte, len(r.items))
+	for i, it := range r.items {
+		es[i] = it.e.Data
+	}
+	return &clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{RequestId: r.id, Entries: es}}}
+}
+
+// window sizes the bytes in flight to twice the bandwidth-delay product
+// (BBR's cwnd gain): the delivery rate is the highest seen over the last
+// rateSamples intervals, the delay the lowest round trip of the last
+// minRTTWindow. Twice the product keeps the link busy while acks travel
+// back and lets the window double per round trip while the link has room.
+type window struct {
+	minW, maxW int64
+	size       int64
+
+	minRTT   time.Duration
+	minRTTAt time.Time
+
+	intervalStart time.Time
+	intervalBytes int64
+	rates         [rateSamples]float64 // bytes/s
+	rateIdx       int
+}
+
+const (
+	rateSamples    = 8
+	rateInterval   = 100 * time.Millisecond
+	minRTTLifetime = 10 * time.Second
+)
+
+func (w *window) init(minW, maxW int64) {
+	w.minW, w.maxW, w.size = minW, maxW, minW
+}
+
+func (w *window) sample(rtt time.Duration, bytes int64, now time.Time) {
+	if rtt <= 0 {
+		rtt = time.Microsecond
+	}
+	if w.minRTT == 0 || rtt <= w.minRTT || now.Sub(w.minRTTAt) > minRTTLifetime {
+		w.minRTT, w.minRTTAt = rtt, now
+	}
+	if w.intervalStart.IsZero() {
+		w.intervalStart = now.Add(-rtt)
+	}
+	w.intervalBytes += bytes
+	if d := now.Sub(w.intervalStart); d >= rateInterval {
+		w.rates[w.rateIdx%rateSamples] = float64(w.intervalBytes) / d.Seconds()
+		w.rateIdx++
+		w.intervalStart, w.intervalBytes = now, 0
+	}
+	var bw float64
+	for _, r := range w.rates {
+		bw = max(bw, r)
+	}
+	target := int64(2 * bw * w.minRTT.Seconds())
+	w.size = min(max(target, w.minW), w.maxW)
+}
+
+// RTT returns the lowest recent round trip (0 before the first ack).
+func (w *window) RTT() time.Duration { return w.minRTT }
