@@ -210,15 +210,29 @@ func (d *dedupTable) check(name string, seq, highest, nowMs int64) (dup, stored 
 		// One out per new name: producers found in scanned ledgers may
 		// exceed max, and they stay tracked until they are the least
 		// recently used.
-		if len(d.byName) >= d.max && d.lru.Len() > 0 {
-			old := d.lru.Remove(d.lru.Back()).(*dedupProducer)
-			delete(d.byName, old.name)
+		if len(d.byName) >= d.max {
+			d.evictOne()
 		}
 		p = d.upsert(name)
 		d.touch(p, nowMs)
 	}
 	p.pushed = highest
 	return false, false, pos{}, 0, false
+}
+
+// evictOne forgets the least recently used name that is not pinned:
+// replication pseudo-producers (meridian.repl.*) hold the highest applied
+// origin_seq of each origin region and are never forgotten.
+func (d *dedupTable) evictOne() {
+	for e := d.lru.Back(); e != nil; e = e.Prev() {
+		p := e.Value.(*dedupProducer)
+		if isReplName(p.name) {
+			continue
+		}
+		d.lru.Remove(e)
+		delete(d.byName, p.name)
+		return
+	}
 }
 
 // unpush forgets a queued batch that will not be stored, so that its
@@ -263,7 +277,9 @@ func (d *dedupTable) snapshot(ledgers []ledgerInfo, covered int64) (map[string]d
 		if p.stored < 0 {
 			continue // queued only: nothing stored to remember
 		}
-		if len(snap) < maxDedupSnapshotProducers && size < maxDedupSnapshotBytes {
+		// Replication pseudo-producers (one per origin region) are always
+		// in the snapshot, whatever the limits.
+		if isReplName(p.name) || len(snap) < maxDedupSnapshotProducers && size < maxDedupSnapshotBytes {
 			n, _ := json.Marshal(p.name)
 			size += len(n) + dedupSnapStateBytes
 			s := dedupSnap{Seq: p.stored, First: p.first, L: p.at.L, E: p.at.E, Used: p.usedMs}

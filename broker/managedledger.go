@@ -52,6 +52,10 @@ type mlRecord struct {
 	DedupThrough int64                `json:"dedup_through"`
 	// Dedup is the sequence-only snapshot of earlier versions (read only).
 	Dedup map[string]int64 `json:"dedup,omitempty"`
+	// TrimmedEntries counts the entries of the ledgers retention deleted
+	// from the head of the list: with it an entry's origin_seq (see
+	// originSeq) does not change when earlier ledgers go.
+	TrimmedEntries int64 `json:"trimmed_entries"`
 }
 
 // pos is an entry position; E = -1 means "before the ledger's first entry".
@@ -207,12 +211,12 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 			first = next
 			for _, e := range ents {
 				size += int64(len(e.Data))
-				if md, _, err := wire.DecodeEntry(e.Data); err == nil && md.GetProducerName() != "" {
-					hs := md.GetHighestSequenceId()
-					if hs < md.GetSequenceId() {
-						hs = md.GetSequenceId() + int64(md.GetNumMessages()) - 1
+				// A replicated entry feeds its origin's pseudo-producer
+				// (meridian.repl.<origin>, origin_seq): see dedupKey.
+				if md, _, err := wire.DecodeEntry(e.Data); err == nil {
+					if name, first, hs, ok := dedupKey(md); ok {
+						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 					}
-					dedup.observe(md.GetProducerName(), md.GetSequenceId(), hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 				}
 			}
 		}

@@ -60,6 +60,8 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		pname = fmt.Sprintf("%s-%d-%d", b.cfg.BrokerID, time.Now().UnixNano(), nameCounter.Add(1))
 	} else if len(pname) > 256 {
 		return GRPCError(fmt.Errorf("%w: producer_name is %d bytes, limit 256", ErrInvalidArgument, len(pname)))
+	} else if isReplName(pname) {
+		return GRPCError(fmt.Errorf("%w: producer_name %q: names starting with %q are reserved for replication", ErrInvalidArgument, pname, ReplDedupPrefix))
 	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {

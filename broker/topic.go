@@ -318,6 +318,9 @@ func (t *topic) runRetention(ctx context.Context) error {
 	}
 	rec := ml.cloneRecLocked()
 	rec.Ledgers = rec.Ledgers[len(drop):]
+	for _, li := range drop {
+		rec.TrimmedEntries += li.Entries
+	}
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)
