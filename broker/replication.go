@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
-	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/replicator"
 )
@@ -19,7 +17,7 @@ import (
 // ReplicatorCursorPrefix + region names a topic's replicator cursor for
 // that remote region: an ordinary durable cursor of the topic, so that
 // retention never deletes an entry it has not shipped.
-const ReplicatorCursorPrefix = "meridian.repl."
+const ReplicatorCursorPrefix = ReplDedupPrefix
 
 // ReplicationConfig tunes the replicators of a broker. Zero fields take
 // their defaults (see DefaultReplicationConfig).
@@ -415,46 +413,19 @@ func (s *replSource) ReadAfter(ctx context.Context, after replicator.Position, m
 	return out, err
 }
 
-// shipForm fills in the origin of a locally produced entry (region,
-// position, origin_seq); a replicated entry already carries its origin and
-// is shipped unchanged. The payload stays as stored (compressed).
+// shipForm converts a stored entry to the replicator's form (topic.shipForm:
+// origin filled in for local entries, replicated ones as stored). An entry
+// that cannot be shipped (undecodable) is logged and marked not to
+// replicate: the cursor must not stall on it.
 func (s *replSource) shipForm(p pos, data []byte) replicator.Entry {
-	md, payload, err := wire.DecodeEntry(data)
+	out, md, err := s.t.shipForm(LedgerEntry{LedgerID: p.L, EntryID: p.E, Data: data})
 	if err != nil {
-		s.t.log.Error("undecodable entry not replicated", "ledger", p.L, "entry", p.E, "err", err)
+		s.t.log.Error("entry not replicated", "ledger", p.L, "entry", p.E, "err", err)
 		return replicator.Entry{Pos: fromPos(p), NoReplicate: true}
 	}
-	if !md.GetReplicated() {
-		if md.OriginRegion == "" {
-			md.OriginRegion = s.self
-		}
-		md.OriginLedgerId, md.OriginEntryId = p.L, p.E
-		ml := s.t.ml
-		ml.mu.Lock()
-		md.OriginSeq = ml.replOriginSeqLocked(p)
-		ml.mu.Unlock()
-		if data, err = wire.EncodeEntry(md, payload); err != nil {
-			s.t.log.Error("entry not re-encodable, not replicated", "ledger", p.L, "entry", p.E, "err", err)
-			return replicator.Entry{Pos: fromPos(p), NoReplicate: true}
-		}
-	}
-	return replicator.Entry{Pos: fromPos(p), Data: data, Origin: md.GetOriginRegion(), OriginSeq: md.GetOriginSeq(),
+	return replicator.Entry{Pos: fromPos(p), Data: out, Origin: md.GetOriginRegion(), OriginSeq: md.GetOriginSeq(),
 		Targets: md.GetReplicateTo(), NoReplicate: md.GetDisableReplication(), Messages: int(md.GetNumMessages()),
 		PublishMs: md.GetBrokerPublishTimeMs()}
-}
-
-// replOriginSeqLocked is the offset of a stored entry in this copy of the
-// topic: entries trimmed by retention + entries of earlier ledgers + entry
-// ID (EntryMetadata.origin_seq). Needs ml.mu.
-func (ml *managedLedger) replOriginSeqLocked(p pos) int64 {
-	var n int64 // + entries trimmed by retention: comes with the receiver branch (TrimmedEntries)
-	for i, li := range ml.rec.Ledgers {
-		if li.ID == p.L {
-			break
-		}
-		n += ml.countLocked(i)
-	}
-	return n + p.E
 }
 
 func (s *replSource) MarkDelete(p replicator.Position) error {
@@ -655,5 +626,3 @@ func (s *Server) DeleteReplicatorCursors(ctx context.Context, namespace, region 
 	return found, nil
 }
 
-// isReplicatorCursor reports whether a subscription name is a replicator's.
-func isReplicatorCursor(name string) bool { return strings.HasPrefix(name, ReplicatorCursorPrefix) }
