@@ -213,21 +213,21 @@ func (m *replManager) sync(t *topic) {
 	if t.stopped() {
 		return
 	}
-	t.repl.syncMu.Lock()
-	defer t.repl.syncMu.Unlock()
+	t.replicators.syncMu.Lock()
+	defer t.replicators.syncMu.Unlock()
 	t.refreshPolicies(ctx)
 	want, ok := m.wantedRemotes(ctx, t)
 	if !ok {
 		return
 	}
-	for _, remote := range t.repl.remotes() {
+	for _, remote := range t.replicators.remotes() {
 		if !slices.Contains(want, remote) {
-			t.repl.stopOne(remote)
+			t.replicators.stopOne(remote)
 			t.log.Info("replicator stopped: region no longer a replication region (its cursor is kept)", "remote", remote)
 		}
 	}
 	for _, remote := range want {
-		if t.repl.has(remote) {
+		if t.replicators.has(remote) {
 			continue
 		}
 		if err := m.startOne(ctx, t, remote); err != nil {
@@ -268,7 +268,7 @@ func (m *replManager) startOne(ctx context.Context, t *topic, remote string) err
 	if err != nil {
 		return err
 	}
-	if !t.repl.add(remote, &topicReplicator{r: r, src: src}) {
+	if !t.replicators.add(remote, &topicReplicator{r: r, src: src}) {
 		return nil // the topic is closing
 	}
 	r.Start()
@@ -483,7 +483,7 @@ func (ml *managedLedger) bytesAfterLocked(p pos) int64 {
 
 // replicatorStats reports t's replicators for TopicStats.
 func (t *topic) replicatorStats() []*clientv1.ReplicatorStats {
-	reps := t.repl.list()
+	reps := t.replicators.list()
 	if len(reps) == 0 {
 		return nil
 	}
@@ -533,7 +533,7 @@ func (t *topic) replicationLagGate(ctx context.Context) error {
 		return nil
 	}
 	check := func() error {
-		for _, x := range t.repl.list() {
+		for _, x := range t.replicators.list() {
 			bound := lagBound(pol, x.r.Remote())
 			if bound <= 0 {
 				continue
@@ -617,7 +617,7 @@ func (s *Server) DeleteReplicatorCursors(ctx context.Context, namespace, region 
 		if err != nil {
 			return found, fmt.Errorf("load %s: %w", full, err)
 		}
-		t.repl.stopOne(region)
+		t.replicators.stopOne(region)
 		if err := t.deleteSub(ctx, name, true); err != nil && !errors.Is(err, ErrNotFound) {
 			return found, fmt.Errorf("delete cursor %s of %s: %w", name, full, err)
 		}

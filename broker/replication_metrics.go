@@ -29,7 +29,7 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 	type agg struct{ msgs, bytes, lag, stalled, connected float64 }
 	per := map[string]*agg{}
 	for _, t := range c.s.loadedTopics() {
-		for _, x := range t.repl.list() {
+		for _, x := range t.replicators.list() {
 			st := x.r.Status()
 			a := per[st.Remote]
 			if a == nil {

@@ -48,8 +48,8 @@ type topic struct {
 	// killed marks a topic stopped by Server.Kill: nothing more is written.
 	killed atomic.Bool
 
-	// repl holds the topic's replicators (replication.go).
-	repl topicRepl
+	// replicators holds the topic's replicators (replication.go).
+	replicators topicRepl
 
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
@@ -143,7 +143,7 @@ func (t *topic) notify() {
 	for _, s := range subs {
 		s.kick()
 	}
-	t.repl.kick()
+	t.replicators.kick()
 }
 
 func (t *topic) onLedgerFailed(err error) {
@@ -446,7 +446,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	}
 	t.mu.Unlock()
 	close(t.stop)
-	t.repl.stopAll()
+	t.replicators.stopAll()
 	for _, p := range prods {
 		p.close()
 	}
