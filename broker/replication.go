@@ -625,4 +625,3 @@ func (s *Server) DeleteReplicatorCursors(ctx context.Context, namespace, region 
 	}
 	return found, nil
 }
-
