@@ -94,6 +94,9 @@ func (s *Server) validatePolicies(p *clientv1.NamespacePolicies) error {
 	if err := validateCursorPersistInterval(p); err != nil {
 		return err
 	}
+	if err := validateBacklogQuota(p); err != nil {
+		return err
+	}
 	if len(p.ReplicationRegions) > MaxReplicationRegions {
 		return fmt.Errorf("%w: replication_regions has %d entries, limit %d", ErrInvalidArgument, len(p.ReplicationRegions), MaxReplicationRegions)
 	}

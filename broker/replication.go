@@ -459,28 +459,6 @@ func (s *replSource) Backlog() (int64, int64) {
 	return ml.countAfterLocked(md), ml.bytesAfterLocked(md)
 }
 
-// bytesAfterLocked estimates the bytes stored after p: whole ledgers after
-// p's, and p's ledger pro rata.
-func (ml *managedLedger) bytesAfterLocked(p pos) int64 {
-	s, e := ml.keyLocked(p)
-	var total int64
-	for i, li := range ml.rec.Ledgers {
-		n := ml.countLocked(i)
-		size := li.Size
-		if ml.writer != nil && li.ID == ml.writer.ID() {
-			size = ml.curSize
-		}
-		switch {
-		case li.Seq < s || n == 0:
-		case li.Seq == s:
-			total += size * max(0, n-(e+1)) / n
-		default:
-			total += size
-		}
-	}
-	return total
-}
-
 // replicatorStats reports t's replicators for TopicStats.
 func (t *topic) replicatorStats() []*clientv1.ReplicatorStats {
 	reps := t.replicators.list()

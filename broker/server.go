@@ -144,6 +144,7 @@ func (s *Server) Start(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}))
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
+	clientv1.RegisterReplicationServer(s.grpcSrv, newReplicationService(s))
 	reflection.Register(s.grpcSrv)
 	go func() { _ = s.grpcSrv.Serve(lis) }()
 	if s.httpLis != nil {

@@ -183,6 +183,11 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
 	}
+	// Backlog quota (quota.go): fail at once or hold, per the namespace.
+	if err := t.admitSend(ctx); err != nil {
+		fail(err)
+		return
+	}
 	if err := t.replicationLagGate(ctx); err != nil {
 		fail(err)
 		return

@@ -50,6 +50,8 @@ type topic struct {
 
 	// replicators holds the topic's replicators (replication.go).
 	replicators topicRepl
+	// repl is the replication receiving state (replapply.go).
+	repl replState
 
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex

@@ -1,0 +1,610 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+)
+
+// The receiving side of geo-replication: the Replication service applies
+// the entries a remote region's replicator ships, idempotently per origin
+// region (see docs/parts/receiver.md).
+//
+// A replicated entry is stored as one entry of this region's copy of the
+// topic, its metadata rewritten only in replicated=true. Its dedup key is
+// the pseudo-producer meridian.repl.<origin> with sequence = origin_seq, so
+// the highest applied origin_seq per origin is persisted atomically with
+// the entry (the takeover scan finds it in the entry) and in the dedup
+// snapshot: a resend after a timeout, crash, unload or ownership move is
+// answered DUPLICATE and never stored twice.
+
+// replAckQueue bounds the requests of one stream whose entries are queued
+// for storage but not yet answered: beyond it the stream stops reading
+// (gRPC flow control holds the sender).
+const replAckQueue = 256
+
+// replState is a topic's replication receiving state.
+type replState struct {
+	// applyMu serializes the check-and-enqueue of replicated entries across
+	// streams, so the order in which entries of one origin are queued is the
+	// order in which they are checked (per-origin order).
+	applyMu sync.Mutex
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// direct counts the open streams per source region.
+	direct map[string]int
+	// inflight holds the replicated entries queued and not yet stored or
+	// failed, per dedup name and origin_seq.
+	inflight map[string]map[int64]*replInflight
+	// changed is closed (and replaced) when a replicated entry is stored or
+	// fails.
+	changed chan struct{}
+}
+
+// replInflight is one queued replicated entry; done closes when it is
+// stored (ok) or failed.
+type replInflight struct {
+	done chan struct{}
+	ok   bool
+}
+
+func (r *replState) addDirect(region string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.direct == nil {
+		r.direct = map[string]int{}
+	}
+	r.direct[region]++
+}
+
+func (r *replState) removeDirect(region string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.direct[region]--; r.direct[region] <= 0 {
+		delete(r.direct, region)
+	}
+}
+
+// directList returns the source regions with an open stream, sorted.
+func (r *replState) directList() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.direct))
+	for k := range r.direct {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitCh returns a channel closed at the next change (take it before
+// checking the condition waited for).
+func (r *replState) waitCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// track records a queued entry.
+func (r *replState) track(name string, seq int64) *replInflight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight == nil {
+		r.inflight = map[string]map[int64]*replInflight{}
+	}
+	m := r.inflight[name]
+	if m == nil {
+		m = map[int64]*replInflight{}
+		r.inflight[name] = m
+	}
+	f := &replInflight{done: make(chan struct{})}
+	m[seq] = f
+	return f
+}
+
+// finish resolves a queued entry and wakes the waiters.
+func (r *replState) finish(name string, seq int64, f *replInflight, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f.ok = ok
+	close(f.done)
+	if m := r.inflight[name]; m != nil && m[seq] == f {
+		delete(m, seq)
+		if len(m) == 0 {
+			delete(r.inflight, name)
+		}
+	}
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// lookup returns the queued entry name/seq, if any.
+func (r *replState) lookup(name string, seq int64) *replInflight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight[name][seq]
+}
+
+// replVerdict is the outcome of checking one replicated entry.
+type replVerdict int
+
+const (
+	replAppend replVerdict = iota
+	replDupStored
+	replDupInFlight
+	replGap
+)
+
+// replCheck decides what to do with origin_seq seq of dedup name: a
+// duplicate (seq <= highest queued), a gap (relayed and not highest
+// queued + 1), or to append (recorded as queued).
+func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVerdict {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	now := time.Now().UnixMilli()
+	if p, ok := ml.dedup.byName[name]; ok {
+		if seq <= p.pushed {
+			ml.dedup.touch(p, now)
+			if seq <= p.stored {
+				return replDupStored
+			}
+			return replDupInFlight
+		}
+		if relayed && seq != max(p.pushed, 0)+1 {
+			return replGap
+		}
+	} else if relayed && seq != 1 {
+		return replGap
+	}
+	ml.dedup.check(name, seq, seq, now)
+	return replAppend
+}
+
+// replUnpush forgets a queued replicated entry that will not be stored:
+// nothing from seq on is queued any more (entries are stored in order, so
+// the later ones of the same origin fail too).
+func (ml *managedLedger) replUnpush(name string, seq int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if p, ok := ml.dedup.byName[name]; ok && p.pushed >= seq {
+		p.pushed = max(p.stored, seq-1)
+	}
+}
+
+// replProgress returns the highest stored and queued origin_seq of name.
+func (ml *managedLedger) replProgress(name string) (stored, pushed int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if p, ok := ml.dedup.byName[name]; ok {
+		return p.stored, p.pushed
+	}
+	return -1, -1
+}
+
+// replApplied returns the highest persisted origin_seq per origin region.
+func (ml *managedLedger) replApplied() map[string]int64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	out := map[string]int64{}
+	for name, p := range ml.dedup.byName {
+		if isReplName(name) && p.stored > 0 {
+			out[name[len(ReplDedupPrefix):]] = p.stored
+		}
+	}
+	return out
+}
+
+// replicationService implements clientv1.ReplicationServer.
+type replicationService struct {
+	clientv1.UnimplementedReplicationServer
+	b        *Server
+	received *prometheus.CounterVec
+}
+
+func newReplicationService(b *Server) *replicationService {
+	rs := &replicationService{b: b,
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_replication_received_entries_total",
+			Help: "Replicated entries received from remote regions, by origin region and result (persisted, duplicate, gap, rejected)."},
+			[]string{"origin", "result"})}
+	if b.cfg.Registerer != nil {
+		if err := b.cfg.Registerer.Register(rs.received); err != nil {
+			b.log.Warn("replication metrics not registered", "err", err)
+		}
+	}
+	return rs
+}
+
+// replEntry is one validated entry of a request.
+type replEntry struct {
+	md      *clientv1.EntryMetadata
+	payload []byte
+}
+
+// replAck is one request being applied; the stream answers it once every
+// entry is resolved.
+type replAck struct {
+	id      int64
+	results []clientv1.ReplicateResult
+	origins []string
+	errs    []error
+	// waits are the duplicates whose original is still in flight.
+	waits []replWait
+	wg    sync.WaitGroup
+	mu    sync.Mutex // guards results and errs while appends complete
+	// end, when set, ends the stream (after the acks before it).
+	end error
+}
+
+type replWait struct {
+	i    int
+	name string
+	seq  int64
+	f    *replInflight
+}
+
+// validateReplEntries decodes and checks every entry of a request; nothing
+// is applied when one is bad.
+func validateReplEntries(raw [][]byte, maxBytes int) ([]replEntry, error) {
+	out := make([]replEntry, len(raw))
+	for i, data := range raw {
+		md, payload, err := wire.DecodeEntry(data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err)
+		}
+		if err := ValidateName(fmt.Sprintf("entries[%d].origin_region", i), md.GetOriginRegion()); err != nil {
+			return nil, err
+		}
+		if md.GetOriginSeq() <= 0 {
+			return nil, fmt.Errorf("%w: entries[%d].origin_seq %d must be >= 1", ErrInvalidArgument, i, md.GetOriginSeq())
+		}
+		if md.GetOriginLedgerId() < 0 || md.GetOriginEntryId() < 0 {
+			return nil, fmt.Errorf("%w: entries[%d].origin_ledger_id %d / origin_entry_id %d must be >= 0", ErrInvalidArgument, i, md.GetOriginLedgerId(), md.GetOriginEntryId())
+		}
+		if md.GetNumMessages() < 1 {
+			return nil, fmt.Errorf("%w: entries[%d].num_messages %d must be >= 1", ErrInvalidArgument, i, md.GetNumMessages())
+		}
+		if _, ok := clientv1.CompressionType_name[int32(md.GetCompression())]; !ok {
+			return nil, fmt.Errorf("%w: entries[%d].compression %d is not NONE, ZSTD or S2", ErrInvalidArgument, i, md.GetCompression())
+		}
+		if u := md.GetUncompressedSize(); u < 0 || u > wire.MaxUncompressedBytes {
+			return nil, fmt.Errorf("%w: entries[%d].uncompressed_size %d must be in [0, %d]", ErrInvalidArgument, i, u, wire.MaxUncompressedBytes)
+		}
+		if len(payload) > maxBytes {
+			return nil, fmt.Errorf("%w: entries[%d] payload is %d bytes, limit %d (max_message_bytes)", ErrInvalidArgument, i, len(payload), maxBytes)
+		}
+		out[i] = replEntry{md: md, payload: payload}
+	}
+	return out, nil
+}
+
+// Replicate serves one replication stream (see api/client/v1/replication.proto).
+func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1.ReplicateRequest, clientv1.ReplicateResponse]) error {
+	b := rs.b
+	ctx := stream.Context()
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := req.GetOpen()
+	if open == nil {
+		return GRPCError(fmt.Errorf("%w: the first replicate request must be open", ErrInvalidArgument))
+	}
+	name, err := ParseTopic(open.GetTopic())
+	if err != nil {
+		return GRPCError(err)
+	}
+	source := open.GetSourceRegion()
+	if err := ValidateName("source_region", source); err != nil {
+		return GRPCError(err)
+	}
+	if open.GetTargetRegion() != b.cfg.Region {
+		return GRPCError(fmt.Errorf("%w: target_region %q is not this broker's region %q", ErrInvalidArgument, open.GetTargetRegion(), b.cfg.Region))
+	}
+	if source == b.cfg.Region {
+		return GRPCError(fmt.Errorf("%w: source_region %q is this broker's own region", ErrInvalidArgument, source))
+	}
+	t, err := b.getTopic(ctx, name, true)
+	if err != nil {
+		return GRPCError(err)
+	}
+	t.repl.addDirect(source)
+	defer t.repl.removeDirect(source)
+	log := t.log.With("source_region", source)
+	log.Info("replication stream opened")
+	defer log.Info("replication stream closed")
+	if err := stream.Send(&clientv1.ReplicateResponse{Kind: &clientv1.ReplicateResponse_Opened{Opened: &clientv1.ReplicateOpened{
+		Applied: t.ml.replApplied(), Direct: t.repl.directList(),
+	}}}); err != nil {
+		return err
+	}
+	// The receiving goroutine applies requests in order and queues their
+	// acks; this goroutine answers them in order as they resolve, so the
+	// stream never waits for one request's persistence before taking the
+	// next.
+	acks := make(chan *replAck, replAckQueue)
+	go func() {
+		defer close(acks)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					select {
+					case acks <- &replAck{end: err}:
+					case <-ctx.Done():
+					}
+				}
+				return
+			}
+			ents := r.GetEntries()
+			var a *replAck
+			if ents == nil {
+				a = &replAck{end: GRPCError(fmt.Errorf("%w: after open, replicate requests must be entries", ErrInvalidArgument))}
+			} else if valid, verr := validateReplEntries(ents.GetEntries(), b.cfg.MaxMessageBytes); verr != nil {
+				log.Warn("invalid replication request refused", "request_id", ents.GetRequestId(), "err", verr)
+				a = &replAck{end: GRPCError(verr)}
+			} else {
+				a = rs.apply(ctx, t, source, ents.GetRequestId(), valid)
+			}
+			select {
+			case acks <- a:
+			case <-ctx.Done():
+				return
+			}
+			if a.end != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case a, ok := <-acks:
+			if !ok {
+				return nil
+			}
+			if a.end != nil {
+				return a.end
+			}
+			resp, err := rs.resolve(ctx, t, a)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		case <-t.stop:
+			// Unloaded: answer what was queued (its entries resolve as the
+			// ledger closes), then end the stream so the sender looks the
+			// topic up again.
+			deadline := time.After(b.cfg.OperationTimeout)
+			for {
+				select {
+				case a, ok := <-acks:
+					if !ok || a.end != nil {
+						return GRPCError(&notOwnedError{})
+					}
+					resp, err := rs.resolve(ctx, t, a)
+					if err != nil {
+						return err
+					}
+					if err := stream.Send(resp); err != nil {
+						return err
+					}
+				case <-deadline:
+					return GRPCError(&notOwnedError{})
+				default:
+					return GRPCError(&notOwnedError{})
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// apply checks and queues the entries of one request, in order.
+func (rs *replicationService) apply(ctx context.Context, t *topic, source string, id int64, ents []replEntry) *replAck {
+	a := &replAck{id: id, results: make([]clientv1.ReplicateResult, len(ents)), origins: make([]string, len(ents)), errs: make([]error, len(ents))}
+	own := rs.b.cfg.Region
+	var rejected error
+	quotaChecked := false
+	reject := func(i int, err error) {
+		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
+		a.errs[i] = err
+		rejected = err
+	}
+	t.repl.applyMu.Lock()
+	defer t.repl.applyMu.Unlock()
+	for i, e := range ents {
+		origin := e.md.GetOriginRegion()
+		a.origins[i] = origin
+		if rejected != nil {
+			reject(i, rejected)
+			continue
+		}
+		if origin == own {
+			// Our own entry coming back (a relay): never stored again.
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
+			continue
+		}
+		if t.stopped() || t.ml.isFailed() {
+			reject(i, &notOwnedError{})
+			continue
+		}
+		name, seq := replDedupName(origin), e.md.GetOriginSeq()
+		switch t.ml.replCheck(name, seq, origin != source) {
+		case replDupStored:
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
+			continue
+		case replDupInFlight:
+			a.waits = append(a.waits, replWait{i: i, name: name, seq: seq, f: t.repl.lookup(name, seq)})
+			continue
+		case replGap:
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
+			continue
+		}
+		if !quotaChecked {
+			quotaChecked = true
+			if err := t.quotaErr(); err != nil {
+				t.ml.replUnpush(name, seq)
+				reject(i, err)
+				continue
+			}
+		}
+		md := e.md
+		md.Replicated = true
+		data, err := wire.EncodeEntry(md, e.payload)
+		if err != nil {
+			t.ml.replUnpush(name, seq)
+			reject(i, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err))
+			continue
+		}
+		f := t.repl.track(name, seq)
+		a.wg.Add(1)
+		nmsgs, nbytes := int(md.GetNumMessages()), len(e.payload)
+		start := time.Now()
+		err = t.ml.enqueue(ctx, &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq, done: func(_ pos, err error) {
+			a.mu.Lock()
+			if err != nil {
+				a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
+				a.errs[i] = err
+			} else {
+				a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_PERSISTED
+			}
+			a.mu.Unlock()
+			if err != nil {
+				t.ml.replUnpush(name, seq)
+			} else {
+				t.msgsIn.Add(int64(nmsgs))
+				t.bytesIn.Add(int64(nbytes))
+				rs.b.metrics.in(t.name.NamespaceName(), nmsgs, nbytes, time.Since(start).Seconds())
+			}
+			t.repl.finish(name, seq, f, err == nil)
+			a.wg.Done()
+		}})
+		if err != nil {
+			t.ml.replUnpush(name, seq)
+			t.repl.finish(name, seq, f, false)
+			a.wg.Done()
+			reject(i, err)
+		}
+	}
+	return a
+}
+
+// resolve waits until every entry of a is resolved and builds its ack.
+func (rs *replicationService) resolve(ctx context.Context, t *topic, a *replAck) (*clientv1.ReplicateResponse, error) {
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	deadline := time.NewTimer(rs.b.cfg.OperationTimeout)
+	defer deadline.Stop()
+	for _, w := range a.waits {
+		res, err := rs.waitOriginal(ctx, t, w, deadline.C)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		a.results[w.i], a.errs[w.i] = res, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ack := &clientv1.ReplicateAck{RequestId: a.id, Results: a.results}
+	var first error
+	for i, r := range a.results {
+		if first != nil {
+			// After the first rejection every result is REJECTED (an entry
+			// stored meanwhile is answered DUPLICATE when resent).
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
+		} else if r == clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED {
+			first = a.errs[i]
+			if first == nil {
+				first = fmt.Errorf("%w: entry %d not stored", ErrUnavailable, i)
+			}
+		}
+		rs.received.WithLabelValues(a.origins[i], replResultLabel(a.results[i])).Inc()
+	}
+	ack.Error = ToError(first)
+	ack.Applied = t.ml.replApplied()
+	ack.Direct = t.repl.directList()
+	return &clientv1.ReplicateResponse{Kind: &clientv1.ReplicateResponse_Ack{Ack: ack}}, nil
+}
+
+// waitOriginal answers a duplicate whose original was in flight when it
+// was checked: DUPLICATE once the original is stored, REJECTED when it
+// failed (the resend must come again) or the wait ends.
+func (rs *replicationService) waitOriginal(ctx context.Context, t *topic, w replWait, deadline <-chan time.Time) (clientv1.ReplicateResult, error) {
+	if w.f != nil {
+		select {
+		case <-w.f.done:
+			if w.f.ok {
+				return clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE, nil
+			}
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, fmt.Errorf("%w: origin_seq %d of %s was not stored; resend it", ErrUnavailable, w.seq, w.name)
+		case <-ctx.Done():
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, ctx.Err()
+		case <-deadline:
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, fmt.Errorf("%w: origin_seq %d of %s is still being stored; resend it", ErrUnavailable, w.seq, w.name)
+		}
+	}
+	// Not queued by a stream (below the highest queued, not yet stored: an
+	// origin_seq the origin never sent here): a duplicate once the highest
+	// queued one is stored.
+	for {
+		ch := t.repl.waitCh()
+		stored, pushed := t.ml.replProgress(w.name)
+		switch {
+		case stored >= w.seq:
+			return clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE, nil
+		case pushed < w.seq:
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, fmt.Errorf("%w: origin_seq %d of %s was not stored; resend it", ErrUnavailable, w.seq, w.name)
+		case t.stopped() || t.ml.isFailed():
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, &notOwnedError{}
+		}
+		select {
+		case <-ch:
+		case <-t.stop:
+		case <-ctx.Done():
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, ctx.Err()
+		case <-deadline:
+			return clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED, fmt.Errorf("%w: origin_seq %d of %s is still being stored; resend it", ErrUnavailable, w.seq, w.name)
+		}
+	}
+}
+
+func replResultLabel(r clientv1.ReplicateResult) string {
+	switch r {
+	case clientv1.ReplicateResult_REPLICATE_RESULT_PERSISTED:
+		return "persisted"
+	case clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE:
+		return "duplicate"
+	case clientv1.ReplicateResult_REPLICATE_RESULT_GAP:
+		return "gap"
+	default:
+		return "rejected"
+	}
+}
+
+// isFailed reports whether the managed ledger can no longer take writes.
+func (ml *managedLedger) isFailed() bool {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.failed != nil
+}
