@@ -228,7 +228,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, done: func(ps pos, err error) {
+	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true, done: func(ps pos, err error) {
 		if err != nil {
 			t.ml.unpush(p.name, highest)
 			fail(err)
