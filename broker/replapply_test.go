@@ -453,8 +453,14 @@ func TestReplicateSurvivesUnloadAndKill(t *testing.T) {
 			}
 		}
 	}
-	// Unload mid-stream (asynchronously, while requests are in flight).
+	// A broker that does not own the topic redirects to the owner.
 	addr := owner("")
+	other := rc.Addrs()[1-indexOf(rc.Addrs(), addr)]
+	_, _, err := openRepl(t, other, topic, "a", "test")
+	if redirect := redirectOf(err); status.Code(err) != codes.FailedPrecondition || redirect != addr {
+		t.Fatalf("open on the non-owner: %v (redirect %q), want TOPIC_NOT_OWNED redirecting to %s", err, redirect, addr)
+	}
+	// Unload mid-stream (while requests are in flight).
 	_, adm := conn(t, addr)
 	unloaded := false
 	for acked < 100 {
@@ -486,7 +492,7 @@ func TestReplicateSurvivesUnloadAndKill(t *testing.T) {
 	cur := owner("")
 	killIdx := indexOf(rc.Addrs(), cur)
 	pump(cur, 200, func() { rc.Kill(killIdx) })
-	other := rc.Addrs()[1-killIdx]
+	other = rc.Addrs()[1-killIdx]
 	newOwner := ""
 	for acked < 200 {
 		newOwner = regiontest.LookupOwner(t, other, topic, func(o string) bool { return o != cur })
@@ -510,4 +516,73 @@ func indexOf(xs []string, x string) int {
 		}
 	}
 	return -1
+}
+
+// redirectOf returns the redirect_url of a TOPIC_NOT_OWNED status.
+func redirectOf(err error) string {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if e, ok := d.(*clientv1.Error); ok && e.GetCode() == clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED {
+			return e.GetRedirectUrl()
+		}
+	}
+	return ""
+}
+
+// TestReplicateConcurrentSourcesKeepOriginOrder: origin a's entries reach
+// the receiver at once from a itself and from a relay c: every entry is
+// stored once, in a's order, whichever stream delivered it.
+func TestReplicateConcurrentSourcesKeepOriginOrder(t *testing.T) {
+	cli, adm, rc := oneBroker(t, nil)
+	ctx := context.Background()
+	topic := "public/default/repl-two-sources"
+	createTopicWithSub(t, ctx, adm, topic, "check")
+	const n = 200
+	type tally struct{ persisted, dup, gap int }
+	run := func(source string, out chan<- tally) {
+		rs, _, err := openRepl(t, rc.Addrs()[0], topic, source, "test")
+		if err != nil {
+			t.Errorf("open from %s: %v", source, err)
+			out <- tally{}
+			return
+		}
+		var tl tally
+		for s := int64(1); s <= n; s += 4 {
+			id, err := rs.send(replRange(t, "a", s, s+3))
+			if err != nil {
+				t.Errorf("%s: send: %v", source, err)
+				break
+			}
+			a, err := rs.ack()
+			if err != nil || a.GetRequestId() != id {
+				t.Errorf("%s: ack %d: %v %v", source, id, a, err)
+				break
+			}
+			for _, r := range a.GetResults() {
+				switch r {
+				case rP:
+					tl.persisted++
+				case rD:
+					tl.dup++
+				case rG:
+					tl.gap++
+				default:
+					t.Errorf("%s: %v (%v)", source, r, a.GetError())
+				}
+			}
+		}
+		out <- tl
+	}
+	res := make(chan tally, 2)
+	go run("a", res)
+	go run("c", res)
+	t1, t2 := <-res, <-res
+	if t.Failed() {
+		return
+	}
+	if t1.persisted+t2.persisted != n {
+		t.Fatalf("persisted %d + %d, want %d in all", t1.persisted, t2.persisted, n)
+	}
+	t.Logf("streams: %+v and %+v", t1, t2)
+	checkOrigins(t, readAll(t, cli, adm, topic, "check", n), map[string]int64{"a": n})
 }

@@ -1,7 +1,8 @@
 // Package regiontest starts a region on loopback for tests: one metadata
 // node (global and regional shards), M bookies on distinct racks and N
 // brokers, each broker with its own ledger client, and lets tests kill or
-// pause (zombify) brokers.
+// pause (zombify) brokers. StartRegions (multi.go) starts several regions
+// sharing the global shard, with link proxies between them.
 package regiontest
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +47,15 @@ type Cluster struct {
 	Regional metadata.Store
 	Bookies  *bookietest.Cluster
 
+	// region is the region's name (Region for Start); idPrefix starts its
+	// broker IDs.
+	region, idPrefix string
+	// grpcAddrs, when set, are the brokers' reserved gRPC addresses (a
+	// restarted broker gets its address back); rewrite is every broker's
+	// DialRewrite (multi-region: remote brokers through link proxies).
+	grpcAddrs []string
+	rewrite   map[string]string
+
 	mu      sync.Mutex
 	brokers []*brokerNode
 }
@@ -64,13 +75,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.Bookies = 3
 	}
 	mc := metadatatest.StartClusterWith(t, 1, metadatatest.Options{Shards: []string{metadata.GlobalShard, Region}})
-	c := &Cluster{t: t, opts: opts, Global: mc.Store(0, metadata.GlobalShard), Regional: mc.Store(0, Region)}
-	c.Bookies = bookietest.StartCluster(t, opts.Bookies, bookietest.WithRegion(Region), bookietest.WithMetadata(c.Regional),
-		bookietest.WithConfig(func(_ int, cfg *bookie.Config) { cfg.MaxEntryBytes = 6 << 20 }))
-	t.Cleanup(c.Close)
-	for i := range opts.Brokers {
-		c.startBroker(i)
-	}
+	c := &Cluster{t: t, opts: opts, Global: mc.Store(0, metadata.GlobalShard), Regional: mc.Store(0, Region), region: Region, idPrefix: "broker-"}
+	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Broker(0).EnsureDefaultNamespace(ctx); err != nil {
@@ -78,6 +84,19 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	return c
 }
+
+// start starts the region's bookies and brokers (metadata stores set).
+func (c *Cluster) start() {
+	c.Bookies = bookietest.StartCluster(c.t, c.opts.Bookies, bookietest.WithRegion(c.region), bookietest.WithMetadata(c.Regional),
+		bookietest.WithConfig(func(_ int, cfg *bookie.Config) { cfg.MaxEntryBytes = 6 << 20 }))
+	c.t.Cleanup(c.Close)
+	for i := range c.opts.Brokers {
+		c.startBroker(i)
+	}
+}
+
+// Name returns the region's name.
+func (c *Cluster) Name() string { return c.region }
 
 func (c *Cluster) startBroker(i int) {
 	t := c.t
@@ -90,7 +109,7 @@ func (c *Cluster) startBroker(i int) {
 	lcfg := ledger.DefaultConfig()
 	lcfg.Store = c.Regional
 	lcfg.Placement = placement
-	lcfg.Region = Region
+	lcfg.Region = c.region
 	lcfg.MaxEntryBytes = 6 << 20
 	lcfg.AddTimeout = 3 * time.Second
 	lc, err := ledger.NewClient(lcfg)
@@ -110,9 +129,15 @@ func (c *Cluster) startBroker(i int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	cfg := broker.DefaultConfig()
-	cfg.BrokerID = fmt.Sprintf("broker-%d", i)
-	cfg.Region = Region
+	cfg.BrokerID = fmt.Sprintf("%s%d", c.idPrefix, i)
+	cfg.Region = c.region
 	cfg.GRPCAddress = "127.0.0.1:0"
+	if i < len(c.grpcAddrs) {
+		cfg.GRPCAddress = c.grpcAddrs[i]
+	}
+	if c.rewrite != nil {
+		cfg.DialRewrite = maps.Clone(c.rewrite)
+	}
 	cfg.HTTPAddress = "127.0.0.1:0"
 	cfg.Global, cfg.Regional = c.Global, c.Regional
 	cfg.Ledgers = broker.NewLedgerStore(lc)
@@ -131,6 +156,7 @@ func (c *Cluster) startBroker(i int) {
 		t.Fatal(err)
 	}
 	if err := srv.Start(ctx); err != nil {
+		_ = lc.Close()
 		t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -167,6 +193,28 @@ func (c *Cluster) Kill(i int) {
 	c.mu.Unlock()
 	b.srv.Kill()
 	_ = b.ledgers.Close()
+}
+
+// Restart starts broker i again after Kill (or a stop), with the same ID,
+// config and, in a multi-region harness, the same gRPC address (the link
+// proxies of the other regions keep reaching it).
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.startBroker(i)
+}
+
+// Unload unloads topic through broker i (forwarded to the owner): the
+// topic is closed gracefully and taken again by the next lookup.
+func (c *Cluster) Unload(i int, topic string) error {
+	cc, err := grpc.NewClient(c.Broker(i).Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = clientv1.NewAdminClient(cc).UnloadTopic(ctx, &clientv1.UnloadTopicRequest{Topic: topic})
+	return err
 }
 
 // Pause turns broker i into a zombie: it stops renewing its metadata
