@@ -3,40 +3,36 @@ package region_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
-	"github.com/meridianmq/meridian/bookie"
-	"github.com/meridianmq/meridian/bookie/bookietest"
-	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/chaos"
 	"github.com/meridianmq/meridian/client"
-	"github.com/meridianmq/meridian/metadata"
-	"github.com/meridianmq/meridian/metadata/metadatatest"
-	"github.com/meridianmq/meridian/topology"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/meridianmq/meridian/region/regiontest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
-// geoCluster is several regions in the test process sharing one global
-// metadata shard, each with its own regional shard, bookies and brokers.
-// Traffic between regions goes through a chaos.Network (one proxy per
-// source region and remote broker address; brokers dial through their
-// DialRewrite).
+// geoCluster wraps a regiontest.Multi (regions in the test process sharing
+// one global metadata shard, region-to-region traffic through a
+// chaos.Network) with the helpers of the geo tests.
 type geoCluster struct {
-	t       *testing.T
-	net     *chaos.Network
-	global  metadata.Store
-	names   []string
-	regions map[string]*geoRegion
-	opts    geoOptions
+	t     *testing.T
+	m     *regiontest.Multi
+	net   *chaos.Network
+	names []string
+
+	mu     sync.Mutex
+	killed map[string]map[int]bool
 }
 
 type geoOptions struct {
@@ -44,228 +40,74 @@ type geoOptions struct {
 	broker  func(region string, i int, cfg *broker.Config)
 }
 
-type geoRegion struct {
-	name     string
-	regional metadata.Store
-	bookies  *bookietest.Cluster
-	addrs    []string
-	rewrite  map[string]string
-
-	mu      sync.Mutex
-	brokers []*geoBroker
-}
-
-type geoBroker struct {
-	srv *broker.Server
-	lc  *ledger.Client
-}
-
-func geoLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("GEO_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 func startGeo(t *testing.T, names []string, opts geoOptions) *geoCluster {
 	t.Helper()
 	if opts.brokers == 0 {
 		opts.brokers = 1
 	}
-	shards := append([]string{metadata.GlobalShard}, names...)
-	mc := metadatatest.StartClusterWith(t, 1, metadatatest.Options{Shards: shards})
-	g := &geoCluster{t: t, net: chaos.NewNetwork(nil), global: mc.Store(0, metadata.GlobalShard), names: names,
-		regions: map[string]*geoRegion{}, opts: opts}
-	t.Cleanup(g.net.Close)
-	for _, n := range names {
-		r := &geoRegion{name: n, regional: mc.Store(0, n), rewrite: map[string]string{}}
-		r.bookies = bookietest.StartCluster(t, 3, bookietest.WithRegion(n), bookietest.WithMetadata(r.regional),
-			bookietest.WithConfig(func(_ int, cfg *bookie.Config) { cfg.MaxEntryBytes = 6 << 20 }))
-		for range opts.brokers {
-			r.addrs = append(r.addrs, metadatatest.FreeAddr(t))
-		}
-		g.regions[n] = r
-	}
-	// One proxy per (source region, remote broker).
-	for _, from := range names {
-		for _, to := range names {
-			if from == to {
-				continue
+	m := regiontest.StartRegions(t, regiontest.MultiOptions{Regions: names, Brokers: opts.brokers,
+		Broker: func(region string, i int, cfg *broker.Config) {
+			if os.Getenv("GEO_LOG") != "" {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("region", region)
 			}
-			for _, addr := range g.regions[to].addrs {
-				p, err := g.net.Proxy(from, to, "127.0.0.1:0", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g.regions[from].rewrite[addr] = p.Addr()
+			cfg.Replication.CheckInterval = 300 * time.Millisecond
+			cfg.Replication.KeeperInterval = time.Second
+			if opts.broker != nil {
+				opts.broker(region, i, cfg)
 			}
-		}
-	}
-	t.Cleanup(g.close)
-	for _, n := range names {
-		for i := range opts.brokers {
-			g.startBroker(n, i)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := g.broker(names[0], 0).EnsureDefaultNamespace(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return g
+		}})
+	return &geoCluster{t: t, m: m, net: m.Network, names: names, killed: map[string]map[int]bool{}}
 }
 
-func (g *geoCluster) broker(region string, i int) *broker.Server {
-	r := g.regions[region]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.brokers[i].srv
-}
-
-// startBroker starts (or restarts, on the same address) broker i of region.
-func (g *geoCluster) startBroker(region string, i int) {
-	t := g.t
-	r := g.regions[region]
-	pcfg := topology.DefaultRackAwareConfig()
-	pcfg.MinRacksPerWriteQuorum = 1
-	placement, err := topology.NewRackAwarePlacement(pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lcfg := ledger.DefaultConfig()
-	lcfg.Store = r.regional
-	lcfg.Placement = placement
-	lcfg.Region = region
-	lcfg.MaxEntryBytes = 6 << 20
-	lcfg.AddTimeout = 3 * time.Second
-	lc, err := ledger.NewClient(lcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		bs, err := lc.Bookies(ctx)
-		if err == nil && len(bs) >= 3 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("bookies of %s not registered: %v", region, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	cfg := broker.DefaultConfig()
-	cfg.BrokerID = fmt.Sprintf("%s-broker-%d", region, i)
-	cfg.Region = region
-	cfg.GRPCAddress = r.addrs[i]
-	cfg.Global, cfg.Regional = g.global, r.regional
-	cfg.Ledgers = broker.NewLedgerStore(lc)
-	cfg.Logger = geoLogger(t).With("region", region)
-	reg := prometheus.NewRegistry()
-	cfg.Registerer, cfg.Gatherer = reg, reg
-	cfg.SessionTTL = 2 * time.Second
-	cfg.CursorPersistInterval = 100 * time.Millisecond
-	cfg.DefaultEnsembleSize, cfg.DefaultWriteQuorum, cfg.DefaultAckQuorum = 3, 2, 2
-	cfg.DialRewrite = r.rewrite
-	cfg.Replication.CheckInterval = 300 * time.Millisecond
-	cfg.Replication.KeeperInterval = time.Second
-	if g.opts.broker != nil {
-		g.opts.broker(region, i, &cfg)
-	}
-	srv, err := broker.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The address was free a moment ago; a restart may find it in
-	// TIME_WAIT-free reuse only after the old listener closed.
-	for {
-		err = srv.Start(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("start broker %s/%d: %v", region, i, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-		if srv, err = broker.NewServer(cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r.mu.Lock()
-	for len(r.brokers) <= i {
-		r.brokers = append(r.brokers, nil)
-	}
-	r.brokers[i] = &geoBroker{srv: srv, lc: lc}
-	r.mu.Unlock()
-}
+func (g *geoCluster) broker(region string, i int) *broker.Server { return g.m.Region(region).Broker(i) }
 
 // kill crashes broker i of region (nothing flushed or released).
 func (g *geoCluster) kill(region string, i int) {
-	r := g.regions[region]
-	r.mu.Lock()
-	b := r.brokers[i]
-	r.brokers[i] = nil
-	r.mu.Unlock()
-	b.srv.Kill()
-	_ = b.lc.Close()
+	g.m.Region(region).Kill(i)
+	g.mu.Lock()
+	if g.killed[region] == nil {
+		g.killed[region] = map[int]bool{}
+	}
+	g.killed[region][i] = true
+	g.mu.Unlock()
 }
 
-func (g *geoCluster) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, r := range g.regions {
-		r.mu.Lock()
-		bs := r.brokers
-		r.brokers = nil
-		r.mu.Unlock()
-		for _, b := range bs {
-			if b == nil {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = b.srv.Stop(ctx)
-				_ = b.lc.Close()
-			}()
+// restart starts a killed broker again on its address.
+func (g *geoCluster) restart(region string, i int) {
+	g.m.Region(region).Restart(i)
+	g.mu.Lock()
+	delete(g.killed[region], i)
+	g.mu.Unlock()
+}
+
+func (g *geoCluster) live(region string) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []int
+	for i := range g.m.Region(region).Addrs() {
+		if !g.killed[region][i] {
+			out = append(out, i)
 		}
 	}
-	wg.Wait()
+	return out
 }
 
 // url returns the live brokers of region for a client.
 func (g *geoCluster) url(region string) string {
-	r := g.regions[region]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := ""
-	for i, b := range r.brokers {
-		if b == nil {
-			continue
-		}
-		if s != "" {
-			s += ","
-		}
-		s += r.addrs[i]
+	addrs := g.m.Region(region).Addrs()
+	var out []string
+	for _, i := range g.live(region) {
+		out = append(out, addrs[i])
 	}
-	return s
+	return strings.Join(out, ",")
 }
 
-// ownerIndex returns the index of the broker of region that owns topic
-// (-1 if none is loaded).
+// ownerIndex returns the index of the live broker of region that owns
+// topic (-1 if none has it loaded).
 func (g *geoCluster) ownerIndex(region, topic string) int {
-	r := g.regions[region]
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i, b := range r.brokers {
-		if b == nil {
-			continue
-		}
-		for _, tp := range b.srv.OwnedTopics() {
-			if tp == topic {
-				return i
-			}
+	for _, i := range g.live(region) {
+		if slices.Contains(g.broker(region, i).OwnedTopics(), topic) {
+			return i
 		}
 	}
 	return -1
@@ -331,6 +173,9 @@ type geoProducer struct {
 	cl     *client.Client
 	p      *client.Producer
 
+	// timeout bounds each send (default 60 s).
+	timeout time.Duration
+
 	mu    sync.Mutex
 	next  int
 	acked map[int]bool
@@ -368,7 +213,11 @@ func (gp *geoProducer) send(n int) {
 		gp.next++
 		gp.mu.Unlock()
 		wg.Add(1)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		timeout := gp.timeout
+		if timeout == 0 {
+			timeout = 60 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		gp.p.SendAsync(ctx, &client.Message{Payload: []byte(fmt.Sprintf("%s-%d", gp.region, k)),
 			Properties: map[string]string{"o": gp.region, "n": strconv.Itoa(k)}}, func(_ client.MessageID, _ *client.Message, err error) {
 			defer wg.Done()
@@ -551,4 +400,36 @@ func (g *geoCluster) converge(timeout time.Duration, readers []*geoReader, produ
 			g.t.Errorf("region %s: %d per-origin order violations (first: %s)", r.region, orderFails, first)
 		}
 	}
+}
+
+// rawSend sends one message to topic in region through a new producer on
+// the raw gRPC API and returns the receipt's error (nil when stored).
+func (g *geoCluster) rawSend(region, topic string) *clientv1.Error {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner := regiontest.LookupOwner(g.t, strings.Split(g.url(region), ",")[0], topic, func(string) bool { return true })
+	cc, err := grpc.NewClient(owner, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := clientv1.NewMeridianClient(cc).Produce(ctx)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}); err != nil {
+		g.t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		g.t.Fatalf("open producer: %v", err)
+	}
+	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: 0, NumMessages: 1, Payload: []byte("probe")}}}); err != nil {
+		g.t.Fatal(err)
+	}
+	r, err := st.Recv()
+	if err != nil {
+		g.t.Fatalf("receipt: %v", err)
+	}
+	return r.GetReceipt().GetError()
 }

@@ -2,6 +2,9 @@ package region_test
 
 import (
 	"context"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,8 +95,12 @@ func TestGeoCutAndHeal(t *testing.T) {
 		}()
 	}
 	// Meanwhile c keeps receiving from both sides and replicating its own.
+	// The cut lasts longer than the replicators' keepalive (about 2 s), so
+	// the a↔b streams break and must reconnect after the heal.
+	cutAt := time.Now()
 	prods[2].send(50)
 	g.converge(geoConverge, readers[2:], prods)
+	time.Sleep(max(0, 4*time.Second-time.Since(cutAt)))
 	close(stop)
 	<-done
 	<-done
@@ -241,7 +248,12 @@ func TestGeoLagBound(t *testing.T) {
 		_, lastErr = pa.p.Send(ctx, &client.Message{Payload: []byte("x"), Properties: map[string]string{"probe": "1"}})
 		return lastErr != nil
 	})
-	t.Logf("send refused: %v", lastErr)
+	t.Logf("client send refused: %v", lastErr)
+	e := g.rawSend("a", topic)
+	if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED || !strings.Contains(e.GetMessage(), "replication lag to region b") {
+		t.Fatalf("send over the lag bound: %v, want QUOTA_EXCEEDED naming region b", e)
+	}
+	t.Logf("receipt: %s", e.GetMessage())
 	st, err := g.stats("a", topic)
 	if err != nil {
 		t.Fatal(err)
@@ -258,6 +270,167 @@ func TestGeoLagBound(t *testing.T) {
 	})
 	pa.send(10)
 	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
+}
+
+// TestGeoRemoteRejects: the target region's backlog quota rejects
+// replicated entries for a while; nothing is counted replicated that the
+// target did not persist, and replication resumes by itself once the
+// quota clears.
+func TestGeoRemoteRejects(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{})
+	ra, rb := g.reader("a", topic), g.reader("b", topic)
+	pa := g.producer("a", topic)
+	pa.timeout = 3 * time.Second
+	pa.send(40)
+	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
+	sentBefore := replicatorTo(t, g, "a", topic, "b").GetSentEntries()
+
+	// A subscription in b that nobody reads, and a quota it soon exceeds.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admB, err := client.NewAdmin(ctx, g.url("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admB.Close(ctx)
+	if err := admB.CreateSubscription(ctx, topic, "hold", client.Latest); err != nil {
+		t.Fatal(err)
+	}
+	g.setPolicies("a", "public/geo", func(p *clientv1.NamespacePolicies) {
+		q := int64(4000)
+		p.BacklogQuotaBytes = &q
+		p.BacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
+	})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pa.produceFor(stop, 20)
+	}()
+	var rs *clientv1.ReplicatorStats
+	waitFor(t, 30*time.Second, "a's replicator to b rejected", func() bool {
+		rs = replicatorTo(t, g, "a", topic, "b")
+		if os.Getenv("GEO_DEBUG") != "" {
+			stB, _ := g.stats("b", topic)
+			t.Logf("a->b %v; b: %v", rs, stB.GetSubscriptions())
+		}
+		return rs.GetBacklogEntries() > 0 && strings.Contains(rs.GetLastError(), "reject")
+	})
+	close(stop)
+	<-done
+	// Only persisted entries count: b stored at most what a counts sent.
+	stB, err := g.stats("b", topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("while rejected: a's replicator sent %d entries (before the quota %d), backlog %d, last error %q; b holds %d entries",
+		rs.GetSentEntries(), sentBefore, rs.GetBacklogEntries(), rs.GetLastError(), stB.GetEntries())
+	// b's copy holds only a's entries: a never counts more as replicated
+	// than b persisted.
+	if rs.GetSentEntries() > stB.GetEntries() {
+		t.Fatalf("a counts %d entries replicated, b holds only %d", rs.GetSentEntries(), stB.GetEntries())
+	}
+	// The quota clears (the subscription goes): replication resumes alone.
+	if err := admB.DeleteSubscription(ctx, topic, "hold", true); err != nil {
+		t.Fatal(err)
+	}
+	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
+}
+
+// replicatorTo returns the owner's stats of the replicator of topic in
+// region to remote.
+func replicatorTo(t *testing.T, g *geoCluster, region, topic, remote string) *clientv1.ReplicatorStats {
+	t.Helper()
+	var out *clientv1.ReplicatorStats
+	waitFor(t, 30*time.Second, "replicator stats", func() bool {
+		st, err := g.stats(region, topic)
+		if err != nil {
+			return false
+		}
+		for _, r := range st.GetReplicators() {
+			if r.GetRemoteRegion() == remote {
+				out = r
+				return true
+			}
+		}
+		return false
+	})
+	return out
+}
+
+// TestGeoKeeperResumesWithoutClients: entries produced in a while a↔b is
+// cut; the broker of a restarts with no client touching the topic. The
+// keeper loads the topic while the link is still cut (nothing else can:
+// b's lookups do not get through), and after the heal its replicator
+// delivers the entries.
+func TestGeoKeeperResumesWithoutClients(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{})
+	rb := g.reader("b", topic)
+	pa := g.producer("a", topic)
+	pa.send(20)
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	g.net.Cut("a", "b", false)
+	pa.send(100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = pa.cl.Close(ctx)
+	cancel()
+	g.kill("a", 0)
+	g.restart("a", 0)
+	waitFor(t, 30*time.Second, "topic loaded in a by the keeper", func() bool { return g.ownerIndex("a", topic) >= 0 })
+	g.net.Heal("a", "b")
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+}
+
+// TestGeoRemoveRegion: removing b from the namespace stops a's replicator
+// to b and keeps its cursor (b's data is untouched); the cursor goes only
+// with an explicit, confirmed DeleteReplicationCursors.
+func TestGeoRemoveRegion(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{})
+	ra, rb := g.reader("a", topic), g.reader("b", topic)
+	pa := g.producer("a", topic)
+	pa.send(30)
+	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
+	g.setPolicies("a", "public/geo", func(p *clientv1.NamespacePolicies) { p.ReplicationRegions = []string{"a"} })
+	waitFor(t, 30*time.Second, "replicator to b stopped", func() bool {
+		st, err := g.stats("a", topic)
+		return err == nil && len(st.GetReplicators()) == 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := client.NewAdmin(ctx, g.url("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close(ctx)
+	subs, err := adm.ListSubscriptions(ctx, topic)
+	if err != nil || !slices.Contains(subs, "meridian.repl.b") {
+		t.Fatalf("subscriptions after removing b: %v %v (the cursor must stay)", subs, err)
+	}
+	srv := g.broker("a", 0)
+	dry, err := srv.DeleteReplicatorCursors(ctx, "public/geo", "b", false)
+	if err != nil || !slices.Contains(dry, topic) {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	if subs, _ := adm.ListSubscriptions(ctx, topic); !slices.Contains(subs, "meridian.repl.b") {
+		t.Fatal("the dry run deleted the cursor")
+	}
+	if _, err := srv.DeleteReplicatorCursors(ctx, "public/geo", "a", true); err == nil {
+		t.Fatal("deleting the cursors of a current replication region was accepted")
+	}
+	if _, err := srv.DeleteReplicatorCursors(ctx, "public/geo", "b", true); err != nil {
+		t.Fatal(err)
+	}
+	if subs, _ := adm.ListSubscriptions(ctx, topic); slices.Contains(subs, "meridian.repl.b") {
+		t.Fatalf("cursor still there after the confirmed delete: %v", subs)
+	}
+	// b keeps its data.
+	stB, err := g.stats("b", topic)
+	if err != nil || stB.GetEntries() == 0 {
+		t.Fatalf("b's copy: %v %v", stB, err)
+	}
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

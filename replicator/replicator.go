@@ -82,7 +82,9 @@ type Status struct {
 	SentEntries int64
 	Reconnects  int64
 	Stalled     bool
-	LastError   string
+	// LastError is the error that ended the last session, until the
+	// replicator makes progress again.
+	LastError string
 	// Window is the byte window in flight, RTT the lowest recent round trip.
 	Window int64
 	RTT    time.Duration
@@ -241,7 +243,6 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 	p := newPipeline(r.cfg.Self, r.cfg.Remote, r.cfg.Limits, r.cfg.Source.MarkDeleted(), opened)
 	r.mu.Lock()
 	r.status.Connected = true
-	r.status.LastError = ""
 	r.mu.Unlock()
 	r.log.Debug("replication session opened", "applied", opened.GetApplied(), "direct", opened.GetDirect())
 
@@ -351,6 +352,8 @@ func (r *Replicator) advance(p *pipeline) bool {
 			r.log.Info("replicator progressing again")
 		}
 		r.status.Stalled = false
+		// The error stays visible until the replicator moves again.
+		r.status.LastError = ""
 	}
 	r.status.Window, r.status.RTT = p.win.size, p.win.RTT()
 	r.mu.Unlock()
