@@ -433,6 +433,33 @@ func TestGeoRemoveRegion(t *testing.T) {
 	}
 }
 
+// TestGeoReplicatorRateLimit: replicator_rate_msgs paces a replicator.
+// Only a lower bound on the time is checked (a loaded machine is slower,
+// never faster).
+func TestGeoReplicatorRateLimit(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{})
+	const rateMsgs, n = 100, 400
+	g.setPolicies("a", "public/geo", func(p *clientv1.NamespacePolicies) { p.ReplicatorRateMsgs = rateMsgs })
+	rb := g.reader("b", topic)
+	pa := g.producer("a", topic)
+	pa.send(1)
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	// Let the replicator pick the limit up (polled once a second).
+	time.Sleep(1500 * time.Millisecond)
+	start := time.Now()
+	pa.send(n)
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	took := time.Since(start)
+	// The bucket starts full (one second's worth): the rest takes at least
+	// (n - rate) / rate seconds.
+	minTook := time.Duration(float64(n-rateMsgs)/rateMsgs*float64(time.Second)) - 200*time.Millisecond
+	t.Logf("%d messages at %d msg/s replicated in %v (lower bound %v)", n, rateMsgs, took.Round(time.Millisecond), minTook)
+	if took < minTook {
+		t.Fatalf("replicated %d messages in %v, faster than the %d msg/s limit allows (%v)", n, took, rateMsgs, minTook)
+	}
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

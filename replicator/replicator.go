@@ -399,13 +399,20 @@ func (r *Replicator) sendLoop(ctx context.Context, conn Conn, sendCh <-chan *req
 	}
 }
 
-// waitN waits for n tokens, at most a burst's worth (an entry larger than
-// the burst passes once the bucket is full).
+// waitN waits for n tokens, a burst at a time (a request larger than the
+// burst waits for as many bursts as it needs).
 func waitN(ctx context.Context, l *rate.Limiter, n int) error {
-	if l.Limit() == rate.Inf {
-		return nil
+	for n > 0 {
+		if l.Limit() == rate.Inf {
+			return nil
+		}
+		k := min(n, l.Burst())
+		if err := l.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
 	}
-	return l.WaitN(ctx, min(n, l.Burst()))
+	return nil
 }
 
 // setRates applies rate limits (0 = unlimited). The burst is one second's
