@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/client"
 )
 
@@ -135,6 +136,49 @@ func TestGeoPartialMesh(t *testing.T) {
 	}
 	for range prods {
 		<-done
+	}
+	g.converge(geoConverge, readers, prods)
+}
+
+// TestGeoPartialMeshMidStream: b↔c is cut while everyone produces and
+// stays cut: the relay through a takes over, including the entries b and
+// c had not delivered to each other when the link went (a held them
+// until the remote's applied position passed them).
+func TestGeoPartialMeshMidStream(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	// Brokers notice a dead replication stream from another region within
+	// about 2 s (server keepalive), so that they stop listing its origin
+	// as direct.
+	g, topic := geoSetup(t, names, geoOptions{broker: func(_ string, _ int, cfg *broker.Config) {
+		cfg.KeepaliveTime, cfg.KeepaliveTimeout = time.Second, time.Second
+	}})
+	var readers []*geoReader
+	var prods []*geoProducer
+	for _, n := range names {
+		readers = append(readers, g.reader(n, topic))
+		prods = append(prods, g.producer(n, topic))
+	}
+	for _, p := range prods {
+		p.send(30)
+	}
+	g.converge(geoConverge, readers, prods)
+	stop := make(chan struct{})
+	done := make(chan struct{}, len(prods))
+	for _, p := range prods {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			p.produceFor(stop, 10)
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	g.net.Cut("b", "c", false)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	for range prods {
+		<-done
+	}
+	for _, p := range prods {
+		p.send(20)
 	}
 	g.converge(geoConverge, readers, prods)
 }

@@ -51,6 +51,12 @@ type itemState uint8
 
 const (
 	stateUnsent itemState = iota
+	// stateWaiting: a relayed entry whose origin the remote reaches
+	// directly. It needs no sending as long as the origin's own replicator
+	// delivers it (the remote's applied position passes it), but the
+	// cursor does not pass it before that: if the origin's link to the
+	// remote goes down, the relay sends it after all.
+	stateWaiting
 	stateInflight
 	stateDone
 )
@@ -132,6 +138,16 @@ type pipeline struct {
 	// readPos is the position of the last entry read (the next read is
 	// after it).
 	readPos Position
+	// queueBytes sums the data of the queued entries (bounds reading
+	// ahead while entries wait).
+	queueBytes int64
+	// waiting holds, per origin, the queued entries in stateWaiting or
+	// released for sending (in origin order). An origin's later entries
+	// queue behind them so that its order is kept.
+	waiting map[string][]*item
+	// release holds entries to send before the unsent part of the queue:
+	// waiting entries whose origin the remote no longer reaches directly.
+	release []*item
 
 	reqs          []*request
 	nextID        int64
@@ -142,7 +158,7 @@ type pipeline struct {
 
 func newPipeline(self, remote string, lim Limits, start Position, opened *clientv1.ReplicateOpened) *pipeline {
 	p := &pipeline{self: self, remote: remote, lim: lim.withDefaults(), readPos: start, nextID: 1,
-		applied: map[string]int64{}, direct: map[string]bool{}}
+		applied: map[string]int64{}, direct: map[string]bool{}, waiting: map[string][]*item{}}
 	p.win.init(p.lim.MinWindow, p.lim.MaxWindow)
 	p.view(opened.GetApplied(), opened.GetDirect())
 	return p
@@ -161,32 +177,77 @@ func (p *pipeline) view(applied map[string]int64, direct []string) {
 	}
 }
 
-// needsSending reports whether the remote needs e (see the package doc).
-func (p *pipeline) needsSending(e *Entry) bool {
+type verdict uint8
+
+const (
+	verdictSend verdict = iota
+	verdictSkip
+	verdictWait
+)
+
+// classify decides what e needs (see the package doc).
+func (p *pipeline) classify(e *Entry) verdict {
 	origin := e.Origin
 	if origin == "" {
 		origin = p.self
 	}
 	switch {
 	case origin == p.remote, e.NoReplicate:
-		return false
+		return verdictSkip
 	case len(e.Targets) > 0 && !slices.Contains(e.Targets, p.remote):
-		return false
-	case origin != p.self && p.direct[origin]:
-		// The origin's own replicator is connected to the remote.
-		return false
+		return verdictSkip
 	}
 	if a, ok := p.applied[origin]; ok && e.OriginSeq <= a {
-		return false
+		return verdictSkip
 	}
-	return true
+	if origin != p.self && p.direct[origin] {
+		// The origin's own replicator is connected to the remote.
+		return verdictWait
+	}
+	return verdictSend
 }
+
+// needsSending reports whether e must be sent now.
+func (p *pipeline) needsSending(e *Entry) bool { return p.classify(e) == verdictSend }
+
+// resolveWaiting marks waiting entries the remote has applied done, and
+// releases for sending those whose origin it no longer reaches directly.
+func (p *pipeline) resolveWaiting() {
+	for origin, its := range p.waiting {
+		n := 0
+		for n < len(its) {
+			it := its[n]
+			if it.state == stateWaiting {
+				switch p.classify(&it.e) {
+				case verdictSkip:
+					it.state = stateDone
+				case verdictSend:
+					it.state = stateUnsent
+					p.release = append(p.release, it)
+				}
+			}
+			if it.state == stateWaiting {
+				break
+			}
+			n++
+		}
+		if n == len(its) {
+			delete(p.waiting, origin)
+		} else {
+			clear(its[:n])
+			p.waiting[origin] = its[n:]
+		}
+	}
+}
+
+// hasWaiting reports entries waiting on the remote's applied positions.
+func (p *pipeline) hasWaiting() bool { return len(p.waiting) > 0 }
 
 // wantRead reports whether the pipeline has room for more entries: the
 // unsent part of the queue is shorter than a request and the window has
 // room.
 func (p *pipeline) wantRead() bool {
-	return len(p.queue)-p.unsent < p.lim.RequestEntries && p.canSend()
+	return len(p.queue)-p.unsent < p.lim.RequestEntries && p.canSend() && p.queueBytes < 2*p.win.size+p.lim.RequestBytes
 }
 
 func (p *pipeline) canSend() bool {
@@ -197,6 +258,7 @@ func (p *pipeline) canSend() bool {
 func (p *pipeline) push(es []Entry) {
 	for _, e := range es {
 		p.queue = append(p.queue, &item{e: e})
+		p.queueBytes += int64(len(e.Data))
 		p.readPos = e.Pos
 	}
 }
@@ -208,17 +270,12 @@ func (p *pipeline) next(now time.Time) *request {
 	if !p.canSend() {
 		return nil
 	}
+	p.resolveWaiting()
 	var r *request
-	for p.unsent < len(p.queue) {
-		it := p.queue[p.unsent]
-		if !p.needsSending(&it.e) {
-			it.state = stateDone
-			p.unsent++
-			continue
-		}
+	add := func(it *item) bool {
 		n := int64(len(it.e.Data))
 		if r != nil && (len(r.items) >= p.lim.RequestEntries || r.bytes+n > p.lim.RequestBytes) {
-			break
+			return false
 		}
 		if r == nil {
 			r = &request{id: p.nextID, sentAt: now}
@@ -228,12 +285,56 @@ func (p *pipeline) next(now time.Time) *request {
 		r.items = append(r.items, it)
 		r.bytes += n
 		r.msgs += max(it.e.Messages, 1)
+		return true
+	}
+	// Released entries first: they precede, per origin, everything unsent.
+	for len(p.release) > 0 && add(p.release[0]) {
+		p.release[0] = nil
+		p.release = p.release[1:]
+	}
+	for len(p.release) == 0 && p.unsent < len(p.queue) {
+		it := p.queue[p.unsent]
+		origin := it.e.Origin
+		if origin == "" {
+			origin = p.self
+		}
+		v := p.classify(&it.e)
+		if v == verdictSend && len(p.waiting[origin]) > 0 {
+			// Earlier entries of this origin wait: keep the origin's order.
+			v = verdictWait
+		}
+		switch v {
+		case verdictSkip:
+			it.state = stateDone
+		case verdictWait:
+			it.state = stateWaiting
+			p.waiting[origin] = append(p.waiting[origin], it)
+		case verdictSend:
+			if !add(it) {
+				goto done
+			}
+		}
 		p.unsent++
 	}
+done:
 	if r != nil {
 		p.reqs = append(p.reqs, r)
 		p.inflightBytes += r.bytes
 	}
+	return r
+}
+
+// probe returns an empty request, which the remote answers with its
+// current applied positions and direct origins: waiting entries resolve
+// even when nothing else is sent. nil when requests are in flight (their
+// acks carry the same news).
+func (p *pipeline) probe(now time.Time) *request {
+	if len(p.reqs) > 0 || !p.hasWaiting() {
+		return nil
+	}
+	r := &request{id: p.nextID, sentAt: now}
+	p.nextID++
+	p.reqs = append(p.reqs, r)
 	return r
 }
 
@@ -297,6 +398,9 @@ func (p *pipeline) advance() (Position, bool) {
 		return Position{}, false
 	}
 	last := p.queue[n-1].e.Pos
+	for _, it := range p.queue[:n] {
+		p.queueBytes -= int64(len(it.e.Data))
+	}
 	clear(p.queue[:n])
 	p.queue = p.queue[n:]
 	p.unsent -= n

@@ -43,7 +43,7 @@ func TestPipelineFilter(t *testing.T) {
 		{"replication disabled", Entry{Origin: "a", OriginSeq: 5, NoReplicate: true}, false},
 		{"relay, origin not direct", ent(0, "c", 11), true},
 		{"relay, already applied", ent(0, "c", 10), false},
-		{"relay, origin direct", ent(0, "d", 1), false},
+		{"relay, origin direct (waits)", ent(0, "d", 1), false},
 	}
 	for _, c := range cases {
 		if got := p.needsSending(&c.e); got != c.want {
@@ -136,4 +136,46 @@ func TestPipelineWindowFollowsBandwidthDelay(t *testing.T) {
 		t.Fatalf("window %d above max", p.win.size)
 	}
 	t.Logf("window %d bytes, rtt %v", p.win.size, p.win.RTT())
+}
+
+// TestPipelineRelayWaitsForDirectOrigin: entries of an origin the remote
+// reaches directly wait (the cursor does not pass them) until the remote
+// applied them, and are sent, in origin order, when the origin's direct
+// stream goes.
+func TestPipelineRelayWaitsForDirectOrigin(t *testing.T) {
+	p := newPipeline("a", "b", Limits{}, Position{1, -1}, &clientv1.ReplicateOpened{Direct: []string{"c"}})
+	p.push([]Entry{ent(0, "c", 1), ent(1, "a", 1), ent(2, "c", 2), ent(3, "c", 3)})
+	now := time.Now()
+	r := p.next(now)
+	if r == nil || len(r.items) != 1 || r.items[0].e.Origin != "a" {
+		t.Fatalf("first request %v: want only a's entry", r)
+	}
+	if _, err := p.ack(&clientv1.ReplicateAck{RequestId: r.id, Results: []clientv1.ReplicateResult{persisted},
+		Applied: map[string]int64{"a": 1, "c": 1}, Direct: []string{"c"}}, now); err != nil {
+		t.Fatal(err)
+	}
+	// c's entry 1 is applied by the remote: done; 2 and 3 still wait.
+	p.next(now)
+	at, ok := p.advance()
+	if !ok || at != (Position{1, 1}) {
+		t.Fatalf("advance = %v %v, want 1:1", at, ok)
+	}
+	probe := p.probe(now)
+	if probe == nil || len(probe.items) != 0 {
+		t.Fatalf("want an empty probe while entries wait, got %v", probe)
+	}
+	// The remote lost c's direct stream: the relay sends c's 2 and 3, in order.
+	if _, err := p.ack(&clientv1.ReplicateAck{RequestId: probe.id, Applied: map[string]int64{"a": 1, "c": 1}}, now); err != nil {
+		t.Fatal(err)
+	}
+	r = p.next(now)
+	if r == nil || len(r.items) != 2 || r.items[0].e.OriginSeq != 2 || r.items[1].e.OriginSeq != 3 {
+		t.Fatalf("after c left direct: request %v, want c's 2 and 3", r)
+	}
+	if _, err := p.ack(ackOf(r, persisted), now); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := p.advance(); !ok || at != (Position{1, 3}) {
+		t.Fatalf("advance = %v %v, want 1:3", at, ok)
+	}
 }

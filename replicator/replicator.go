@@ -302,6 +302,9 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 		case err := <-errCh:
 			return progressed, err
 		case <-tick.C:
+			if req := p.probe(time.Now()); req != nil {
+				sendCh <- req // never blocks: nothing else is in flight
+			}
 		case <-wait:
 		}
 	}
