@@ -176,14 +176,32 @@ func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVer
 }
 
 // replUnpush forgets a queued replicated entry that will not be stored:
-// nothing from seq on is queued any more (entries are stored in order, so
-// the later ones of the same origin fail too).
-func (ml *managedLedger) replUnpush(name string, seq int64) {
+// nothing from seq on counts as queued any more (entries are stored in
+// order, so the later ones of the same origin fail too). The highest
+// queued becomes the highest stored or still in flight below seq, never a
+// number that was not queued (a direct stream may skip numbers).
+func (t *topic) replUnpush(name string, seq int64) {
+	below := t.repl.highestInflightBelow(name, seq)
+	ml := t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	if p, ok := ml.dedup.byName[name]; ok && p.pushed >= seq {
-		p.pushed = max(p.stored, seq-1)
+		p.pushed = max(p.stored, below)
 	}
+}
+
+// highestInflightBelow returns the highest origin_seq of name below seq
+// still in flight (-1: none).
+func (r *replState) highestInflightBelow(name string, seq int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := int64(-1)
+	for s := range r.inflight[name] {
+		if s < seq && s > h {
+			h = s
+		}
+	}
+	return h
 }
 
 // replProgress returns the highest stored and queued origin_seq of name.
@@ -460,7 +478,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		if !quotaChecked {
 			quotaChecked = true
 			if err := t.quotaErr(); err != nil {
-				t.ml.replUnpush(name, seq)
+				t.replUnpush(name, seq)
 				reject(i, err)
 				continue
 			}
@@ -469,7 +487,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		md.Replicated = true
 		data, err := wire.EncodeEntry(md, e.payload)
 		if err != nil {
-			t.ml.replUnpush(name, seq)
+			t.replUnpush(name, seq)
 			reject(i, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err))
 			continue
 		}
@@ -487,7 +505,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			}
 			a.mu.Unlock()
 			if err != nil {
-				t.ml.replUnpush(name, seq)
+				t.replUnpush(name, seq)
 			} else {
 				t.msgsIn.Add(int64(nmsgs))
 				t.bytesIn.Add(int64(nbytes))
@@ -497,7 +515,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.wg.Done()
 		}})
 		if err != nil {
-			t.ml.replUnpush(name, seq)
+			t.replUnpush(name, seq)
 			t.repl.finish(name, seq, f, false)
 			a.wg.Done()
 			reject(i, err)

@@ -73,8 +73,9 @@ func (ml *managedLedger) originSeq(p pos) (int64, bool) {
 // shipForm returns the bytes a replicator ships for entry e of this topic
 // (read from its managed ledger) and their metadata. A local entry (not
 // replicated) gets its origin filled in: origin_region = this region,
-// origin_ledger_id/origin_entry_id = its position, origin_seq = its
-// offset (originSeq). An entry that arrived by replication keeps the origin
+// origin_ledger_id/origin_entry_id = its position, origin_seq = the number
+// stored with it if any (a local numbering written at append time), else
+// its position-derived offset (originSeq). An entry that arrived by replication keeps the origin
 // fields it was stored with (it is shipped as stored, for a relay). The
 // payload is never touched: only the metadata is re-encoded. It fails with
 // ErrNotFound when e's ledger is no longer retained, and with ErrInvalidArgument
@@ -92,13 +93,16 @@ func (t *topic) shipForm(e LedgerEntry) ([]byte, *clientv1.EntryMetadata, error)
 		return e.Data, md, nil
 	}
 	p := pos{e.LedgerID, e.EntryID}
-	seq, ok := t.ml.originSeq(p)
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: ledger %d of %s is no longer retained", ErrNotFound, e.LedgerID, t.name)
+	if md.GetOriginSeq() <= 0 {
+		// No number stored with the entry: its position-derived offset.
+		seq, ok := t.ml.originSeq(p)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: ledger %d of %s is no longer retained", ErrNotFound, e.LedgerID, t.name)
+		}
+		md.OriginSeq = seq
 	}
 	md.OriginRegion = t.b.cfg.Region
 	md.OriginLedgerId, md.OriginEntryId = p.L, p.E
-	md.OriginSeq = seq
 	data, err := wire.EncodeEntry(md, payload)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: re-encode entry %d:%d of %s: %v", ErrInvalidArgument, e.LedgerID, e.EntryID, t.name, err)
