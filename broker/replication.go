@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
-	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/replicator"
 )
@@ -414,41 +413,19 @@ func (s *replSource) ReadAfter(ctx context.Context, after replicator.Position, m
 	return out, err
 }
 
-// shipForm converts a stored entry to the replicator's form. A local entry
-// gets its origin filled in (region, position; origin_seq is the local
-// number the append loop stored in it, see replication_seq.go, or for an
-// entry written before local numbers its position-derived offset). A
-// replicated entry is shipped as stored, for a relay. The payload is never
-// touched. An entry that cannot be shipped (undecodable) is logged and
-// marked not to replicate: the cursor must not stall on it.
+// shipForm converts a stored entry to the replicator's form
+// (topic.shipForm: a local entry gets its origin filled in, origin_seq being
+// the local number stored with it, see replication_seq.go; a replicated one
+// is shipped as stored, for a relay; the payload is never touched). An
+// entry that cannot be shipped (undecodable) is logged and marked not to
+// replicate: the cursor must not stall on it.
 func (s *replSource) shipForm(p pos, data []byte) replicator.Entry {
-	skip := func(err error) replicator.Entry {
+	out, md, err := s.t.shipForm(LedgerEntry{LedgerID: p.L, EntryID: p.E, Data: data})
+	if err != nil {
 		s.t.log.Error("entry not replicated", "ledger", p.L, "entry", p.E, "err", err)
 		return replicator.Entry{Pos: fromPos(p), NoReplicate: true}
 	}
-	md, payload, err := wire.DecodeEntry(data)
-	if err != nil {
-		return skip(err)
-	}
-	if md.GetReplicated() {
-		if md.GetOriginRegion() == "" || md.GetOriginSeq() <= 0 {
-			return skip(fmt.Errorf("replicated entry without origin (origin_region %q, origin_seq %d)", md.GetOriginRegion(), md.GetOriginSeq()))
-		}
-	} else {
-		md.OriginRegion = s.self
-		md.OriginLedgerId, md.OriginEntryId = p.L, p.E
-		if md.OriginSeq <= 0 {
-			seq, ok := s.t.ml.originSeq(p)
-			if !ok {
-				return skip(fmt.Errorf("ledger %d is no longer retained", p.L))
-			}
-			md.OriginSeq = seq
-		}
-		if data, err = wire.EncodeEntry(md, payload); err != nil {
-			return skip(err)
-		}
-	}
-	return replicator.Entry{Pos: fromPos(p), Data: data, Origin: md.GetOriginRegion(), OriginSeq: md.GetOriginSeq(),
+	return replicator.Entry{Pos: fromPos(p), Data: out, Origin: md.GetOriginRegion(), OriginSeq: md.GetOriginSeq(),
 		Targets: md.GetReplicateTo(), NoReplicate: md.GetDisableReplication(), Messages: int(md.GetNumMessages()),
 		PublishMs: md.GetBrokerPublishTimeMs()}
 }
