@@ -115,9 +115,12 @@ type replManager struct {
 	pool    *replicator.Pool
 	metrics *replicator.Metrics
 
-	stopCh   chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	// base is canceled by stop: it ends the loops' metadata calls.
+	base       context.Context
+	baseCancel context.CancelFunc
+	stopCh     chan struct{}
+	done       chan struct{}
+	stopOnce   sync.Once
 }
 
 func newReplManager(s *Server) (*replManager, error) {
@@ -126,7 +129,8 @@ func newReplManager(s *Server) (*replManager, error) {
 		return nil, err
 	}
 	cfg := s.cfg.Replication.withDefaults()
-	rm := &replManager{s: s, cfg: cfg, metrics: m, stopCh: make(chan struct{}), done: make(chan struct{}),
+	base, cancel := context.WithCancel(context.Background())
+	rm := &replManager{s: s, cfg: cfg, metrics: m, base: base, baseCancel: cancel, stopCh: make(chan struct{}), done: make(chan struct{}),
 		pool: &replicator.Pool{DialAddr: s.dialAddr, Keepalive: cfg.Keepalive, MaxMessageBytes: s.cfg.MaxMessageBytes + 2<<20}}
 	if s.cfg.Registerer != nil {
 		if err := s.cfg.Registerer.Register(&replCollector{s: s}); err != nil {
@@ -143,7 +147,10 @@ func (m *replManager) start() {
 
 // stop ends the loops (the topics stop their replicators when they close).
 func (m *replManager) stop() {
-	m.stopOnce.Do(func() { close(m.stopCh) })
+	m.stopOnce.Do(func() {
+		close(m.stopCh)
+		m.baseCancel()
+	})
 	select {
 	case <-m.done:
 	case <-time.After(m.s.cfg.OperationTimeout):
@@ -176,7 +183,7 @@ func (m *replManager) loop() {
 }
 
 func (m *replManager) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), min(m.s.cfg.OperationTimeout, 10*time.Second))
+	return context.WithTimeout(m.base, min(m.s.cfg.OperationTimeout, 10*time.Second))
 }
 
 // topicLoaded starts the replicators of a topic that was just loaded.
@@ -224,6 +231,11 @@ func (m *replManager) sync(t *topic) {
 		if !slices.Contains(want, remote) {
 			t.replicators.stopOne(remote)
 			t.log.Info("replicator stopped: region no longer a replication region (its cursor is kept)", "remote", remote)
+		} else if t.replicators.cursorDeleted(remote) {
+			// Its cursor was deleted under it (admin): start again from a new
+			// one at the earliest retained entry (the remote drops what it has).
+			t.replicators.stopOne(remote)
+			t.log.Warn("replicator cursor was deleted; restarting the replicator with a new cursor", "remote", remote)
 		}
 	}
 	for _, remote := range want {
@@ -310,6 +322,19 @@ func (tr *topicRepl) has(remote string) bool {
 	defer tr.mu.Unlock()
 	_, ok := tr.reps[remote]
 	return ok
+}
+
+// cursorDeleted reports whether remote's replicator lost its cursor.
+func (tr *topicRepl) cursorDeleted(remote string) bool {
+	tr.mu.Lock()
+	x := tr.reps[remote]
+	tr.mu.Unlock()
+	if x == nil {
+		return false
+	}
+	x.src.sub.mu.Lock()
+	defer x.src.sub.mu.Unlock()
+	return x.src.sub.deleted
 }
 
 func (tr *topicRepl) remotes() []string {

@@ -264,6 +264,9 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if err := ValidateName("subscription", sub.GetSubscription()); err != nil {
 		return GRPCError(err)
 	}
+	if isReplName(sub.GetSubscription()) {
+		return GRPCError(fmt.Errorf("%w: subscription %q: names starting with %q are the replicators' cursors", ErrInvalidArgument, sub.GetSubscription(), ReplicatorCursorPrefix))
+	}
 	if _, ok := clientv1.SubscriptionType_name[int32(sub.GetType())]; !ok {
 		return GRPCError(fmt.Errorf("%w: subscription type %d is not EXCLUSIVE, SHARED or FAILOVER", ErrInvalidArgument, sub.GetType()))
 	}
