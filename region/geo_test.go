@@ -2,6 +2,8 @@ package region_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -449,6 +451,16 @@ func TestGeoRemoveRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close(ctx)
+	// Consumers may not attach to a replicator's cursor.
+	cl, err := client.New(ctx, client.Options{URL: g.url("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(ctx)
+	if co, err := cl.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "meridian.repl.b"}); err == nil {
+		_ = co.Close(ctx)
+		t.Fatal("a consumer attached to the replicator cursor meridian.repl.b")
+	}
 	subs, err := adm.ListSubscriptions(ctx, topic)
 	if err != nil || !slices.Contains(subs, "meridian.repl.b") {
 		t.Fatalf("subscriptions after removing b: %v %v (the cursor must stay)", subs, err)
@@ -502,6 +514,55 @@ func TestGeoReplicatorRateLimit(t *testing.T) {
 	if took < minTook {
 		t.Fatalf("replicated %d messages in %v, faster than the %d msg/s limit allows (%v)", n, took, rateMsgs, minTook)
 	}
+}
+
+// TestGeoStallReported: a replicator with backlog and no progress for the
+// stall timeout (2 s here) is reported in stats and metrics and restarts
+// itself; after the heal it catches up and is no longer stalled.
+func TestGeoStallReported(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{broker: func(_ string, _ int, cfg *broker.Config) {
+		cfg.Replication.StallTimeout = 2 * time.Second
+	}})
+	rb := g.reader("b", topic)
+	pa := g.producer("a", topic)
+	pa.send(10)
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	g.net.Cut("a", "b", false)
+	pa.send(10)
+	waitFor(t, 30*time.Second, "stalled in stats", func() bool {
+		rs := replicatorTo(t, g, "a", topic, "b")
+		return rs.GetStalled() && rs.GetBacklogEntries() > 0 && !rs.GetConnected()
+	})
+	owner := g.ownerIndex("a", topic)
+	body := httpGet(t, "http://"+g.broker("a", owner).HTTPAddr()+"/metrics")
+	for _, want := range []string{`meridian_replication_stalled{remote="b"} 1`, `meridian_replication_stalls_total{remote="b"}`,
+		`meridian_replication_backlog_messages{remote="b"}`, `meridian_replication_lag_seconds{remote="b"}`,
+		`meridian_replication_reconnects_total{remote="b"}`, `meridian_replication_sent_entries_total{remote="b"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	g.net.Heal("a", "b")
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	waitFor(t, 30*time.Second, "not stalled after the heal", func() bool {
+		rs := replicatorTo(t, g, "a", topic, "b")
+		return !rs.GetStalled() && rs.GetBacklogEntries() == 0
+	})
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
