@@ -406,30 +406,39 @@ func (g *geoCluster) converge(timeout time.Duration, readers []*geoReader, produ
 // the raw gRPC API and returns the receipt's error (nil when stored).
 func (g *geoCluster) rawSend(region, topic string) *clientv1.Error {
 	g.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	owner := regiontest.LookupOwner(g.t, strings.Split(g.url(region), ",")[0], topic, func(string) bool { return true })
-	cc, err := grpc.NewClient(owner, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e, err := rawSendTo(owner, topic)
 	if err != nil {
 		g.t.Fatal(err)
+	}
+	return e
+}
+
+// rawSendTo is rawSend to a known owner; it may run on any goroutine.
+func rawSendTo(owner, topic string) (*clientv1.Error, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cc, err := grpc.NewClient(owner, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
 	}
 	defer cc.Close()
 	st, err := clientv1.NewMeridianClient(cc).Produce(ctx)
 	if err != nil {
-		g.t.Fatal(err)
+		return nil, err
 	}
 	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}); err != nil {
-		g.t.Fatal(err)
+		return nil, err
 	}
 	if _, err := st.Recv(); err != nil {
-		g.t.Fatalf("open producer: %v", err)
+		return nil, fmt.Errorf("open producer: %w", err)
 	}
 	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Send{Send: &clientv1.Send{SequenceId: 0, NumMessages: 1, Payload: []byte("probe")}}}); err != nil {
-		g.t.Fatal(err)
+		return nil, err
 	}
 	r, err := st.Recv()
 	if err != nil {
-		g.t.Fatalf("receipt: %v", err)
+		return nil, fmt.Errorf("receipt: %w", err)
 	}
-	return r.GetReceipt().GetError()
+	return r.GetReceipt().GetError(), nil
 }

@@ -13,6 +13,7 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/client"
+	"github.com/meridianmq/meridian/region/regiontest"
 )
 
 // The geo tests run regions in the test process (real gRPC, bookies and
@@ -316,6 +317,53 @@ func TestGeoLagBound(t *testing.T) {
 	})
 	pa.send(10)
 	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
+}
+
+// TestGeoLagBoundHold: with producer_hold a send past the bound waits
+// until the lag is back within it (the link heals) and is then stored.
+func TestGeoLagBoundHold(t *testing.T) {
+	names := []string{"a", "b"}
+	g, topic := geoSetup(t, names, geoOptions{broker: func(_ string, _ int, cfg *broker.Config) {
+		cfg.Replication.LagHoldTimeout = time.Minute
+	}})
+	g.setPolicies("a", "public/geo", func(p *clientv1.NamespacePolicies) {
+		p.MaxReplicationLagMs = 1000
+		p.MaxReplicationLagAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
+	})
+	pa := g.producer("a", topic)
+	rb := g.reader("b", topic)
+	pa.send(10)
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
+	g.net.Cut("a", "b", false)
+	pa.send(5) // stored at once (the lag is still small), then not replicated
+	waitFor(t, 30*time.Second, "lag bound exceeded", func() bool {
+		return replicatorTo(t, g, "a", topic, "b").GetLagBoundExceeded()
+	})
+	owner := regiontest.LookupOwner(t, strings.Split(g.url("a"), ",")[0], topic, func(string) bool { return true })
+	type result struct {
+		e   *clientv1.Error
+		err error
+	}
+	held := make(chan result, 1)
+	go func() {
+		e, err := rawSendTo(owner, topic)
+		held <- result{e, err}
+	}()
+	select {
+	case r := <-held:
+		t.Fatalf("send past the bound answered at once (%v %v), want it held", r.e, r.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	g.net.Heal("a", "b")
+	select {
+	case r := <-held:
+		if r.e != nil || r.err != nil {
+			t.Fatalf("held send failed after the heal: %v %v", r.e, r.err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("held send not answered 45 s after the heal")
+	}
+	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa})
 }
 
 // TestGeoRemoteRejects: the target region's backlog quota rejects
