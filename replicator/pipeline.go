@@ -64,8 +64,12 @@ const (
 type item struct {
 	e     Entry
 	state itemState
-	// sent is set when the remote answered PERSISTED (counted as shipped).
+	// persisted is set when the remote answered PERSISTED.
 	persisted bool
+	// prev is the position of the entry before it in the log: a waiting
+	// entry drops its data (so that waiting entries do not hold back the
+	// others) and is read again after prev when it must be sent.
+	prev Position
 }
 
 // request is one ReplicateEntries in flight.
@@ -177,6 +181,10 @@ func (p *pipeline) view(applied map[string]int64, direct []string) {
 	}
 }
 
+// maxQueuedEntries bounds the entries read ahead of the cursor (waiting
+// entries keep only their metadata, about 100 bytes each).
+const maxQueuedEntries = 1 << 20
+
 type verdict uint8
 
 const (
@@ -247,7 +255,8 @@ func (p *pipeline) hasWaiting() bool { return len(p.waiting) > 0 }
 // unsent part of the queue is shorter than a request and the window has
 // room.
 func (p *pipeline) wantRead() bool {
-	return len(p.queue)-p.unsent < p.lim.RequestEntries && p.canSend() && p.queueBytes < 2*p.win.size+p.lim.RequestBytes
+	return len(p.queue)-p.unsent < p.lim.RequestEntries && p.canSend() &&
+		p.queueBytes < 2*p.win.size+p.lim.RequestBytes && len(p.queue) < maxQueuedEntries
 }
 
 func (p *pipeline) canSend() bool {
@@ -257,7 +266,7 @@ func (p *pipeline) canSend() bool {
 // push appends entries read after readPos (in log order).
 func (p *pipeline) push(es []Entry) {
 	for _, e := range es {
-		p.queue = append(p.queue, &item{e: e})
+		p.queue = append(p.queue, &item{e: e, prev: p.readPos})
 		p.queueBytes += int64(len(e.Data))
 		p.readPos = e.Pos
 	}
@@ -287,8 +296,9 @@ func (p *pipeline) next(now time.Time) *request {
 		r.msgs += max(it.e.Messages, 1)
 		return true
 	}
-	// Released entries first: they precede, per origin, everything unsent.
-	for len(p.release) > 0 && add(p.release[0]) {
+	// Released entries first: they precede, per origin, everything unsent
+	// (the shell reads their data again first: missingData).
+	for len(p.release) > 0 && p.release[0].e.Data != nil && add(p.release[0]) {
 		p.release[0] = nil
 		p.release = p.release[1:]
 	}
@@ -309,6 +319,10 @@ func (p *pipeline) next(now time.Time) *request {
 		case verdictWait:
 			it.state = stateWaiting
 			p.waiting[origin] = append(p.waiting[origin], it)
+			// Keep only its metadata: waiting entries must not fill the
+			// read-ahead and hold back the entries behind them.
+			p.queueBytes -= int64(len(it.e.Data))
+			it.e.Data = nil
 		case verdictSend:
 			if !add(it) {
 				goto done
@@ -322,6 +336,24 @@ done:
 		p.inflightBytes += r.bytes
 	}
 	return r
+}
+
+// missingData returns the released entries whose data must be read again
+// (after item.prev) before they can be sent; fill them with setData.
+func (p *pipeline) missingData() []*item {
+	var out []*item
+	for _, it := range p.release {
+		if it.e.Data == nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// setData gives a released entry its data back.
+func (p *pipeline) setData(it *item, data []byte) {
+	it.e.Data = data
+	p.queueBytes += int64(len(data))
 }
 
 // probe returns an empty request, which the remote answers with its

@@ -168,6 +168,18 @@ func TestPipelineRelayWaitsForDirectOrigin(t *testing.T) {
 	if _, err := p.ack(&clientv1.ReplicateAck{RequestId: probe.id, Applied: map[string]int64{"a": 1, "c": 1}}, now); err != nil {
 		t.Fatal(err)
 	}
+	// Waiting entries dropped their data: nothing is sent until the shell
+	// reads them again (after their predecessor).
+	if r := p.next(now); r != nil {
+		t.Fatalf("sent released entries without data: %v", r)
+	}
+	miss := p.missingData()
+	if len(miss) != 2 || miss[0].prev != (Position{1, 1}) || miss[1].prev != (Position{1, 2}) {
+		t.Fatalf("missing data: %d entries", len(miss))
+	}
+	for _, it := range miss {
+		p.setData(it, []byte("reloaded"))
+	}
 	r = p.next(now)
 	if r == nil || len(r.items) != 2 || r.items[0].e.OriginSeq != 2 || r.items[1].e.OriginSeq != 3 {
 		t.Fatalf("after c left direct: request %v, want c's 2 and 3", r)

@@ -315,6 +315,13 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 // looking at acknowledgements).
 func (r *Replicator) fill(ctx context.Context, p *pipeline, sendCh chan<- *request) (more bool, err error) {
 	for range 64 {
+		for _, it := range p.missingData() {
+			es, rerr := r.cfg.Source.ReadAfter(ctx, it.prev, 1)
+			if rerr != nil || len(es) != 1 || es[0].Pos != it.e.Pos {
+				return false, fmt.Errorf("read again entry %s after %s: got %d entries: %v", it.e.Pos, it.prev, len(es), rerr)
+			}
+			p.setData(it, es[0].Data)
+		}
 		read := false
 		if p.wantRead() {
 			es, rerr := r.cfg.Source.ReadAfter(ctx, p.readPos, r.cfg.ReadBatch)
