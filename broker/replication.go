@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -121,6 +122,7 @@ type replManager struct {
 	stopCh     chan struct{}
 	done       chan struct{}
 	stopOnce   sync.Once
+	started    atomic.Bool
 }
 
 func newReplManager(s *Server) (*replManager, error) {
@@ -142,6 +144,7 @@ func newReplManager(s *Server) (*replManager, error) {
 
 // start runs the reconcile and keeper loops until stop.
 func (m *replManager) start() {
+	m.started.Store(true)
 	go m.loop()
 }
 
@@ -151,6 +154,9 @@ func (m *replManager) stop() {
 		close(m.stopCh)
 		m.baseCancel()
 	})
+	if !m.started.Load() {
+		return
+	}
 	select {
 	case <-m.done:
 	case <-time.After(m.s.cfg.OperationTimeout):
