@@ -128,7 +128,8 @@ func TestBacklogQuotaProducerHold(t *testing.T) {
 
 // TestReplicateQuotaRejectsThenPersists: a replicated write past the
 // target's backlog quota is REJECTED (never held), with every later entry
-// of the request, and PERSISTED once the quota clears.
+// of the request and every later entry of its origin on the stream until
+// the sender resends from it, and PERSISTED once the quota clears.
 func TestReplicateQuotaRejectsThenPersists(t *testing.T) {
 	cli, adm, rc := oneBroker(t, nil)
 	ctx := context.Background()
@@ -151,9 +152,12 @@ func TestReplicateQuotaRejectsThenPersists(t *testing.T) {
 	}
 	stored := seq - 1
 	t.Logf("rejected at origin_seq %d: %s", seq, a.GetError().GetMessage())
-	// A rejected entry that skipped numbers (a direct stream may) leaves
-	// nothing queued behind it: the skipped numbers are stored when sent.
-	wantResults(t, "skip past the quota", rs.roundTrip([][]byte{replEntryBytes(t, "a", seq+5)}), rR)
+	// On another stream, a rejected entry that skipped numbers (a direct
+	// stream may) leaves nothing queued behind it: the skipped numbers are
+	// stored when sent.
+	rs2, _ := mustOpenRepl(t, rc.Addrs()[0], topic, "a", "test")
+	wantResults(t, "skip past the quota", rs2.roundTrip([][]byte{replEntryBytes(t, "a", seq+5)}), rR)
+	rs2.cancel()
 	c := subscribe(t, cli, topic, "slow", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	var last *clientv1.MessageId
 	for range stored {
@@ -162,9 +166,17 @@ func TestReplicateQuotaRejectsThenPersists(t *testing.T) {
 	if ae := c.ack(last, true); ae != nil {
 		t.Fatal(ae)
 	}
-	wantResults(t, "after the quota cleared", rs.roundTrip([][]byte{replEntryBytes(t, "a", seq), replEntryBytes(t, "a", seq+1)}), rP, rP)
+	// The quota is clear, but this stream rejected origin_seq seq: a later
+	// entry of a (a pipelined request sent before the sender saw the
+	// rejection) is not stored above the hole.
+	a = rs.roundTrip([][]byte{replEntryBytes(t, "a", seq+2)})
+	wantResults(t, "after a rejection, above it", a, rR)
+	t.Logf("barrier: %s", a.GetError().GetMessage())
+	// The sender rewinds to the rejected entry: stored in order.
+	wantResults(t, "after the quota cleared", rs.roundTrip([][]byte{replEntryBytes(t, "a", seq)}), rP)
+	wantResults(t, "after the rewind", rs.roundTrip([][]byte{replEntryBytes(t, "a", seq+1), replEntryBytes(t, "a", seq+2)}), rP, rP)
 	c.cancel()
-	checkOrigins(t, readAll(t, cli, adm, topic, "check", int(seq+1)), map[string]int64{"a": seq + 1})
+	checkOrigins(t, readAll(t, cli, adm, topic, "check", int(seq+2)), map[string]int64{"a": seq + 2})
 }
 
 // randomPayload returns n incompressible bytes (sends are S2-compressed).

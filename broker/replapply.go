@@ -253,12 +253,56 @@ type replEntry struct {
 	payload []byte
 }
 
+// replGuard is a stream's rejection barriers: after an entry of origin O
+// is answered REJECTED, the stream stores no entry of O above it until the
+// sender resends from it (an entry of O at or below the barrier lifts it).
+// Without it a pipelined request applied after a rejection (the quota
+// cleared meanwhile, an enqueue that lost to the stream's end) could store
+// O's later entries with a hole below them that dedup would then answer
+// DUPLICATE forever: a direct stream may skip numbers, so the gap rule does
+// not catch it.
+type replGuard struct {
+	mu      sync.Mutex
+	barrier map[string]int64
+}
+
+// set records that origin's seq was rejected (the lowest one counts).
+func (g *replGuard) set(origin string, seq int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.barrier == nil {
+		g.barrier = map[string]int64{}
+	}
+	if b, ok := g.barrier[origin]; !ok || seq < b {
+		g.barrier[origin] = seq
+	}
+}
+
+// check returns the barrier that refuses origin's seq (ok). It lifts the
+// barrier when seq is at or below it (the sender rewound) or when filled
+// reports that the barrier's entry is queued or stored meanwhile (another
+// stream delivered it: the sender may then skip it as applied).
+func (g *replGuard) check(origin string, seq int64, filled func(b int64) bool) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, ok := g.barrier[origin]
+	if !ok {
+		return 0, false
+	}
+	if seq > b && !filled(b) {
+		return b, true
+	}
+	delete(g.barrier, origin)
+	return 0, false
+}
+
 // replAck is one request being applied; the stream answers it once every
 // entry is resolved.
 type replAck struct {
 	id      int64
 	results []clientv1.ReplicateResult
 	origins []string
+	seqs    []int64
 	errs    []error
 	// waits are the duplicates whose original is still in flight.
 	waits []replWait
@@ -355,6 +399,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 	// stream never waits for one request's persistence before taking the
 	// next.
 	acks := make(chan *replAck, replAckQueue)
+	guard := &replGuard{}
 	go func() {
 		defer close(acks)
 		for {
@@ -376,7 +421,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 				log.Warn("invalid replication request refused", "request_id", ents.GetRequestId(), "err", verr)
 				a = &replAck{end: GRPCError(verr)}
 			} else {
-				a = rs.apply(ctx, t, source, ents.GetRequestId(), valid)
+				a = rs.apply(ctx, t, source, guard, ents.GetRequestId(), valid)
 			}
 			select {
 			case acks <- a:
@@ -397,7 +442,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 			if a.end != nil {
 				return a.end
 			}
-			resp, err := rs.resolve(ctx, t, a)
+			resp, err := rs.resolve(ctx, t, guard, a)
 			if err != nil {
 				return err
 			}
@@ -415,7 +460,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 					if !ok || a.end != nil {
 						return GRPCError(&notOwnedError{})
 					}
-					resp, err := rs.resolve(ctx, t, a)
+					resp, err := rs.resolve(ctx, t, guard, a)
 					if err != nil {
 						return err
 					}
@@ -435,8 +480,9 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 }
 
 // apply checks and queues the entries of one request, in order.
-func (rs *replicationService) apply(ctx context.Context, t *topic, source string, id int64, ents []replEntry) *replAck {
-	a := &replAck{id: id, results: make([]clientv1.ReplicateResult, len(ents)), origins: make([]string, len(ents)), errs: make([]error, len(ents))}
+func (rs *replicationService) apply(ctx context.Context, t *topic, source string, guard *replGuard, id int64, ents []replEntry) *replAck {
+	a := &replAck{id: id, results: make([]clientv1.ReplicateResult, len(ents)), origins: make([]string, len(ents)),
+		seqs: make([]int64, len(ents)), errs: make([]error, len(ents))}
 	own := rs.b.cfg.Region
 	var rejected error
 	quotaChecked := false
@@ -444,12 +490,15 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
 		a.errs[i] = err
 		rejected = err
+		if a.origins[i] != own {
+			guard.set(a.origins[i], a.seqs[i])
+		}
 	}
 	t.repl.applyMu.Lock()
 	defer t.repl.applyMu.Unlock()
 	for i, e := range ents {
 		origin := e.md.GetOriginRegion()
-		a.origins[i] = origin
+		a.origins[i], a.seqs[i] = origin, e.md.GetOriginSeq()
 		if rejected != nil {
 			reject(i, rejected)
 			continue
@@ -459,11 +508,24 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
 			continue
 		}
+		name, seq := replDedupName(origin), e.md.GetOriginSeq()
+		filled := func(b int64) bool {
+			_, pushed := t.ml.replProgress(name)
+			return pushed >= b
+		}
+		if b, barred := guard.check(origin, seq, filled); barred {
+			reject(i, fmt.Errorf("%w: origin_seq %d of %s follows origin_seq %d, rejected earlier on this stream; resend from %d",
+				ErrUnavailable, seq, origin, b, b))
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			reject(i, fmt.Errorf("%w: replication stream ended: %v", ErrUnavailable, err))
+			continue
+		}
 		if t.stopped() || t.ml.isFailed() {
 			reject(i, &notOwnedError{})
 			continue
 		}
-		name, seq := replDedupName(origin), e.md.GetOriginSeq()
 		switch t.ml.replCheck(name, seq, origin != source) {
 		case replDupStored:
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
@@ -525,7 +587,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 }
 
 // resolve waits until every entry of a is resolved and builds its ack.
-func (rs *replicationService) resolve(ctx context.Context, t *topic, a *replAck) (*clientv1.ReplicateResponse, error) {
+func (rs *replicationService) resolve(ctx context.Context, t *topic, guard *replGuard, a *replAck) (*clientv1.ReplicateResponse, error) {
 	done := make(chan struct{})
 	go func() { a.wg.Wait(); close(done) }()
 	select {
@@ -556,6 +618,9 @@ func (rs *replicationService) resolve(ctx context.Context, t *topic, a *replAck)
 			if first == nil {
 				first = fmt.Errorf("%w: entry %d not stored", ErrUnavailable, i)
 			}
+		}
+		if a.results[i] == clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED && a.origins[i] != rs.b.cfg.Region {
+			guard.set(a.origins[i], a.seqs[i])
 		}
 		rs.received.WithLabelValues(a.origins[i], replResultLabel(a.results[i])).Inc()
 	}

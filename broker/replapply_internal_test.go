@@ -55,3 +55,31 @@ func TestDedupKeyOfReplicatedEntry(t *testing.T) {
 		t.Fatal("replicated entry without origin_seq feeds dedup")
 	}
 }
+
+// TestReplGuardBarrier: after a rejection of origin_seq 5 a stream stores
+// nothing of that origin above 5 until the sender resends from 5 or the
+// entry 5 is queued by another stream.
+func TestReplGuardBarrier(t *testing.T) {
+	var g replGuard
+	filledAt := int64(4)
+	filled := func(b int64) bool { return filledAt >= b }
+	g.set("a", 7)
+	g.set("a", 5)
+	if b, barred := g.check("a", 6, filled); !barred || b != 5 {
+		t.Fatalf("6 after a rejection of 5: barred=%v at %d", barred, b)
+	}
+	if _, barred := g.check("b", 9, filled); barred {
+		t.Fatal("another origin barred")
+	}
+	if _, barred := g.check("a", 5, filled); barred {
+		t.Fatal("the rewind to 5 barred")
+	}
+	if _, barred := g.check("a", 9, filled); barred {
+		t.Fatal("barrier not lifted by the rewind")
+	}
+	g.set("a", 10)
+	filledAt = 10 // another stream queued 10
+	if _, barred := g.check("a", 12, filled); barred {
+		t.Fatal("barrier not lifted once its entry is queued elsewhere")
+	}
+}
