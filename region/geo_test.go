@@ -381,7 +381,7 @@ func TestGeoRemoteRejects(t *testing.T) {
 	sentBefore := replicatorTo(t, g, "a", topic, "b").GetSentEntries()
 
 	// A subscription in b that nobody reads, and a quota it soon exceeds.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admB, err := client.NewAdmin(ctx, g.url("b"))
 	if err != nil {
@@ -426,8 +426,10 @@ func TestGeoRemoteRejects(t *testing.T) {
 		t.Fatalf("a counts %d entries replicated, b holds only %d", rs.GetSentEntries(), stB.GetEntries())
 	}
 	// The quota clears (the subscription goes): replication resumes alone.
-	if err := admB.DeleteSubscription(ctx, topic, "hold", true); err != nil {
-		t.Fatal(err)
+	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer dcancel()
+	if err := admB.DeleteSubscription(dctx, topic, "hold", true); err != nil {
+		t.Fatalf("delete subscription hold: %v", err)
 	}
 	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
 }
