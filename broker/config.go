@@ -109,9 +109,8 @@ type Config struct {
 	KeepaliveTime    time.Duration `yaml:"keepalive_time"`
 	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
 	// KeepaliveMinTime is the shortest interval at which the broker lets a
-	// client ping it, with or without an open stream (default 1s: the
-	// replicators of other regions ping every second to notice a cut link;
-	// clients ping every 10s by default). A client pinging faster is disconnected with
+	// client ping it, with or without an open stream (default 5s, below the
+	// client's 10s default). A client pinging faster is disconnected with
 	// "too many pings", so keep it below every client's keepalive time.
 	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
 	// DefaultRetentionTime and DefaultRetentionSizeBytes are the retention
@@ -161,7 +160,7 @@ func DefaultConfig() Config {
 		DedupMaxProducers:     10000,
 		KeepaliveTime:         30 * time.Second,
 		KeepaliveTimeout:      10 * time.Second,
-		KeepaliveMinTime:      time.Second,
+		KeepaliveMinTime:      5 * time.Second,
 		Replication:           DefaultReplicationConfig(),
 	}
 }

@@ -35,10 +35,15 @@ type ReplicationConfig struct {
 	StallTimeout time.Duration `yaml:"stall_timeout"`
 	// MaxBackoff caps the wait between replication sessions (default 1 s).
 	MaxBackoff time.Duration `yaml:"max_backoff"`
-	// Keepalive is the ping interval and timeout on replication
-	// connections (default 1 s): a cut link is noticed within about 2 s.
-	// The remote's keepalive_min_time must allow it.
+	// Keepalive is the gRPC keepalive of replication connections (gRPC
+	// pings at most every 10 s whatever is asked) and the interval of the
+	// empty requests an idle replication stream sends (default 1 s).
 	Keepalive time.Duration `yaml:"keepalive"`
+	// AckTimeout ends a replication session whose requests get no
+	// acknowledgement for this long (default 5 s, at least 4 round trips):
+	// a cut link, which stalls bytes rather than failing them, is noticed
+	// within that, and the replicator reconnects.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
 	// MinWindowBytes and MaxWindowBytes bound a replicator's bytes in
 	// flight (defaults 1 MiB, 64 MiB); between them the window follows the
 	// measured bandwidth x RTT.
@@ -56,7 +61,7 @@ type ReplicationConfig struct {
 // DefaultReplicationConfig returns the defaults.
 func DefaultReplicationConfig() ReplicationConfig {
 	return ReplicationConfig{CheckInterval: time.Second, KeeperInterval: 3 * time.Second, StallTimeout: 30 * time.Second,
-		MaxBackoff: time.Second, Keepalive: time.Second, MinWindowBytes: 1 << 20, MaxWindowBytes: 64 << 20,
+		MaxBackoff: time.Second, Keepalive: time.Second, AckTimeout: 5 * time.Second, MinWindowBytes: 1 << 20, MaxWindowBytes: 64 << 20,
 		MaxInflightRequests: 1024, LagHoldTimeout: 10 * time.Second}
 }
 
@@ -72,6 +77,7 @@ func (c ReplicationConfig) withDefaults() ReplicationConfig {
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.MaxBackoff, d.MaxBackoff)
 	set(&c.Keepalive, d.Keepalive)
+	set(&c.AckTimeout, d.AckTimeout)
 	set(&c.LagHoldTimeout, d.LagHoldTimeout)
 	if c.MinWindowBytes == 0 {
 		c.MinWindowBytes = d.MinWindowBytes
@@ -91,7 +97,7 @@ func (c ReplicationConfig) Validate() error {
 		return fmt.Errorf("%w: config: replication."+format, append([]any{ErrInvalidArgument}, a...)...)
 	}
 	switch {
-	case c.CheckInterval < 0 || c.KeeperInterval < 0 || c.StallTimeout < 0 || c.MaxBackoff < 0 || c.LagHoldTimeout < 0:
+	case c.CheckInterval < 0 || c.KeeperInterval < 0 || c.StallTimeout < 0 || c.MaxBackoff < 0 || c.LagHoldTimeout < 0 || c.AckTimeout < 0:
 		return bad("intervals must be >= 0 (0 = default)")
 	case c.Keepalive != 0 && c.Keepalive < 100*time.Millisecond:
 		return bad("keepalive %v must be >= 100ms", c.Keepalive)
@@ -276,7 +282,7 @@ func (m *replManager) startOne(ctx context.Context, t *topic, remote string) err
 		Self: m.s.cfg.Region, Remote: remote, Topic: t.name.String(), Source: src, Connect: d.Connect,
 		Limits: replicator.Limits{MinWindow: m.cfg.MinWindowBytes, MaxWindow: m.cfg.MaxWindowBytes,
 			MaxRequests: m.cfg.MaxInflightRequests, RequestBytes: int64(min(512<<10, m.s.cfg.MaxMessageBytes))},
-		StallTimeout: m.cfg.StallTimeout, MaxBackoff: m.cfg.MaxBackoff,
+		StallTimeout: m.cfg.StallTimeout, MaxBackoff: m.cfg.MaxBackoff, AckTimeout: m.cfg.AckTimeout, IdleProbe: m.cfg.Keepalive,
 		Rates: func() (int64, int64) {
 			pol := t.currentPolicies()
 			return pol.GetReplicatorRateMsgs(), pol.GetReplicatorRateBytes()

@@ -29,14 +29,17 @@ type Conn interface {
 type Connector func(ctx context.Context) (Conn, *clientv1.ReplicateOpened, error)
 
 // Pool shares gRPC connections to remote brokers among the replicators of
-// one broker. Connections use a short keepalive, so that a cut link is
-// noticed within about two seconds, and a reconnect backoff capped at one
-// second, so that replication resumes quickly after a heal.
+// one broker. Connections use a keepalive (a dead TCP connection is closed
+// within about 11 s; sessions notice a cut sooner by their acknowledgement
+// timeout) and a reconnect backoff capped at one second, so that
+// replication resumes quickly after a heal.
 type Pool struct {
 	// DialAddr maps an advertised address to the address to dial (the
 	// broker's dial rewrite); nil dials addresses as they are.
 	DialAddr func(string) string
-	// Keepalive is the ping interval and timeout (default 1 s each).
+	// Keepalive is the ping interval and timeout (default 10 s and 1 s;
+	// gRPC does not ping more often than every 10 s: the replicator's own
+	// acknowledgement timeout notices a cut link sooner).
 	Keepalive time.Duration
 	// MaxMessageBytes bounds a received message (default 8 MiB).
 	MaxMessageBytes int
@@ -57,17 +60,15 @@ func (p *Pool) Get(addr string) (*grpc.ClientConn, error) {
 	if p.DialAddr != nil {
 		target = p.DialAddr(addr)
 	}
-	ka := p.Keepalive
-	if ka <= 0 {
-		ka = time.Second
-	}
+	// gRPC raises a client keepalive below 10 s to 10 s (with a warning).
+	ka := max(p.Keepalive, 10*time.Second)
 	maxMsg := p.MaxMessageBytes
 	if maxMsg <= 0 {
 		maxMsg = 8 << 20
 	}
 	c, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: ka, PermitWithoutStream: false}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: time.Second, PermitWithoutStream: false}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,

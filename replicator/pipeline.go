@@ -358,10 +358,11 @@ func (p *pipeline) setData(it *item, data []byte) {
 
 // probe returns an empty request, which the remote answers with its
 // current applied positions and direct origins: waiting entries resolve
-// even when nothing else is sent. nil when requests are in flight (their
-// acks carry the same news).
-func (p *pipeline) probe(now time.Time) *request {
-	if len(p.reqs) > 0 || !p.hasWaiting() {
+// even when nothing else is sent, and an idle stream shows it is alive.
+// nil when requests are in flight (their acks carry the same news) or,
+// unless idle is set, when no entry waits.
+func (p *pipeline) probe(now time.Time, idle bool) *request {
+	if len(p.reqs) > 0 || !idle && !p.hasWaiting() {
 		return nil
 	}
 	r := &request{id: p.nextID, sentAt: now}

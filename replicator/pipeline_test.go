@@ -160,7 +160,7 @@ func TestPipelineRelayWaitsForDirectOrigin(t *testing.T) {
 	if !ok || at != (Position{1, 1}) {
 		t.Fatalf("advance = %v %v, want 1:1", at, ok)
 	}
-	probe := p.probe(now)
+	probe := p.probe(now, false)
 	if probe == nil || len(probe.items) != 0 {
 		t.Fatalf("want an empty probe while entries wait, got %v", probe)
 	}

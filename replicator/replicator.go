@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -56,6 +57,14 @@ type Config struct {
 	// MaxBackoff caps the wait between sessions (default 1 s), so that
 	// replication resumes within about two seconds of a link heal.
 	MaxBackoff time.Duration
+	// AckTimeout ends a session when requests sent on it get no
+	// acknowledgement for this long (default 5 s, at least 4 round trips):
+	// gRPC keepalive cannot ping more often than every 10 s, and a cut link
+	// stalls bytes rather than failing them. An idle session sends an empty
+	// request every IdleProbe (default 1 s) so that a cut is noticed even
+	// with nothing to send.
+	AckTimeout time.Duration
+	IdleProbe  time.Duration
 	// Rates returns the current rate limits (messages/s, bytes/s; 0 =
 	// unlimited); nil = unlimited. Polled about once a second.
 	Rates func() (msgs, bytes int64)
@@ -138,6 +147,12 @@ func New(cfg Config) (*Replicator, error) {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = time.Second
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 5 * time.Second
+	}
+	if cfg.IdleProbe <= 0 {
+		cfg.IdleProbe = time.Second
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.Logger == nil {
@@ -249,7 +264,13 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 	sendCh := make(chan *request, p.lim.MaxRequests)
 	ackCh := make(chan *clientv1.ReplicateAck, p.lim.MaxRequests+1)
 	errCh := make(chan error, 2)
-	go r.sendLoop(ctx, conn, sendCh, errCh)
+	// written counts the requests written to the stream (rate limits may
+	// hold requests back before that); acked those acknowledged.
+	var written atomic.Int64
+	var acked int64
+	var waitingSince time.Time // requests written and unacknowledged since then
+	lastActive := time.Now()
+	go r.sendLoop(ctx, conn, sendCh, errCh, &written)
 	go func() {
 		for {
 			resp, err := conn.Recv()
@@ -288,7 +309,10 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, ctx.Err()
 		case <-r.cfg.Source.Appended():
 		case a := <-ackCh:
-			pr, err := p.ack(a, time.Now())
+			now := time.Now()
+			acked++
+			waitingSince, lastActive = time.Time{}, now
+			pr, err := p.ack(a, now)
 			r.account(pr)
 			if err != nil {
 				if r.advance(p) {
@@ -302,7 +326,17 @@ func (r *Replicator) session(ctx context.Context) (progressed bool, err error) {
 		case err := <-errCh:
 			return progressed, err
 		case <-tick.C:
-			if req := p.probe(time.Now()); req != nil {
+			now := time.Now()
+			if written.Load() > acked {
+				if waitingSince.IsZero() {
+					waitingSince = now
+				}
+				if d := now.Sub(waitingSince); d > max(r.cfg.AckTimeout, 4*p.win.RTT()) {
+					return progressed, fmt.Errorf("no acknowledgement from region %s for %v: link down?", r.cfg.Remote, d.Round(time.Millisecond))
+				}
+			}
+			if req := p.probe(now, now.Sub(lastActive) >= r.cfg.IdleProbe); req != nil {
+				lastActive = now
 				sendCh <- req // never blocks: nothing else is in flight
 			}
 		case <-wait:
@@ -389,7 +423,7 @@ func (r *Replicator) account(pr Progress) {
 }
 
 // sendLoop writes requests to the stream, paced by the rate limits.
-func (r *Replicator) sendLoop(ctx context.Context, conn Conn, sendCh <-chan *request, errCh chan<- error) {
+func (r *Replicator) sendLoop(ctx context.Context, conn Conn, sendCh <-chan *request, errCh chan<- error, written *atomic.Int64) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -405,6 +439,7 @@ func (r *Replicator) sendLoop(ctx context.Context, conn Conn, sendCh <-chan *req
 				errCh <- fmt.Errorf("replication stream send: %w", err)
 				return
 			}
+			written.Add(1)
 		}
 	}
 }
