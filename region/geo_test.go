@@ -397,11 +397,8 @@ func TestGeoRemoteRejects(t *testing.T) {
 		p.BacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
 	})
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pa.produceFor(stop, 20)
-	}()
+	go pa.produceFor(stop, 20)
+	rejStart := time.Now()
 	var rs *clientv1.ReplicatorStats
 	waitFor(t, 30*time.Second, "a's replicator to b rejected", func() bool {
 		rs = replicatorTo(t, g, "a", topic, "b")
@@ -411,8 +408,11 @@ func TestGeoRemoteRejects(t *testing.T) {
 		}
 		return rs.GetBacklogEntries() > 0 && strings.Contains(rs.GetLastError(), "reject")
 	})
+	t.Logf("rejection seen after %v", time.Since(rejStart).Round(time.Millisecond))
+	// Stop producing; sends refused by a's own quota may take the client's
+	// retries to end: the last batch is not waited for (it ends when the
+	// client closes), and only acknowledged messages are checked.
 	close(stop)
-	<-done
 	// Only persisted entries count: b stored at most what a counts sent.
 	stB, err := g.stats("b", topic)
 	if err != nil {
@@ -428,9 +428,11 @@ func TestGeoRemoteRejects(t *testing.T) {
 	// The quota clears (the subscription goes): replication resumes alone.
 	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer dcancel()
+	delStart := time.Now()
 	if err := admB.DeleteSubscription(dctx, topic, "hold", true); err != nil {
 		t.Fatalf("delete subscription hold: %v", err)
 	}
+	t.Logf("subscription hold deleted in %v", time.Since(delStart).Round(time.Millisecond))
 	g.converge(geoConverge, []*geoReader{ra, rb}, []*geoProducer{pa})
 }
 
