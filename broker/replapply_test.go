@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -268,12 +270,29 @@ func TestReplicateIdempotentApply(t *testing.T) {
 	if last.seq != 9 {
 		t.Fatalf("a-9 not stored: %v", msgs)
 	}
+	// Every result is counted per origin.
+	resp, err := http.Get("http://" + rc.Broker(0).HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`meridian_replication_received_entries_total{origin="a",result="persisted"} 8`,
+		`meridian_replication_received_entries_total{origin="a",result="duplicate"} 4`,
+		`meridian_replication_received_entries_total{origin="b",result="gap"} 1`,
+		`meridian_replication_received_entries_total{origin="test",result="duplicate"} 2`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	// The pseudo-producer names are reserved.
 	st, err := cli.Produce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: "meridian.repl.a"}}})
+	_ = st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: "meridian.repl.a"}}})
 	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("producer named meridian.repl.a: %v, want InvalidArgument", err)
 	}
