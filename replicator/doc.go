@@ -9,9 +9,11 @@
 //   - The cursor advances only over the longest prefix of the log whose
 //     entries the remote answered PERSISTED, DUPLICATE or GAP, or that need
 //     no sending (origin is the remote, the remote is not among the entry's
-//     targets, replication disabled, a relayed entry whose origin the remote
-//     reaches directly, an entry the remote already applied). A REJECTED
-//     entry and everything after it count as not replicated.
+//     targets, replication disabled, an entry the remote already applied).
+//     A relayed entry whose origin the remote reaches directly is not sent
+//     but waits until the remote's applied position passes it (or is sent
+//     after all if the origin's direct stream goes). A REJECTED entry and
+//     everything after it count as not replicated.
 //   - Per origin, entries are sent in log order; the receiver applies them
 //     idempotently by (origin region, origin_seq), so every resend after a
 //     reconnect, crash or ownership move is harmless.
