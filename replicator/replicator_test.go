@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -291,4 +292,35 @@ func (c *silentConn) Send(*clientv1.ReplicateRequest) error { return nil }
 func (c *silentConn) Recv() (*clientv1.ReplicateResponse, error) {
 	<-c.ctx.Done()
 	return nil, io.EOF
+}
+
+// TestReplicatorAckTimeoutReconnects: a stream whose requests get no
+// acknowledgement (a cut link stalls bytes, it does not fail them) is
+// abandoned after the ack timeout, long before the stall timeout.
+func TestReplicatorAckTimeoutReconnects(t *testing.T) {
+	src := newMemSource()
+	var streams int
+	var mu sync.Mutex
+	connect := func(ctx context.Context) (Conn, *clientv1.ReplicateOpened, error) {
+		mu.Lock()
+		streams++
+		mu.Unlock()
+		return &silentConn{ctx: ctx}, &clientv1.ReplicateOpened{}, nil
+	}
+	// Nothing to send: the idle probe is what goes unanswered.
+	r, err := New(Config{Self: "a", Remote: "b", Topic: "t", Source: src, Connect: connect, StallTimeout: time.Hour,
+		AckTimeout: 300 * time.Millisecond, IdleProbe: 100 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Start()
+	defer r.Stop()
+	waitUntil(t, "a new stream after the ack timeout", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return streams >= 3
+	})
+	if st := r.Status(); !strings.Contains(st.LastError, "no acknowledgement") || st.Stalled {
+		t.Fatalf("status %+v: want the ack timeout as last error, not a stall", st)
+	}
 }
