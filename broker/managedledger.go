@@ -388,10 +388,7 @@ func (ml *managedLedger) appendLoop() {
 				ml.mu.Unlock()
 			}
 			if r.local {
-				ml.mu.Lock()
-				err := ml.assignLocalSeqLocked(r)
-				ml.mu.Unlock()
-				if err != nil {
+				if err := ml.assignLocalSeq(r); err != nil {
 					r.done(pos{}, err)
 					continue
 				}

@@ -45,20 +45,26 @@ func observeLocalSeq(cur int64, md *clientv1.EntryMetadata) int64 {
 	return cur
 }
 
-// assignLocalSeqLocked gives a locally produced entry the next local
-// number, re-encoding its metadata (the payload bytes are copied, not
-// changed). Called by the append loop only, with ml.mu held.
-func (ml *managedLedger) assignLocalSeqLocked(r *appendReq) error {
+// assignLocalSeq gives a locally produced entry the next local number,
+// re-encoding its metadata (the payload bytes are copied, not changed).
+// Called by the append loop only: it alone moves localSeq, so the copy is
+// made without holding ml.mu.
+func (ml *managedLedger) assignLocalSeq(r *appendReq) error {
 	md, payload, err := wire.DecodeEntry(r.data)
 	if err != nil {
 		return fmt.Errorf("%w: entry to append is not decodable: %v", ErrInvalidArgument, err)
 	}
-	md.OriginSeq = ml.localSeq + 1
+	ml.mu.Lock()
+	seq := ml.localSeq + 1
+	ml.mu.Unlock()
+	md.OriginSeq = seq
 	data, err := wire.EncodeEntry(md, payload)
 	if err != nil {
 		return fmt.Errorf("%w: re-encode entry: %v", ErrInvalidArgument, err)
 	}
-	ml.localSeq++
+	ml.mu.Lock()
+	ml.localSeq = seq
+	ml.mu.Unlock()
 	r.data = data
 	return nil
 }
