@@ -364,6 +364,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 	t.mu.Lock()
 	st.RetainsNothing = len(st.Subscriptions) == 0 && retainsNothing(t.policies)
 	t.mu.Unlock()
+	st.Replicators = t.replicatorStats()
 	return st, nil
 }
 

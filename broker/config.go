@@ -130,6 +130,10 @@ type Config struct {
 	DefaultRetentionTime      time.Duration `yaml:"default_retention_time"`
 	DefaultRetentionSizeBytes int64         `yaml:"default_retention_size_bytes"`
 
+	// Replication tunes the replicators (see ReplicationConfig; zero
+	// fields take their defaults).
+	Replication ReplicationConfig `yaml:"replication"`
+
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
 }
@@ -165,6 +169,7 @@ func DefaultConfig() Config {
 		KeepaliveTime:         30 * time.Second,
 		KeepaliveTimeout:      10 * time.Second,
 		KeepaliveMinTime:      5 * time.Second,
+		Replication:           DefaultReplicationConfig(),
 	}
 }
 
@@ -225,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.WAN.validate(); err != nil {
 		return bad("%v", err)
+	}
+	if err := c.Replication.Validate(); err != nil {
+		return err
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {
 		return bad("default quorums: %v", err)

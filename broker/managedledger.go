@@ -52,6 +52,10 @@ type mlRecord struct {
 	DedupThrough int64                `json:"dedup_through"`
 	// Dedup is the sequence-only snapshot of earlier versions (read only).
 	Dedup map[string]int64 `json:"dedup,omitempty"`
+	// LocalSeq is the last local origin_seq given as of the dedup snapshot
+	// (replication_seq.go); LocalSeqKnown is false in lists written before.
+	LocalSeq      int64 `json:"local_seq,omitempty"`
+	LocalSeqKnown bool  `json:"local_seq_known,omitempty"`
 	// TrimmedEntries counts the entries of the ledgers retention deleted
 	// from the head of the list: with it an entry's origin_seq (see
 	// originSeq) does not change when earlier ledgers go.
@@ -67,7 +71,10 @@ type appendReq struct {
 	producer string
 	firstSeq int64
 	lastSeq  int64
-	done     func(p pos, err error)
+	// local: produced in this region; the append loop gives it the next
+	// local origin_seq (replication_seq.go).
+	local bool
+	done  func(p pos, err error)
 }
 
 type cachedEntry struct {
@@ -114,6 +121,8 @@ type managedLedger struct {
 	cacheTotal *atomic.Int64
 	dedup      *dedupTable
 	lastWrite  time.Time
+	// localSeq is the last local origin_seq given (replication_seq.go).
+	localSeq int64
 
 	// lostScanned counts the lost entries a takeover scan skipped (may be
 	// nil); set once before load.
@@ -154,6 +163,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		version = kv.Version
 	}
 	dedup := newDedupTable(ml.cfg.DedupMaxProducers)
+	localSeq := rec.LocalSeq
 	dedup.restore(rec.Producers, rec.Dedup)
 	rec.Dedup = nil
 	// Recover every ledger still marked open (normally only the last):
@@ -214,6 +224,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 				// A replicated entry feeds its origin's pseudo-producer
 				// (meridian.repl.<origin>, origin_seq): see dedupKey.
 				if md, _, err := wire.DecodeEntry(e.Data); err == nil {
+					localSeq = observeLocalSeq(localSeq, md)
 					if name, first, hs, ok := dedupKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 					}
@@ -232,6 +243,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 			li.ClosedMs = time.Now().UnixMilli()
 		}
 	}
+	localSeq = max(localSeq, initLocalSeq(&rec))
 	o := ml.opts()
 	w, err := ml.store.Create(ctx, LedgerOptions{Ensemble: o.Ensemble, WriteQuorum: o.WriteQuorum, AckQuorum: o.AckQuorum,
 		Properties: map[string]string{"topic": ml.topic}})
@@ -244,6 +256,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	dedup.order()
 	// Everything before the new ledger has been seen.
 	rec.Producers, rec.DedupThrough = dedup.snapshot(rec.Ledgers, rec.NextSeq-2)
+	rec.LocalSeq, rec.LocalSeqKnown = localSeq, true
 	val, _ := json.Marshal(&rec)
 	kv2, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
 	if err != nil {
@@ -264,6 +277,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.curSize = 0
 	ml.curOpened = now
 	ml.dedup = dedup
+	ml.localSeq = localSeq
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
 	go ml.appendLoop()
@@ -373,6 +387,12 @@ func (ml *managedLedger) appendLoop() {
 				w = ml.writer
 				ml.mu.Unlock()
 			}
+			if r.local {
+				if err := ml.assignLocalSeq(r); err != nil {
+					r.done(pos{}, err)
+					continue
+				}
+			}
 			ml.appendOne(w, r)
 		}
 	}
@@ -472,6 +492,7 @@ func (ml *managedLedger) rollover() error {
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
 	rec.Producers, rec.DedupThrough = ml.dedup.snapshot(rec.Ledgers, last.Seq)
+	rec.LocalSeq, rec.LocalSeqKnown = ml.localSeq, true
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)
@@ -563,6 +584,7 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	last.Size = ml.curSize
 	last.ClosedMs = time.Now().UnixMilli()
 	rec.Producers, rec.DedupThrough = ml.dedup.snapshot(rec.Ledgers, last.Seq)
+	rec.LocalSeq, rec.LocalSeqKnown = ml.localSeq, true
 	version := ml.version
 	ml.mu.Unlock()
 	val, _ := json.Marshal(&rec)

@@ -104,8 +104,12 @@ func (a *adminService) ListRegions(ctx context.Context, _ *clientv1.ListRegionsR
 		case rs.Local:
 			rs.Reachable, rs.LastSeenMs, rs.HealthSource = true, time.Now().UnixMilli(), "local"
 			continue
-		case s.cfg.RegionHealth != nil:
-			if ok, seen, known := s.cfg.RegionHealth.Region(rs.Name); known {
+		case s.cfg.RegionHealth != nil || s.wan != nil:
+			health := s.cfg.RegionHealth
+			if health == nil {
+				health = s.wan
+			}
+			if ok, seen, known := health.Region(rs.Name); known {
 				rs.Reachable, rs.HealthSource = ok, "wan"
 				if !seen.IsZero() {
 					rs.LastSeenMs = seen.UnixMilli()
@@ -128,11 +132,14 @@ func (a *adminService) ListRegions(ctx context.Context, _ *clientv1.ListRegionsR
 
 // regionLag asks the replication lag source about a region.
 func (s *Server) regionLag(region string) *clientv1.RegionReplicationLag {
-	f := s.replLag.Load()
-	if f == nil || *f == nil || region == s.cfg.Region {
+	if region == s.cfg.Region {
 		return &clientv1.RegionReplicationLag{}
 	}
-	l, ok := (*f)(region)
+	lag := s.replicationLagTo
+	if f := s.replLag.Load(); f != nil && *f != nil {
+		lag = *f
+	}
+	l, ok := lag(region)
 	if !ok {
 		return &clientv1.RegionReplicationLag{}
 	}
@@ -181,4 +188,25 @@ func (s *Server) probeEndpoint(ctx context.Context, addr string) error {
 		return nil
 	}
 	return err
+}
+
+// replicationLagTo sums the replicators of this broker's topics towards
+// region: the default ReplicationLagFunc.
+func (s *Server) replicationLagTo(region string) (ReplicationLag, bool) {
+	var l ReplicationLag
+	for _, t := range s.loadedTopics() {
+		for _, st := range t.replicatorStats() {
+			if st.GetRemoteRegion() != region {
+				continue
+			}
+			l.Topics++
+			l.BacklogMessages += st.GetBacklogEntries()
+			l.BacklogBytes += st.GetBacklogBytes()
+			l.MaxLag = max(l.MaxLag, time.Duration(st.GetLagSeconds()*float64(time.Second)))
+			if st.GetStalled() {
+				l.Stalled++
+			}
+		}
+	}
+	return l, l.Topics > 0
 }

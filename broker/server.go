@@ -45,6 +45,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	repl    *replManager
 
 	grpcSrv *grpc.Server
 	lis     net.Listener
@@ -111,6 +112,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.policies = pc
+	if s.repl, err = newReplManager(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -181,6 +185,7 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.keepAlive(bg)
 	s.policyDone = make(chan struct{})
 	go func() { defer close(s.policyDone); s.policies.run(bg) }()
+	s.repl.start()
 	s.warnNoSpareBookie(ctx)
 	s.ready.Store(true)
 	s.log.Info("broker started", "grpc", s.self.GRPC, "http", s.self.HTTP)
@@ -284,8 +289,10 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.stopping = true
 		s.mu.Unlock()
 		s.ready.Store(false)
+		s.repl.stop()
 		s.unloadAll(ctx, true)
 		s.stopWAN(ctx, true)
+		s.repl.closePool()
 		if s.bgCancel != nil {
 			s.bgCancel()
 			<-s.bgDone
@@ -331,6 +338,8 @@ func (s *Server) Kill() {
 		s.ready.Store(false)
 		s.zombie.Store(true)
 		s.stopWAN(context.Background(), false)
+		s.repl.stop()
+		defer s.repl.closePool()
 		if s.grpcSrv != nil {
 			s.grpcSrv.Stop()
 		}
@@ -478,6 +487,7 @@ func (s *Server) getTopic(ctx context.Context, name TopicName, create bool) (*to
 			return nil, err
 		}
 		s.metrics.topicsOwned.Inc()
+		s.repl.topicLoaded(t)
 		return t, nil
 	}
 }

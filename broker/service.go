@@ -194,7 +194,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 			return
 		}
 	}
-	// After a quota refusal every later send of this stream is refused too:
+	// After a quota or lag-bound refusal every later send of this stream is refused too:
 	// storing a later batch first would make the refused one, when the
 	// client resends it, look like a duplicate of it (dedup: not above the
 	// highest queued sequence), and it would be lost. The client reconnects
@@ -205,6 +205,11 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	}
 	// Backlog quota (quota.go): fail at once or hold, per the namespace.
 	if err := t.admitSend(ctx); err != nil {
+		p.refuse(err)
+		fail(err)
+		return
+	}
+	if err := t.replicationLagGate(ctx); err != nil {
 		p.refuse(err)
 		fail(err)
 		return
@@ -246,7 +251,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, done: func(ps pos, err error) {
+	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true, done: func(ps pos, err error) {
 		if err != nil {
 			t.ml.unpush(p.name, highest)
 			fail(err)
@@ -281,6 +286,9 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	}
 	if err := ValidateName("subscription", sub.GetSubscription()); err != nil {
 		return GRPCError(err)
+	}
+	if isReplName(sub.GetSubscription()) {
+		return GRPCError(fmt.Errorf("%w: subscription %q: names starting with %q are the replicators' cursors", ErrInvalidArgument, sub.GetSubscription(), ReplicatorCursorPrefix))
 	}
 	if _, ok := clientv1.SubscriptionType_name[int32(sub.GetType())]; !ok {
 		return GRPCError(fmt.Errorf("%w: subscription type %d is not EXCLUSIVE, SHARED or FAILOVER", ErrInvalidArgument, sub.GetType()))

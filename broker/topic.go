@@ -63,6 +63,8 @@ type topic struct {
 	// killed marks a topic stopped by Server.Kill: nothing more is written.
 	killed atomic.Bool
 
+	// replicators holds the topic's replicators (replication.go).
+	replicators topicRepl
 	// repl is the replication receiving state (replapply.go).
 	repl replState
 
@@ -158,6 +160,7 @@ func (t *topic) notify() {
 	for _, s := range subs {
 		s.kick()
 	}
+	t.replicators.kick()
 }
 
 func (t *topic) onLedgerFailed(err error) {
@@ -460,6 +463,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	}
 	t.mu.Unlock()
 	close(t.stop)
+	t.replicators.stopAll()
 	for _, p := range prods {
 		p.close()
 	}

@@ -245,6 +245,9 @@ func newAdminCmd() *cobra.Command {
 			s, err := a.TopicStats(ctx, args[0])
 			if err == nil {
 				out.message(s)
+				if !out.json {
+					printReplicators(out.w, s)
+				}
 				if s.GetRetainsNothing() && !out.json {
 					fmt.Fprintln(out.w, "note: "+retainsNothingNote(args[0]))
 				}

@@ -1786,8 +1786,11 @@ type TopicStats struct {
 	// namespace's retention is 0 (time and size): retention deletes every
 	// closed ledger, so a later subscription from earliest finds nothing.
 	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replicators has one element per remote region this topic replicates
+	// to from this region (the owner's replicators).
+	Replicators   []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -1916,6 +1919,13 @@ func (x *TopicStats) GetRetainsNothing() bool {
 		return x.RetainsNothing
 	}
 	return false
+}
+
+func (x *TopicStats) GetReplicators() []*ReplicatorStats {
+	if x != nil {
+		return x.Replicators
+	}
+	return nil
 }
 
 type LedgerInfo struct {
@@ -5861,6 +5871,304 @@ func (x *ListRegionsResponse) GetStale() bool {
 	return false
 }
 
+// ReplicatorStats is one replicator (topic, remote region) on the owner.
+type ReplicatorStats struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RemoteRegion string                 `protobuf:"bytes,1,opt,name=remote_region,json=remoteRegion,proto3" json:"remote_region,omitempty"`
+	// connected is true while a replication stream to the remote is open.
+	Connected bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	// backlog_entries / backlog_bytes are after the replicator's cursor
+	// (bytes estimated from ledger sizes).
+	BacklogEntries int64 `protobuf:"varint,3,opt,name=backlog_entries,json=backlogEntries,proto3" json:"backlog_entries,omitempty"`
+	BacklogBytes   int64 `protobuf:"varint,4,opt,name=backlog_bytes,json=backlogBytes,proto3" json:"backlog_bytes,omitempty"`
+	// lag_seconds is the age of the oldest entry not yet replicated (0 with
+	// no backlog).
+	LagSeconds float64 `protobuf:"fixed64,5,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
+	// msg_rate_out / bytes_rate_out: messages and bytes per second the remote
+	// persisted (last interval).
+	MsgRateOut   float64 `protobuf:"fixed64,6,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
+	BytesRateOut float64 `protobuf:"fixed64,7,opt,name=bytes_rate_out,json=bytesRateOut,proto3" json:"bytes_rate_out,omitempty"`
+	// stalled: backlog and no progress for the stall timeout (30 s).
+	Stalled   bool   `protobuf:"varint,8,opt,name=stalled,proto3" json:"stalled,omitempty"`
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// backfill_progress is the share of the retained log the cursor has
+	// passed (0..1; 1 = caught up).
+	BackfillProgress float64 `protobuf:"fixed64,10,opt,name=backfill_progress,json=backfillProgress,proto3" json:"backfill_progress,omitempty"`
+	// sent_entries counts entries the remote persisted since the replicator
+	// started on this broker.
+	SentEntries int64 `protobuf:"varint,11,opt,name=sent_entries,json=sentEntries,proto3" json:"sent_entries,omitempty"`
+	Reconnects  int64 `protobuf:"varint,12,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
+	// window_bytes is the in-flight window (bandwidth x RTT), rtt_ms the
+	// lowest recent round trip.
+	WindowBytes int64   `protobuf:"varint,13,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	RttMs       float64 `protobuf:"fixed64,14,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
+	// max_lag_ms is the namespace's max_replication_lag_ms when it applies
+	// to this remote (0 = no bound); lag_bound_exceeded while lag is past it.
+	MaxLagMs         int64 `protobuf:"varint,15,opt,name=max_lag_ms,json=maxLagMs,proto3" json:"max_lag_ms,omitempty"`
+	LagBoundExceeded bool  `protobuf:"varint,16,opt,name=lag_bound_exceeded,json=lagBoundExceeded,proto3" json:"lag_bound_exceeded,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReplicatorStats) Reset() {
+	*x = ReplicatorStats{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicatorStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicatorStats) ProtoMessage() {}
+
+func (x *ReplicatorStats) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicatorStats.ProtoReflect.Descriptor instead.
+func (*ReplicatorStats) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *ReplicatorStats) GetRemoteRegion() string {
+	if x != nil {
+		return x.RemoteRegion
+	}
+	return ""
+}
+
+func (x *ReplicatorStats) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *ReplicatorStats) GetBacklogEntries() int64 {
+	if x != nil {
+		return x.BacklogEntries
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetBacklogBytes() int64 {
+	if x != nil {
+		return x.BacklogBytes
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetLagSeconds() float64 {
+	if x != nil {
+		return x.LagSeconds
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetMsgRateOut() float64 {
+	if x != nil {
+		return x.MsgRateOut
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetBytesRateOut() float64 {
+	if x != nil {
+		return x.BytesRateOut
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetStalled() bool {
+	if x != nil {
+		return x.Stalled
+	}
+	return false
+}
+
+func (x *ReplicatorStats) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *ReplicatorStats) GetBackfillProgress() float64 {
+	if x != nil {
+		return x.BackfillProgress
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetSentEntries() int64 {
+	if x != nil {
+		return x.SentEntries
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetReconnects() int64 {
+	if x != nil {
+		return x.Reconnects
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetWindowBytes() int64 {
+	if x != nil {
+		return x.WindowBytes
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetRttMs() float64 {
+	if x != nil {
+		return x.RttMs
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetMaxLagMs() int64 {
+	if x != nil {
+		return x.MaxLagMs
+	}
+	return 0
+}
+
+func (x *ReplicatorStats) GetLagBoundExceeded() bool {
+	if x != nil {
+		return x.LagBoundExceeded
+	}
+	return false
+}
+
+type DeleteReplicationCursorsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is "tenant/namespace".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// region is the removed replication region whose cursors go.
+	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	// confirm deletes; false is a dry run.
+	Confirm       bool `protobuf:"varint,3,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReplicationCursorsRequest) Reset() {
+	*x = DeleteReplicationCursorsRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReplicationCursorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReplicationCursorsRequest) ProtoMessage() {}
+
+func (x *DeleteReplicationCursorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReplicationCursorsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteReplicationCursorsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *DeleteReplicationCursorsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeleteReplicationCursorsRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *DeleteReplicationCursorsRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+type DeleteReplicationCursorsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics lists the topics whose cursor is (or would be) deleted.
+	Topics []string `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// applied is true when the cursors were deleted.
+	Applied       bool `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReplicationCursorsResponse) Reset() {
+	*x = DeleteReplicationCursorsResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReplicationCursorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReplicationCursorsResponse) ProtoMessage() {}
+
+func (x *DeleteReplicationCursorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReplicationCursorsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteReplicationCursorsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *DeleteReplicationCursorsResponse) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *DeleteReplicationCursorsResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -5963,7 +6271,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\xc3\x04\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8a\x05\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -5981,7 +6289,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x0fbacklog_entries\x18\v \x01(\x03R\x0ebacklogEntries\x12?\n" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
 	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
-	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\"\x99\x01\n" +
+	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
+	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -6253,13 +6562,44 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\vreplication\x18\b \x01(\v2(.meridian.client.v1.RegionReplicationLagR\vreplication\"g\n" +
 	"\x13ListRegionsResponse\x12:\n" +
 	"\aregions\x18\x01 \x03(\v2 .meridian.client.v1.RegionStatusR\aregions\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale*N\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xba\x04\n" +
+	"\x0fReplicatorStats\x12#\n" +
+	"\rremote_region\x18\x01 \x01(\tR\fremoteRegion\x12\x1c\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\x12'\n" +
+	"\x0fbacklog_entries\x18\x03 \x01(\x03R\x0ebacklogEntries\x12#\n" +
+	"\rbacklog_bytes\x18\x04 \x01(\x03R\fbacklogBytes\x12\x1f\n" +
+	"\vlag_seconds\x18\x05 \x01(\x01R\n" +
+	"lagSeconds\x12 \n" +
+	"\fmsg_rate_out\x18\x06 \x01(\x01R\n" +
+	"msgRateOut\x12$\n" +
+	"\x0ebytes_rate_out\x18\a \x01(\x01R\fbytesRateOut\x12\x18\n" +
+	"\astalled\x18\b \x01(\bR\astalled\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12+\n" +
+	"\x11backfill_progress\x18\n" +
+	" \x01(\x01R\x10backfillProgress\x12!\n" +
+	"\fsent_entries\x18\v \x01(\x03R\vsentEntries\x12\x1e\n" +
+	"\n" +
+	"reconnects\x18\f \x01(\x03R\n" +
+	"reconnects\x12!\n" +
+	"\fwindow_bytes\x18\r \x01(\x03R\vwindowBytes\x12\x15\n" +
+	"\x06rtt_ms\x18\x0e \x01(\x01R\x05rttMs\x12\x1c\n" +
+	"\n" +
+	"max_lag_ms\x18\x0f \x01(\x03R\bmaxLagMs\x12,\n" +
+	"\x12lag_bound_exceeded\x18\x10 \x01(\bR\x10lagBoundExceeded\"q\n" +
+	"\x1fDeleteReplicationCursorsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
+	"\aconfirm\x18\x03 \x01(\bR\aconfirm\"T\n" +
+	" DeleteReplicationCursorsResponse\x12\x16\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied*N\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xfe!\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\x86#\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -6301,7 +6641,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x13SetTopicReplication\x12..meridian.client.v1.SetTopicReplicationRequest\x1a/.meridian.client.v1.SetTopicReplicationResponse\x12v\n" +
 	"\x13GetTopicReplication\x12..meridian.client.v1.GetTopicReplicationRequest\x1a/.meridian.client.v1.GetTopicReplicationResponse\x12\x7f\n" +
 	"\x16RemoveTopicReplication\x121.meridian.client.v1.RemoveTopicReplicationRequest\x1a2.meridian.client.v1.RemoveTopicReplicationResponse\x12^\n" +
-	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponse\x12\x85\x01\n" +
+	"\x18DeleteReplicationCursors\x123.meridian.client.v1.DeleteReplicationCursorsRequest\x1a4.meridian.client.v1.DeleteReplicationCursorsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -6316,112 +6657,115 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(QuotaAction)(0),                        // 0: meridian.client.v1.QuotaAction
-	(MetadataShard)(0),                      // 1: meridian.client.v1.MetadataShard
-	(*ListTenantsRequest)(nil),              // 2: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),             // 3: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),             // 4: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),            // 5: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),             // 6: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),            // 7: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),               // 8: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),           // 9: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),          // 10: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),          // 11: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),         // 12: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),          // 13: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),         // 14: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),     // 15: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil),    // 16: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),     // 17: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil),    // 18: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),               // 19: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 20: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),              // 21: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 22: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 23: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 24: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),            // 25: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil),    // 26: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),              // 27: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),             // 28: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                   // 29: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                   // 30: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),               // 31: meridian.client.v1.SubscriptionStats
-	(*BlockedRead)(nil),                     // 32: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                      // 33: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                      // 34: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                      // 35: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),              // 36: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),        // 37: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),       // 38: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),       // 39: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),      // 40: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),       // 41: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),      // 42: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),        // 43: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),       // 44: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),              // 45: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                      // 46: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),             // 47: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                    // 48: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),              // 49: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),             // 50: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),           // 51: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil),    // 52: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),              // 53: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),        // 54: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),       // 55: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),       // 56: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),      // 57: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),       // 58: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),      // 59: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),       // 60: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),      // 61: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),        // 62: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),             // 63: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),              // 64: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),                  // 65: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),                // 66: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),           // 67: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),         // 68: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),        // 69: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                    // 70: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                   // 71: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                   // 72: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),                // 73: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),         // 74: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),        // 75: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),              // 76: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),              // 77: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),       // 78: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),             // 79: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),          // 80: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),         // 81: meridian.client.v1.SkipLostEntriesResponse
-	(*SetNamespaceReplicationRequest)(nil),  // 82: meridian.client.v1.SetNamespaceReplicationRequest
-	(*SetNamespaceReplicationResponse)(nil), // 83: meridian.client.v1.SetNamespaceReplicationResponse
-	(*GetNamespaceReplicationRequest)(nil),  // 84: meridian.client.v1.GetNamespaceReplicationRequest
-	(*GetNamespaceReplicationResponse)(nil), // 85: meridian.client.v1.GetNamespaceReplicationResponse
-	(*GetTenantRequest)(nil),                // 86: meridian.client.v1.GetTenantRequest
-	(*TenantInfo)(nil),                      // 87: meridian.client.v1.TenantInfo
-	(*SetTenantAllowedRegionsRequest)(nil),  // 88: meridian.client.v1.SetTenantAllowedRegionsRequest
-	(*SetTenantAllowedRegionsResponse)(nil), // 89: meridian.client.v1.SetTenantAllowedRegionsResponse
-	(*SetTopicReplicationRequest)(nil),      // 90: meridian.client.v1.SetTopicReplicationRequest
-	(*SetTopicReplicationResponse)(nil),     // 91: meridian.client.v1.SetTopicReplicationResponse
-	(*GetTopicReplicationRequest)(nil),      // 92: meridian.client.v1.GetTopicReplicationRequest
-	(*GetTopicReplicationResponse)(nil),     // 93: meridian.client.v1.GetTopicReplicationResponse
-	(*RemoveTopicReplicationRequest)(nil),   // 94: meridian.client.v1.RemoveTopicReplicationRequest
-	(*RemoveTopicReplicationResponse)(nil),  // 95: meridian.client.v1.RemoveTopicReplicationResponse
-	(*ListRegionsRequest)(nil),              // 96: meridian.client.v1.ListRegionsRequest
-	(*RegionReplicationLag)(nil),            // 97: meridian.client.v1.RegionReplicationLag
-	(*RegionStatus)(nil),                    // 98: meridian.client.v1.RegionStatus
-	(*ListRegionsResponse)(nil),             // 99: meridian.client.v1.ListRegionsResponse
-	nil,                                     // 100: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                   // 101: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                       // 102: meridian.client.v1.MessageId
-	(InitialPosition)(0),                    // 103: meridian.client.v1.InitialPosition
+	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
+	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),               // 2: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),              // 3: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),              // 4: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),             // 5: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),              // 6: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),             // 7: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),                // 8: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),            // 9: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),           // 10: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),           // 11: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),          // 12: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),           // 13: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),          // 14: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),      // 15: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil),     // 16: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),      // 17: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil),     // 18: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),                // 19: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),               // 20: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),               // 21: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),              // 22: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),               // 23: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),              // 24: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),             // 25: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil),     // 26: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),               // 27: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),              // 28: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                    // 29: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                    // 30: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),                // 31: meridian.client.v1.SubscriptionStats
+	(*BlockedRead)(nil),                      // 32: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                       // 33: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                       // 34: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                       // 35: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),               // 36: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),         // 37: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),        // 38: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),        // 39: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),       // 40: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),        // 41: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),       // 42: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),         // 43: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),        // 44: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),               // 45: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                       // 46: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),              // 47: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                     // 48: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),               // 49: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),              // 50: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),            // 51: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),     // 52: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),               // 53: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),         // 54: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),        // 55: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),        // 56: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),       // 57: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),        // 58: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),       // 59: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),        // 60: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),       // 61: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),         // 62: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),              // 63: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),               // 64: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                   // 65: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                 // 66: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),            // 67: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),          // 68: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),         // 69: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                     // 70: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                    // 71: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                    // 72: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                 // 73: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),          // 74: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),         // 75: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),               // 76: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),               // 77: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),        // 78: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),              // 79: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),           // 80: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),          // 81: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),   // 82: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil),  // 83: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),   // 84: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil),  // 85: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                 // 86: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                       // 87: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),   // 88: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil),  // 89: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),       // 90: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),      // 91: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),       // 92: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),      // 93: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),    // 94: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),   // 95: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),               // 96: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),             // 97: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                     // 98: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),              // 99: meridian.client.v1.ListRegionsResponse
+	(*ReplicatorStats)(nil),                  // 100: meridian.client.v1.ReplicatorStats
+	(*DeleteReplicationCursorsRequest)(nil),  // 101: meridian.client.v1.DeleteReplicationCursorsRequest
+	(*DeleteReplicationCursorsResponse)(nil), // 102: meridian.client.v1.DeleteReplicationCursorsResponse
+	nil,                                      // 103: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                    // 104: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 105: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 106: meridian.client.v1.InitialPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -6429,123 +6773,126 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	101, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	104, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	102, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	105, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	32,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	102, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	105, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
 	29,  // 10: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	31,  // 11: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	102, // 12: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	34,  // 13: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	35,  // 14: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	102, // 15: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	103, // 16: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	102, // 17: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	103, // 18: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	46,  // 19: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	48,  // 20: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	51,  // 21: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	48,  // 22: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	63,  // 23: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	64,  // 24: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 25: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 26: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	66,  // 27: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	70,  // 28: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	71,  // 29: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	100, // 30: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	72,  // 31: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	77,  // 32: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	78,  // 33: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	102, // 34: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	97,  // 35: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	98,  // 36: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	2,   // 37: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 38: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 39: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 40: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 41: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 42: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 43: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 44: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 45: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 46: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 47: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 48: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 49: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 50: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	37,  // 51: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	39,  // 52: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	41,  // 53: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	43,  // 54: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	45,  // 55: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	49,  // 56: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	52,  // 57: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	54,  // 58: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	56,  // 59: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	58,  // 60: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	60,  // 61: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	62,  // 62: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	67,  // 63: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	68,  // 64: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	73,  // 65: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	74,  // 66: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	76,  // 67: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	80,  // 68: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	82,  // 69: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	84,  // 70: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	86,  // 71: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	88,  // 72: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	90,  // 73: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	92,  // 74: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	94,  // 75: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	96,  // 76: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	3,   // 77: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 78: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 79: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 80: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 81: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 82: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 83: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 84: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 85: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 86: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 87: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	33,  // 88: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	36,  // 89: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 90: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	38,  // 91: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	40,  // 92: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	42,  // 93: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	44,  // 94: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	47,  // 95: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	50,  // 96: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	53,  // 97: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	55,  // 98: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	57,  // 99: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	59,  // 100: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	61,  // 101: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	65,  // 102: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	66,  // 103: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	69,  // 104: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	72,  // 105: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	75,  // 106: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	79,  // 107: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	81,  // 108: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	83,  // 109: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	85,  // 110: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	87,  // 111: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	89,  // 112: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	91,  // 113: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	93,  // 114: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	95,  // 115: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	99,  // 116: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	77,  // [77:117] is the sub-list for method output_type
-	37,  // [37:77] is the sub-list for method input_type
-	37,  // [37:37] is the sub-list for extension type_name
-	37,  // [37:37] is the sub-list for extension extendee
-	0,   // [0:37] is the sub-list for field type_name
+	100, // 12: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	105, // 13: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	34,  // 14: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	35,  // 15: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	105, // 16: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	106, // 17: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	105, // 18: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	106, // 19: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	46,  // 20: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	48,  // 21: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	51,  // 22: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	48,  // 23: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	63,  // 24: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	64,  // 25: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 26: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 27: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	66,  // 28: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	70,  // 29: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	71,  // 30: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	103, // 31: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	72,  // 32: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	77,  // 33: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	78,  // 34: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	105, // 35: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	97,  // 36: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	98,  // 37: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	2,   // 38: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 39: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 40: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 41: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 42: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 43: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 44: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 45: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 46: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 47: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 48: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 49: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 50: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 51: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	37,  // 52: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	39,  // 53: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	41,  // 54: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	43,  // 55: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	45,  // 56: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	49,  // 57: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	52,  // 58: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	54,  // 59: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	56,  // 60: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	58,  // 61: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	60,  // 62: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	62,  // 63: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	67,  // 64: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	68,  // 65: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	73,  // 66: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	74,  // 67: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	76,  // 68: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	80,  // 69: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	82,  // 70: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	84,  // 71: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	86,  // 72: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	88,  // 73: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	90,  // 74: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	92,  // 75: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	94,  // 76: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	96,  // 77: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	101, // 78: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	3,   // 79: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 80: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 81: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 82: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 83: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 84: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 85: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 86: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 87: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 88: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 89: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	33,  // 90: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	36,  // 91: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 92: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	38,  // 93: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	40,  // 94: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	42,  // 95: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	44,  // 96: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	47,  // 97: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	50,  // 98: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	53,  // 99: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	55,  // 100: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	57,  // 101: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	59,  // 102: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	61,  // 103: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	65,  // 104: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	66,  // 105: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	69,  // 106: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	72,  // 107: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	75,  // 108: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	79,  // 109: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	81,  // 110: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	83,  // 111: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	85,  // 112: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	87,  // 113: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	89,  // 114: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	91,  // 115: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	93,  // 116: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	95,  // 117: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	99,  // 118: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	102, // 119: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	79,  // [79:120] is the sub-list for method output_type
+	38,  // [38:79] is the sub-list for method input_type
+	38,  // [38:38] is the sub-list for extension type_name
+	38,  // [38:38] is the sub-list for extension extendee
+	0,   // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -6571,7 +6918,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   99,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,46 +30,47 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListTenants_FullMethodName             = "/meridian.client.v1.Admin/ListTenants"
-	Admin_CreateTenant_FullMethodName            = "/meridian.client.v1.Admin/CreateTenant"
-	Admin_DeleteTenant_FullMethodName            = "/meridian.client.v1.Admin/DeleteTenant"
-	Admin_ListNamespaces_FullMethodName          = "/meridian.client.v1.Admin/ListNamespaces"
-	Admin_CreateNamespace_FullMethodName         = "/meridian.client.v1.Admin/CreateNamespace"
-	Admin_DeleteNamespace_FullMethodName         = "/meridian.client.v1.Admin/DeleteNamespace"
-	Admin_GetNamespacePolicies_FullMethodName    = "/meridian.client.v1.Admin/GetNamespacePolicies"
-	Admin_SetNamespacePolicies_FullMethodName    = "/meridian.client.v1.Admin/SetNamespacePolicies"
-	Admin_ListTopics_FullMethodName              = "/meridian.client.v1.Admin/ListTopics"
-	Admin_CreateTopic_FullMethodName             = "/meridian.client.v1.Admin/CreateTopic"
-	Admin_DeleteTopic_FullMethodName             = "/meridian.client.v1.Admin/DeleteTopic"
-	Admin_GetTopicStats_FullMethodName           = "/meridian.client.v1.Admin/GetTopicStats"
-	Admin_GetTopicInternalStats_FullMethodName   = "/meridian.client.v1.Admin/GetTopicInternalStats"
-	Admin_UnloadTopic_FullMethodName             = "/meridian.client.v1.Admin/UnloadTopic"
-	Admin_ListSubscriptions_FullMethodName       = "/meridian.client.v1.Admin/ListSubscriptions"
-	Admin_CreateSubscription_FullMethodName      = "/meridian.client.v1.Admin/CreateSubscription"
-	Admin_DeleteSubscription_FullMethodName      = "/meridian.client.v1.Admin/DeleteSubscription"
-	Admin_ResetSubscription_FullMethodName       = "/meridian.client.v1.Admin/ResetSubscription"
-	Admin_ListBrokers_FullMethodName             = "/meridian.client.v1.Admin/ListBrokers"
-	Admin_ListBookies_FullMethodName             = "/meridian.client.v1.Admin/ListBookies"
-	Admin_GetAutorecoveryStatus_FullMethodName   = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
-	Admin_PauseAutorecovery_FullMethodName       = "/meridian.client.v1.Admin/PauseAutorecovery"
-	Admin_ResumeAutorecovery_FullMethodName      = "/meridian.client.v1.Admin/ResumeAutorecovery"
-	Admin_DecommissionBookie_FullMethodName      = "/meridian.client.v1.Admin/DecommissionBookie"
-	Admin_RecommissionBookie_FullMethodName      = "/meridian.client.v1.Admin/RecommissionBookie"
-	Admin_GetMetadataStatus_FullMethodName       = "/meridian.client.v1.Admin/GetMetadataStatus"
-	Admin_GetMetadataKey_FullMethodName          = "/meridian.client.v1.Admin/GetMetadataKey"
-	Admin_ListMetadataKeys_FullMethodName        = "/meridian.client.v1.Admin/ListMetadataKeys"
-	Admin_GetLedger_FullMethodName               = "/meridian.client.v1.Admin/GetLedger"
-	Admin_ListTopicLedgers_FullMethodName        = "/meridian.client.v1.Admin/ListTopicLedgers"
-	Admin_ScrubBookie_FullMethodName             = "/meridian.client.v1.Admin/ScrubBookie"
-	Admin_SkipLostEntries_FullMethodName         = "/meridian.client.v1.Admin/SkipLostEntries"
-	Admin_SetNamespaceReplication_FullMethodName = "/meridian.client.v1.Admin/SetNamespaceReplication"
-	Admin_GetNamespaceReplication_FullMethodName = "/meridian.client.v1.Admin/GetNamespaceReplication"
-	Admin_GetTenant_FullMethodName               = "/meridian.client.v1.Admin/GetTenant"
-	Admin_SetTenantAllowedRegions_FullMethodName = "/meridian.client.v1.Admin/SetTenantAllowedRegions"
-	Admin_SetTopicReplication_FullMethodName     = "/meridian.client.v1.Admin/SetTopicReplication"
-	Admin_GetTopicReplication_FullMethodName     = "/meridian.client.v1.Admin/GetTopicReplication"
-	Admin_RemoveTopicReplication_FullMethodName  = "/meridian.client.v1.Admin/RemoveTopicReplication"
-	Admin_ListRegions_FullMethodName             = "/meridian.client.v1.Admin/ListRegions"
+	Admin_ListTenants_FullMethodName              = "/meridian.client.v1.Admin/ListTenants"
+	Admin_CreateTenant_FullMethodName             = "/meridian.client.v1.Admin/CreateTenant"
+	Admin_DeleteTenant_FullMethodName             = "/meridian.client.v1.Admin/DeleteTenant"
+	Admin_ListNamespaces_FullMethodName           = "/meridian.client.v1.Admin/ListNamespaces"
+	Admin_CreateNamespace_FullMethodName          = "/meridian.client.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName          = "/meridian.client.v1.Admin/DeleteNamespace"
+	Admin_GetNamespacePolicies_FullMethodName     = "/meridian.client.v1.Admin/GetNamespacePolicies"
+	Admin_SetNamespacePolicies_FullMethodName     = "/meridian.client.v1.Admin/SetNamespacePolicies"
+	Admin_ListTopics_FullMethodName               = "/meridian.client.v1.Admin/ListTopics"
+	Admin_CreateTopic_FullMethodName              = "/meridian.client.v1.Admin/CreateTopic"
+	Admin_DeleteTopic_FullMethodName              = "/meridian.client.v1.Admin/DeleteTopic"
+	Admin_GetTopicStats_FullMethodName            = "/meridian.client.v1.Admin/GetTopicStats"
+	Admin_GetTopicInternalStats_FullMethodName    = "/meridian.client.v1.Admin/GetTopicInternalStats"
+	Admin_UnloadTopic_FullMethodName              = "/meridian.client.v1.Admin/UnloadTopic"
+	Admin_ListSubscriptions_FullMethodName        = "/meridian.client.v1.Admin/ListSubscriptions"
+	Admin_CreateSubscription_FullMethodName       = "/meridian.client.v1.Admin/CreateSubscription"
+	Admin_DeleteSubscription_FullMethodName       = "/meridian.client.v1.Admin/DeleteSubscription"
+	Admin_ResetSubscription_FullMethodName        = "/meridian.client.v1.Admin/ResetSubscription"
+	Admin_ListBrokers_FullMethodName              = "/meridian.client.v1.Admin/ListBrokers"
+	Admin_ListBookies_FullMethodName              = "/meridian.client.v1.Admin/ListBookies"
+	Admin_GetAutorecoveryStatus_FullMethodName    = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
+	Admin_PauseAutorecovery_FullMethodName        = "/meridian.client.v1.Admin/PauseAutorecovery"
+	Admin_ResumeAutorecovery_FullMethodName       = "/meridian.client.v1.Admin/ResumeAutorecovery"
+	Admin_DecommissionBookie_FullMethodName       = "/meridian.client.v1.Admin/DecommissionBookie"
+	Admin_RecommissionBookie_FullMethodName       = "/meridian.client.v1.Admin/RecommissionBookie"
+	Admin_GetMetadataStatus_FullMethodName        = "/meridian.client.v1.Admin/GetMetadataStatus"
+	Admin_GetMetadataKey_FullMethodName           = "/meridian.client.v1.Admin/GetMetadataKey"
+	Admin_ListMetadataKeys_FullMethodName         = "/meridian.client.v1.Admin/ListMetadataKeys"
+	Admin_GetLedger_FullMethodName                = "/meridian.client.v1.Admin/GetLedger"
+	Admin_ListTopicLedgers_FullMethodName         = "/meridian.client.v1.Admin/ListTopicLedgers"
+	Admin_ScrubBookie_FullMethodName              = "/meridian.client.v1.Admin/ScrubBookie"
+	Admin_SkipLostEntries_FullMethodName          = "/meridian.client.v1.Admin/SkipLostEntries"
+	Admin_SetNamespaceReplication_FullMethodName  = "/meridian.client.v1.Admin/SetNamespaceReplication"
+	Admin_GetNamespaceReplication_FullMethodName  = "/meridian.client.v1.Admin/GetNamespaceReplication"
+	Admin_GetTenant_FullMethodName                = "/meridian.client.v1.Admin/GetTenant"
+	Admin_SetTenantAllowedRegions_FullMethodName  = "/meridian.client.v1.Admin/SetTenantAllowedRegions"
+	Admin_SetTopicReplication_FullMethodName      = "/meridian.client.v1.Admin/SetTopicReplication"
+	Admin_GetTopicReplication_FullMethodName      = "/meridian.client.v1.Admin/GetTopicReplication"
+	Admin_RemoveTopicReplication_FullMethodName   = "/meridian.client.v1.Admin/RemoveTopicReplication"
+	Admin_ListRegions_FullMethodName              = "/meridian.client.v1.Admin/ListRegions"
+	Admin_DeleteReplicationCursors_FullMethodName = "/meridian.client.v1.Admin/DeleteReplicationCursors"
 )
 
 // AdminClient is the client API for Admin service.
@@ -172,6 +173,13 @@ type AdminClient interface {
 	// ListRegions lists the regions of the global region registry with
 	// their endpoints, reachability from this broker and replication lag.
 	ListRegions(ctx context.Context, in *ListRegionsRequest, opts ...grpc.CallOption) (*ListRegionsResponse, error)
+	// DeleteReplicationCursors deletes the replicator cursors
+	// (`meridian.repl.<region>`) of every topic of a namespace in this
+	// region, for a region the namespace no longer replicates to. It is
+	// refused while the region is still a replication region. Without
+	// confirm it changes nothing and lists what it would delete. It never
+	// deletes data in the removed region.
+	DeleteReplicationCursors(ctx context.Context, in *DeleteReplicationCursorsRequest, opts ...grpc.CallOption) (*DeleteReplicationCursorsResponse, error)
 }
 
 type adminClient struct {
@@ -582,6 +590,16 @@ func (c *adminClient) ListRegions(ctx context.Context, in *ListRegionsRequest, o
 	return out, nil
 }
 
+func (c *adminClient) DeleteReplicationCursors(ctx context.Context, in *DeleteReplicationCursorsRequest, opts ...grpc.CallOption) (*DeleteReplicationCursorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteReplicationCursorsResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteReplicationCursors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -682,6 +700,13 @@ type AdminServer interface {
 	// ListRegions lists the regions of the global region registry with
 	// their endpoints, reachability from this broker and replication lag.
 	ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error)
+	// DeleteReplicationCursors deletes the replicator cursors
+	// (`meridian.repl.<region>`) of every topic of a namespace in this
+	// region, for a region the namespace no longer replicates to. It is
+	// refused while the region is still a replication region. Without
+	// confirm it changes nothing and lists what it would delete. It never
+	// deletes data in the removed region.
+	DeleteReplicationCursors(context.Context, *DeleteReplicationCursorsRequest) (*DeleteReplicationCursorsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -811,6 +836,9 @@ func (UnimplementedAdminServer) RemoveTopicReplication(context.Context, *RemoveT
 }
 func (UnimplementedAdminServer) ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRegions not implemented")
+}
+func (UnimplementedAdminServer) DeleteReplicationCursors(context.Context, *DeleteReplicationCursorsRequest) (*DeleteReplicationCursorsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteReplicationCursors not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1553,6 +1581,24 @@ func _Admin_ListRegions_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DeleteReplicationCursors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteReplicationCursorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteReplicationCursors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteReplicationCursors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteReplicationCursors(ctx, req.(*DeleteReplicationCursorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1719,6 +1765,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRegions",
 			Handler:    _Admin_ListRegions_Handler,
+		},
+		{
+			MethodName: "DeleteReplicationCursors",
+			Handler:    _Admin_DeleteReplicationCursors_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
