@@ -5,7 +5,7 @@
 GO        ?= go
 PKGS      := ./...
 # Core packages run under the race detector in CI.
-RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/...
+RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/... ./replicator/... ./chaos/...
 TEST_TIMEOUT ?= 10m
 
 .PHONY: all build test test-long test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare clean
@@ -18,7 +18,7 @@ build:
 ## test: everything CI runs — lint, generated-code check, race tests of the core, the rest plainly.
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
-	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal)(/|$$)')
+	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal|replicator|chaos)(/|$$)')
 
 ## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak); ~10 minutes.
 test-long:
