@@ -41,8 +41,10 @@ type replState struct {
 
 	// mu guards the fields below.
 	mu sync.Mutex
-	// direct counts the open streams per source region.
+	// direct counts the open streams per source region; heard is when a
+	// request last arrived from that region (directFresh).
 	direct map[string]int
+	heard  map[string]time.Time
 	// inflight holds the replicated entries queued and not yet stored or
 	// failed, per dedup name and origin_seq.
 	inflight map[string]map[int64]*replInflight
@@ -63,8 +65,26 @@ func (r *replState) addDirect(region string) {
 	defer r.mu.Unlock()
 	if r.direct == nil {
 		r.direct = map[string]int{}
+		r.heard = map[string]time.Time{}
 	}
 	r.direct[region]++
+	r.heard[region] = time.Now()
+}
+
+// directFresh is how recently a stream must have carried a request to
+// count as direct. A replicator sends at least an idle probe every second;
+// a stream silent for longer is probably behind a cut link whose close has
+// not arrived (a partition stalls the FIN too), and relays must not wait on
+// it until the server's keepalive ends it.
+const directFresh = 3 * time.Second
+
+// heardFrom records a request from region's stream.
+func (r *replState) heardFrom(region string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.heard != nil {
+		r.heard[region] = time.Now()
+	}
 }
 
 func (r *replState) removeDirect(region string) {
@@ -81,7 +101,9 @@ func (r *replState) directList() []string {
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.direct))
 	for k := range r.direct {
-		out = append(out, k)
+		if time.Since(r.heard[k]) < directFresh {
+			out = append(out, k)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -413,6 +435,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 				}
 				return
 			}
+			t.repl.heardFrom(source)
 			ents := r.GetEntries()
 			var a *replAck
 			if ents == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -604,4 +605,29 @@ func TestReplicateConcurrentSourcesKeepOriginOrder(t *testing.T) {
 	}
 	t.Logf("streams: %+v and %+v", t1, t2)
 	checkOrigins(t, readAll(t, cli, adm, topic, "check", n), map[string]int64{"a": n})
+}
+
+// TestReplicateDirectGoesStale: a stream that carries nothing for longer
+// than a replicator's idle probe period stops counting as direct (it is
+// probably behind a cut link whose close has not arrived), so relays do
+// not wait on it; a request makes it direct again.
+func TestReplicateDirectGoesStale(t *testing.T) {
+	_, adm, rc := oneBroker(t, nil)
+	ctx := context.Background()
+	topic := "public/default/repl-direct-stale"
+	createTopicWithSub(t, ctx, adm, topic, "check")
+	addr := rc.Addrs()[0]
+	rs, op := mustOpenRepl(t, addr, topic, "a", "test")
+	if strings.Join(op.GetDirect(), ",") != "a" {
+		t.Fatalf("opened: direct %v, want a", op.GetDirect())
+	}
+	other, _ := mustOpenRepl(t, addr, topic, "c", "test")
+	// a stays silent; c keeps probing and watches a's status.
+	waitFor(t, "a no longer direct while silent", func() bool {
+		a := other.roundTrip(nil)
+		return !slices.Contains(a.GetDirect(), "a") && slices.Contains(a.GetDirect(), "c")
+	})
+	if a := rs.roundTrip(nil); !slices.Contains(a.GetDirect(), "a") {
+		t.Fatalf("direct after a's probe: %v, want a listed", a.GetDirect())
+	}
 }
