@@ -87,3 +87,26 @@ func (a *Admin) ListRegions(ctx context.Context) ([]*RegionStatus, error) {
 	})
 	return r.GetRegions(), err
 }
+
+// DeleteReplicationCursors deletes, in the answering broker's region, the
+// replicator cursors (`meridian.repl.<region>`) of every topic of
+// namespace, for a region the namespace no longer replicates to. Without
+// confirm it changes nothing and returns the topics it would touch. It
+// never deletes data in the removed region.
+func (a *Admin) DeleteReplicationCursors(ctx context.Context, namespace, region string, confirm bool) (topics []string, applied bool, err error) {
+	what := "delete replication cursors of " + namespace + " towards " + region
+	call := func(ctx context.Context) (*clientv1.DeleteReplicationCursorsResponse, error) {
+		return a.api.DeleteReplicationCursors(ctx, &clientv1.DeleteReplicationCursorsRequest{Namespace: namespace, Region: region, Confirm: confirm})
+	}
+	var r *clientv1.DeleteReplicationCursorsResponse
+	if confirm {
+		err = write(ctx, a, what, func(ctx context.Context) error {
+			var e error
+			r, e = call(ctx)
+			return e
+		})
+	} else {
+		r, err = read(ctx, a, what, call)
+	}
+	return r.GetTopics(), r.GetApplied(), err
+}
