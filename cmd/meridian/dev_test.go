@@ -102,7 +102,10 @@ func (d *devCluster) produce(t *testing.T, regionName, topic string, n int) []st
 	t.Helper()
 	var ids []string
 	for _, l := range jsonLines(t, d.cli(t, "produce", "--url", d.grpc(t, regionName), "--topic", topic, "--count", fmt.Sprint(n), "--size", "32", "--output", "json")) {
-		ids = append(ids, l["id"].(string))
+		if l["origin_region"] != regionName || l["origin_id"] != l["id"] {
+			t.Fatalf("produce in %s: origin %v/%v for local message %v", regionName, l["origin_region"], l["origin_id"], l["id"])
+		}
+		ids = append(ids, regionName+"/"+l["id"].(string))
 	}
 	if len(ids) != n {
 		t.Fatalf("produce in %s: %d acknowledged, want %d", regionName, len(ids), n)
@@ -111,13 +114,15 @@ func (d *devCluster) produce(t *testing.T, regionName, topic string, n int) []st
 }
 
 // consumeAll consumes want messages with a new subscription from the
-// earliest and fails if an acknowledged ID is missing.
+// earliest and fails if an acknowledged message is missing. Messages are
+// named "origin region/origin ID" (as produce returns them), so the same
+// names hold in every region a message is replicated to.
 func (d *devCluster) consumeAll(t *testing.T, regionName, topic, sub string, want []string) {
 	t.Helper()
 	out := d.cli(t, "consume", "--url", d.grpc(t, regionName), "--topic", topic, "--subscription", sub, "--from", "earliest", "--count", fmt.Sprint(len(want)), "--output", "json")
 	seen, dups := map[string]bool{}, 0
 	for _, l := range jsonLines(t, out) {
-		id := l["id"].(string)
+		id := fmt.Sprint(l["origin_region"], "/", l["origin_id"])
 		if seen[id] {
 			dups++
 		}
@@ -253,11 +258,18 @@ func TestDevCluster(t *testing.T) {
 	if rr := policies("b")["replicationRegions"]; rr != nil && len(rr.([]any)) != 0 {
 		t.Fatalf("public/default replicates before anyone set it: %v", rr)
 	}
-	d.cli(t, "admin", "--url", d.grpc(t, "a"), "namespaces", "set-policies", "public/default", "--replication-regions", "a,b")
+	// --wait returns once each region backfilled the other: the messages
+	// produced before replication was on are in both regions, under their
+	// origin IDs, once each.
+	d.cli(t, "admin", "--url", d.grpc(t, "a"), "namespaces", "set-replication", "public/default", "--regions", "a,b", "--wait", "--wait-timeout", "60s")
 	waitFor(t, "b sees a's replication policy", 30*time.Second, func() (bool, string) {
 		p := policies("b")
 		return fmt.Sprint(p["replicationRegions"]) == "[a b]", fmt.Sprint(p)
 	})
+	all := func() []string { return append(append([]string(nil), acked["a"]...), acked["b"]...) }
+	for _, r := range []string{"a", "b"} {
+		d.consumeAll(t, r, topic, "replicated", all())
+	}
 
 	st := d.status(t)
 	pids := runningPIDs(t, st, 6) // meta, bookie, broker per region
@@ -367,7 +379,11 @@ func TestDevCluster(t *testing.T) {
 		t.Fatalf("dev status on an empty dir: exit %d, %q", r.code, r.stderr)
 	}
 
-	// Kill a's broker, then start it again: same config, same data.
+	// Kill a's broker (SIGKILL) while a produces and replicates, then
+	// start it again: same config, same data; b still gets every message
+	// a acknowledged, once.
+	more := d.produce(t, "a", topic, 30)
+	acked["a"] = append(acked["a"], more...)
 	d.dev(t, "kill", "broker", "a", "0")
 	st = d.status(t)
 	for _, p := range st.Processes {
@@ -378,9 +394,17 @@ func TestDevCluster(t *testing.T) {
 	d.dev(t, "start", "broker", "a", "0")
 	st = d.status(t)
 	pids = runningPIDs(t, st, 6)
-	d.consumeAll(t, "a", topic, "s2", acked["a"])
-	more := d.produce(t, "a", topic, 5)
+	d.consumeAll(t, "a", topic, "s2", all())
+	more = d.produce(t, "a", topic, 5)
 	acked["a"] = append(acked["a"], more...)
+	d.consumeAll(t, "b", topic, "after-kill", all())
+
+	// Taking b out of the list stops replication; --yes also deletes the
+	// replicator cursors (never b's data).
+	out := d.cli(t, "admin", "--url", d.grpc(t, "a"), "namespaces", "set-replication", "public/default", "--regions", "a", "--yes")
+	if !strings.Contains(out, "region a: deleted the cursors meridian.repl.b") {
+		t.Fatalf("set-replication --yes: %q", out)
+	}
 
 	// Pause and resume b's bookie.
 	d.dev(t, "kill", "bookie", "b", "0", "--signal", "STOP")
@@ -399,7 +423,7 @@ func TestDevCluster(t *testing.T) {
 		t.Fatalf("restart moved the brokers: before %+v, after %+v", before.Regions, d.info.Regions)
 	}
 	for _, r := range []string{"a", "b"} {
-		d.consumeAll(t, r, topic, "after-restart", acked[r])
+		d.consumeAll(t, r, topic, "after-restart", all())
 	}
 	st = d.status(t)
 	for _, l := range st.Links {
