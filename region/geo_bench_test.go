@@ -82,13 +82,17 @@ func TestGeoReplicationLagLong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	produce := func(d time.Duration) int {
+	produceUntil := func(d time.Duration, stop <-chan struct{}) int {
 		n := 0
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			<-tick.C
+			select {
+			case <-tick.C:
+			case <-stop:
+				return n
+			}
 			for range rate / 100 {
 				payload := make([]byte, 1024)
 				binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
@@ -98,6 +102,7 @@ func TestGeoReplicationLagLong(t *testing.T) {
 		}
 		return n
 	}
+	produce := func(d time.Duration) int { return produceUntil(d, nil) }
 	waitReceived := func(n int) {
 		waitFor(t, 5*time.Minute, "all received in b", func() bool {
 			mu.Lock()
@@ -127,6 +132,10 @@ func TestGeoReplicationLagLong(t *testing.T) {
 	mu.Unlock()
 	healed := time.Now()
 	g.net.Heal("a", "b")
+	// Production goes on at the same rate while the backlog drains.
+	stopAfter := make(chan struct{})
+	afterDone := make(chan int, 1)
+	go func() { afterDone <- produceUntil(time.Hour, stopAfter) }()
 	waitFor(t, time.Minute, "first entry after the heal", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -139,8 +148,11 @@ func TestGeoReplicationLagLong(t *testing.T) {
 	mu.Lock()
 	catchUp := lastRecv.Sub(healed)
 	mu.Unlock()
+	close(stopAfter)
+	after := <-afterDone
+	waitReceived(sent + during + after)
 	backlog := sent + during - before
-	t.Logf("cut %v while producing %d msg/s: %d messages backlog; first delivered %v after the heal; caught up in %v (%.0f msg/s, %.1fx the produce rate)",
+	t.Logf("cut %v while producing %d msg/s: %d messages backlog; first delivered %v after the heal; backlog drained in %v while production went on (%.0f msg/s, %.1fx the produce rate)",
 		cut, rate, backlog, firstAfter.Round(time.Millisecond), catchUp.Round(time.Millisecond),
 		float64(backlog)/catchUp.Seconds(), float64(backlog)/catchUp.Seconds()/float64(rate))
 	st, err := g.stats("a", topic)
