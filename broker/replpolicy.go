@@ -202,6 +202,11 @@ func (s *Server) applyNamespacePolicies(ns string, p *clientv1.NamespacePolicies
 			t.mu.Lock()
 			t.policies = p
 			t.mu.Unlock()
+			// Start or stop its replicators now rather than at the next
+			// reconcile tick.
+			if s.repl != nil {
+				go s.repl.sync(t)
+			}
 		}
 	}
 }
