@@ -75,6 +75,8 @@ bench-compare:
 ## bench-geo: replication lag p50/p99 (1k and 10k msg/s of 1 KiB, 0 and 40 ms one way), catch-up after a
 ## 60 s cut and reconnect after the heal, between two in-process regions behind the link proxy (~8 minutes).
 bench-geo:
+	@echo "== the raw disk in the same run (4 KiB write + fdatasync)"
+	@$(GO) test -run '^$$' -bench 'BenchmarkCompare/disk/fdatasync-4KiB' -benchtime=1x ./region/ | grep -E 'Benchmark|^ok'
 	@for lat in 0ms 40ms; do for rate in 1000 10000; do \
 	  echo "== $$rate msg/s, one-way latency $$lat"; \
 	  GEO_BENCH=1 GEO_BENCH_RATE=$$rate GEO_BENCH_LATENCY=$$lat GEO_BENCH_SECONDS=20 GEO_BENCH_CUT=60s \
