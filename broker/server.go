@@ -119,6 +119,12 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Start listens, registers the broker in the region and serves until Stop.
+// grpcRecvWindow is the HTTP/2 receive window of the broker's streams and
+// connections: gRPC's default (64 KiB, grown by its BDP estimator over
+// several round trips) holds a replication stream from a far region to a
+// trickle for its first half second; this is the estimator's own ceiling.
+const grpcRecvWindow = 16 << 20
+
 func (s *Server) Start(ctx context.Context) error {
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddress)
 	if err != nil {
@@ -163,6 +169,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes+1<<20),
+		grpc.InitialWindowSize(grpcRecvWindow), grpc.InitialConnWindowSize(grpcRecvWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}))
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
