@@ -119,12 +119,6 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Start listens, registers the broker in the region and serves until Stop.
-// grpcRecvWindow is the HTTP/2 receive window of the broker's streams and
-// connections: gRPC's default (64 KiB, grown by its BDP estimator over
-// several round trips) holds a replication stream from a far region to a
-// trickle for its first half second; this is the estimator's own ceiling.
-const grpcRecvWindow = 16 << 20
-
 func (s *Server) Start(ctx context.Context) error {
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddress)
 	if err != nil {
@@ -168,10 +162,13 @@ func (s *Server) Start(ctx context.Context) error {
 		s.stopWAN(ctx, false)
 		return err
 	}
-	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes+1<<20),
-		grpc.InitialWindowSize(grpcRecvWindow), grpc.InitialConnWindowSize(grpcRecvWindow),
+	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true})}
+	if w := s.cfg.grpcWindow(); w > 0 {
+		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
+	}
+	s.grpcSrv = grpc.NewServer(srvOpts...)
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
 	clientv1.RegisterReplicationServer(s.grpcSrv, newReplicationService(s))
