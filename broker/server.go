@@ -162,9 +162,13 @@ func (s *Server) Start(ctx context.Context) error {
 		s.stopWAN(ctx, false)
 		return err
 	}
-	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes+1<<20),
+	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true})}
+	if w := s.cfg.grpcWindow(); w > 0 {
+		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
+	}
+	s.grpcSrv = grpc.NewServer(srvOpts...)
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
 	clientv1.RegisterReplicationServer(s.grpcSrv, newReplicationService(s))

@@ -51,6 +51,8 @@ func TestConfigKeepaliveAndRetentionValidation(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.KeepaliveMinTime = 20 * time.Second }, "keepalive_min_time"},
+		{func(c *Config) { c.GRPCWindowBytes = 1024 }, "grpc_window_bytes"},
+		{func(c *Config) { c.GRPCWindowBytes = -2 }, "grpc_window_bytes"},
 		{func(c *Config) { c.KeepaliveTime = 0 }, "keepalive_time"},
 		{func(c *Config) { c.KeepaliveTimeout = time.Millisecond }, "keepalive_timeout"},
 		{func(c *Config) { c.DefaultRetentionTime = -2 * time.Second }, "default_retention_time"},
@@ -68,3 +70,17 @@ func TestConfigKeepaliveAndRetentionValidation(t *testing.T) {
 // nopStore and nopLedgers only fill required config fields for Validate.
 type nopStore struct{ metadata.Store }
 type nopLedgers struct{ LedgerStore }
+
+func TestConfigGRPCWindow(t *testing.T) {
+	for _, c := range []struct{ set, want int32 }{{0, DefaultGRPCWindowBytes}, {-1, 0}, {64 << 10, 64 << 10}, {1 << 30, 1 << 30}} {
+		cfg := DefaultConfig()
+		cfg.Region, cfg.Global, cfg.Regional, cfg.Ledgers = "r", nopStore{}, nopStore{}, nopLedgers{}
+		cfg.GRPCWindowBytes = c.set
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("grpc_window_bytes %d: %v", c.set, err)
+		}
+		if got := cfg.grpcWindow(); got != c.want {
+			t.Fatalf("grpc_window_bytes %d: window %d, want %d", c.set, got, c.want)
+		}
+	}
+}

@@ -39,6 +39,12 @@ func TestGeoReplicationLagLong(t *testing.T) {
 
 	var mu sync.Mutex
 	var lags []time.Duration
+	// trace holds (send time, lag) for GEO_BENCH_TRACE=1: the lag over time.
+	type sample struct {
+		sent time.Time
+		lag  time.Duration
+	}
+	var trace []sample
 	// Lags count from the second second on: the first includes the topic's
 	// creation in b and the replication stream's opening.
 	var warmEnd time.Time
@@ -65,6 +71,7 @@ func TestGeoReplicationLagLong(t *testing.T) {
 				mu.Lock()
 				if !warmEnd.IsZero() && sent.After(warmEnd) {
 					lags = append(lags, now.Sub(sent))
+					trace = append(trace, sample{sent, now.Sub(sent)})
 				}
 				received++
 				lastRecv = now
@@ -121,6 +128,21 @@ func TestGeoReplicationLagLong(t *testing.T) {
 	mu.Unlock()
 	slices.Sort(sorted)
 	pct := func(q float64) time.Duration { return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))] }
+	if os.Getenv("GEO_BENCH_TRACE") != "" {
+		mu.Lock()
+		tr := slices.Clone(trace)
+		mu.Unlock()
+		slices.SortFunc(tr, func(a, b sample) int { return a.sent.Compare(b.sent) })
+		for i := 0; i < len(tr); {
+			j, worst := i, time.Duration(0)
+			for j < len(tr) && tr[j].sent.Sub(tr[i].sent) < 250*time.Millisecond {
+				worst = max(worst, tr[j].lag)
+				j++
+			}
+			t.Logf("sent +%v: %d messages, max lag %v", tr[i].sent.Sub(warmEnd).Round(time.Millisecond), j-i, worst.Round(time.Millisecond))
+			i = j
+		}
+	}
 	t.Logf("steady %d msg/s x 1 KiB, one-way latency %v: %d messages (after the first second), end-to-end lag p50 %v p99 %v max %v",
 		rate, lat, len(sorted), pct(0.5), pct(0.99), sorted[len(sorted)-1])
 
