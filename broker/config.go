@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"net"
 	"log/slog"
 	"time"
 
@@ -28,6 +29,10 @@ type Config struct {
 	AdvertisedGRPC string `yaml:"advertised_grpc"`
 	AdvertisedHTTP string `yaml:"advertised_http"`
 
+	// GRPCListener, when set, is the listener the gRPC services use instead
+	// of listening on GRPCAddress (tests that must know a broker's address
+	// before it starts hold it open, so no other process can take it).
+	GRPCListener net.Listener `yaml:"-"`
 	// DialRewrite maps addresses this broker dials (remote regions'
 	// brokers, peers) to the address it dials instead; `meridian dev` points
 	// them at its link proxy so that cross-region traffic can be delayed and

@@ -120,9 +120,12 @@ func NewServer(cfg Config) (*Server, error) {
 
 // Start listens, registers the broker in the region and serves until Stop.
 func (s *Server) Start(ctx context.Context) error {
-	lis, err := net.Listen("tcp", s.cfg.GRPCAddress)
-	if err != nil {
-		return fmt.Errorf("broker: listen grpc %s: %w", s.cfg.GRPCAddress, err)
+	lis := s.cfg.GRPCListener
+	var err error
+	if lis == nil {
+		if lis, err = net.Listen("tcp", s.cfg.GRPCAddress); err != nil {
+			return fmt.Errorf("broker: listen grpc %s: %w", s.cfg.GRPCAddress, err)
+		}
 	}
 	s.lis = lis
 	s.self.GRPC = lis.Addr().String()

@@ -57,6 +57,10 @@ type Node struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
+	// nhMu is held shared by every call that reaches a state machine
+	// (nhCall) and exclusively by Close.
+	nhMu sync.RWMutex
+
 	// mu guards started and stopped.
 	mu      sync.Mutex
 	started bool
@@ -237,7 +241,12 @@ func (n *Node) stopLocked() {
 	}
 	n.wg.Wait()
 	if n.nh != nil {
+		// Wait for the state machine calls in flight (nhCall): Close
+		// destroys the state machines without waiting for lookups, a data
+		// race the race detector found in TestLinearizability.
+		n.nhMu.Lock()
 		n.nh.Close()
+		n.nhMu.Unlock()
 	}
 	n.log.Info("metadata node stopped")
 }
@@ -329,7 +338,8 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		}
 		for {
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := n.nh.SyncRead(rctx, st.shardID, statsQuery{})
+			var err error
+			n.nhCall(func() { _, err = n.nh.SyncRead(rctx, st.shardID, statsQuery{}) })
 			cancel()
 			if err == nil {
 				break
@@ -383,7 +393,9 @@ func (n *Node) tickLoop(ctx context.Context) {
 			}
 			if !renew {
 				now := n.clock.Now().UnixNano()
-				v, err := n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: now})
+				var v any
+				var err error
+				n.nhCall(func() { v, err = n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: now}) })
 				if err != nil {
 					continue
 				}
@@ -410,4 +422,12 @@ func (n *Node) tickLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// nhCall runs f, a NodeHost call that reaches a state machine (reads,
+// proposals), while the NodeHost cannot be closed.
+func (n *Node) nhCall(f func()) {
+	n.nhMu.RLock()
+	defer n.nhMu.RUnlock()
+	f()
 }

@@ -76,7 +76,8 @@ func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResu
 			return cmdResult{}, fmt.Errorf("%w: encode command: %v", ErrInvalidArgument, err)
 		}
 		actx, acancel := context.WithTimeout(ctx, s.node.cfg.AttemptTimeout)
-		res, err := s.node.nh.SyncPropose(actx, s.node.nh.GetNoOPSession(s.shardID), data)
+		var res sm.Result
+		s.node.nhCall(func() { res, err = s.node.nh.SyncPropose(actx, s.node.nh.GetNoOPSession(s.shardID), data) })
 		acancel()
 		if err == nil {
 			var out cmdResult
@@ -131,7 +132,9 @@ func (s *shardStore) read(ctx context.Context, q any, stale bool) (any, error) {
 		kind = "stale"
 	}
 	if stale {
-		v, err := s.node.nh.StaleRead(s.shardID, q)
+		var v any
+		var err error
+		s.node.nhCall(func() { v, err = s.node.nh.StaleRead(s.shardID, q) })
 		if err != nil {
 			s.node.metrics.read(s.name, kind, "unavailable")
 			return nil, fmt.Errorf("%w: shard %q: %v", ErrUnavailable, s.name, err)
@@ -148,7 +151,9 @@ func (s *shardStore) read(ctx context.Context, q any, stale bool) (any, error) {
 			return nil, fmt.Errorf("%w: shard %q: %w", ErrUnavailable, s.name, ctx.Err())
 		}
 		actx, acancel := context.WithTimeout(ctx, s.node.cfg.AttemptTimeout)
-		v, err := s.node.nh.SyncRead(actx, s.shardID, q)
+		var v any
+		var err error
+		s.node.nhCall(func() { v, err = s.node.nh.SyncRead(actx, s.shardID, q) })
 		acancel()
 		if err == nil {
 			s.node.metrics.read(s.name, kind, "ok")
@@ -295,7 +300,11 @@ func (s *shardStore) Watch(ctx context.Context, prefix string, afterRevision int
 		defer unsubscribe()
 		scanned := afterRevision
 		for {
-			v, err := s.node.nh.StaleRead(s.shardID, histQuery{Prefix: prefix, After: scanned, Limit: watchPage})
+			var v any
+			var err error
+			s.node.nhCall(func() {
+				v, err = s.node.nh.StaleRead(s.shardID, histQuery{Prefix: prefix, After: scanned, Limit: watchPage})
+			})
 			if errors.Is(err, dragonboat.ErrShardNotInitialized) {
 				// The replica is still loading its snapshot after a start.
 				if !wait(ctx, 20*time.Millisecond) {

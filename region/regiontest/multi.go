@@ -3,6 +3,7 @@ package regiontest
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -73,10 +74,18 @@ func StartRegions(t testing.TB, opts MultiOptions) *Multi {
 	t.Cleanup(m.Network.Close)
 	// Reserve every broker's gRPC address first, so that the proxies can
 	// point at them before the brokers start.
+	// The listeners stay open until each broker takes its own, so no other
+	// process (tests run packages in parallel) can take the port between.
 	addrs := map[string][]string{}
+	liss := map[string][]net.Listener{}
 	for _, r := range opts.Regions {
 		for range opts.Brokers {
-			addrs[r] = append(addrs[r], metadatatest.FreeAddr(t))
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("regiontest: reserve a broker address: %v", err)
+			}
+			addrs[r] = append(addrs[r], lis.Addr().String())
+			liss[r] = append(liss[r], lis)
 		}
 	}
 	rewrite := map[string]map[string]string{}
@@ -101,7 +110,7 @@ func StartRegions(t testing.TB, opts MultiOptions) *Multi {
 	m.rewrite = rewrite
 	for _, r := range opts.Regions {
 		c := &Cluster{t: t, Global: m.Global, Regional: mc.Store(0, r), region: r, idPrefix: r + "-broker-",
-			grpcAddrs: addrs[r], rewrite: rewrite[r],
+			grpcAddrs: addrs[r], grpcLis: liss[r], rewrite: rewrite[r],
 			opts: Options{Brokers: opts.Brokers, Bookies: opts.Bookies}}
 		if opts.Broker != nil {
 			c.opts.Broker = func(i int, cfg *broker.Config) { opts.Broker(r, i, cfg) }

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,7 +56,10 @@ type Cluster struct {
 	// restarted broker gets its address back); rewrite is every broker's
 	// DialRewrite (multi-region: remote brokers through link proxies).
 	grpcAddrs []string
-	rewrite   map[string]string
+	// grpcLis are the reserved addresses' open listeners, each handed to
+	// its broker's first start (then nil).
+	grpcLis []net.Listener
+	rewrite map[string]string
 
 	mu      sync.Mutex
 	brokers []*brokerNode
@@ -135,6 +140,11 @@ func (c *Cluster) startBroker(i int) {
 	if i < len(c.grpcAddrs) {
 		cfg.GRPCAddress = c.grpcAddrs[i]
 	}
+	c.mu.Lock()
+	if i < len(c.grpcLis) && c.grpcLis[i] != nil {
+		cfg.GRPCListener, c.grpcLis[i] = c.grpcLis[i], nil
+	}
+	c.mu.Unlock()
 	if c.rewrite != nil {
 		cfg.DialRewrite = maps.Clone(c.rewrite)
 	}
@@ -155,9 +165,21 @@ func (c *Cluster) startBroker(i int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(ctx); err != nil {
-		_ = lc.Close()
-		t.Fatal(err)
+	// A restart listens on its old address again; another test process
+	// may hold the port for a moment (then it is retried).
+	for {
+		err := srv.Start(ctx)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "address already in use") || ctx.Err() != nil {
+			_ = lc.Close()
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if srv, err = broker.NewServer(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.mu.Lock()
 	for len(c.brokers) <= i {
