@@ -2,8 +2,8 @@ package broker
 
 import (
 	"fmt"
-	"net"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/meridianmq/meridian/metadata"
