@@ -82,6 +82,9 @@ func TestWANPoolRegionHealth(t *testing.T) {
 	nw.Cut("a", "b", false)
 	cutAt := time.Now()
 	waitUntil(t, 20*time.Second, "b unreachable from a", func() bool { return !reachable(src, "b") })
+	// The pool notes the departure (last seen) from the membership event,
+	// which its watcher may handle a moment after the member list changed.
+	waitUntil(t, 10*time.Second, "b's departure noted", func() bool { _, seen, _ := src.Region("b"); return !seen.IsZero() })
 	ok, seen, known := src.Region("b")
 	if ok || !known || seen.Before(cutAt) || seen.After(time.Now()) {
 		t.Fatalf("after the cut: reachable %v, last seen %v (cut at %v), known %v", ok, seen, cutAt, known)

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,17 @@ func freeAddr(t *testing.T) string {
 // rewrite and joining seeds.
 func startWAN(t *testing.T, name, bind string, rewrite map[string]string, seeds ...string) *Membership {
 	t.Helper()
+	m, err := tryStartWAN(t, name, bind, rewrite, seeds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// tryStartWAN is startWAN returning the error (a reserved port may have
+// been taken by another test process meanwhile).
+func tryStartWAN(t *testing.T, name, bind string, rewrite map[string]string, seeds ...string) (*Membership, error) {
+	t.Helper()
 	cfg := DefaultMembershipConfig().WithFastFailureDetection()
 	cfg.NodeName = name
 	cfg.Region = name
@@ -34,10 +46,10 @@ func startWAN(t *testing.T, name, bind string, rewrite map[string]string, seeds 
 	cfg.Logger = testLogger(t)
 	m, err := NewMembership(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(func() { _ = m.Shutdown() })
-	return m
+	return m, nil
 }
 
 func alive(m *Membership, name string) bool {
@@ -52,17 +64,35 @@ func alive(m *Membership, name string) bool {
 func TestTCPTransportThroughLinkProxy(t *testing.T) {
 	nw := chaos.NewNetwork(nil)
 	t.Cleanup(nw.Close)
-	addrA, addrB := freeAddr(t), freeAddr(t)
-	ab, err := nw.Proxy("a", "b", "127.0.0.1:0", addrB)
-	if err != nil {
-		t.Fatal(err)
+	// freeAddr frees its port at once: another test process may bind it
+	// before the member does; then start over on new ports.
+	var a, b *Membership
+	var addrA, addrB string
+	for attempt := 1; ; attempt++ {
+		addrA, addrB = freeAddr(t), freeAddr(t)
+		ab, err := nw.Proxy("a", "b", "127.0.0.1:0", addrB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ba, err := nw.Proxy("b", "a", "127.0.0.1:0", addrA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err = tryStartWAN(t, "a", addrA, map[string]string{addrB: ab.Addr()}, addrB)
+		if err == nil {
+			if b, err = tryStartWAN(t, "b", addrB, map[string]string{addrA: ba.Addr()}, addrA); err != nil {
+				_ = a.Shutdown()
+			}
+		}
+		if err == nil {
+			break
+		}
+		ab.Close()
+		ba.Close()
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
 	}
-	ba, err := nw.Proxy("b", "a", "127.0.0.1:0", addrA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := startWAN(t, "a", addrA, map[string]string{addrB: ab.Addr()}, addrB)
-	b := startWAN(t, "b", addrB, map[string]string{addrA: ba.Addr()}, addrA)
 	if a.Addr() != addrA || b.Addr() != addrB {
 		t.Fatalf("advertised %s and %s, want the bound %s and %s", a.Addr(), b.Addr(), addrA, addrB)
 	}
