@@ -425,8 +425,11 @@ type NamespacePolicies struct {
 	// namespace's topics (messages/s, bytes/s; 0 = unlimited).
 	ReplicatorRateMsgs  int64 `protobuf:"varint,13,opt,name=replicator_rate_msgs,json=replicatorRateMsgs,proto3" json:"replicator_rate_msgs,omitempty"`
 	ReplicatorRateBytes int64 `protobuf:"varint,14,opt,name=replicator_rate_bytes,json=replicatorRateBytes,proto3" json:"replicator_rate_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// replicate_subscriptions makes every subscription of the namespace's
+	// topics a replicated subscription (Subscribe.replicated).
+	ReplicateSubscriptions bool `protobuf:"varint,15,opt,name=replicate_subscriptions,json=replicateSubscriptions,proto3" json:"replicate_subscriptions,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -555,6 +558,13 @@ func (x *NamespacePolicies) GetReplicatorRateBytes() int64 {
 		return x.ReplicatorRateBytes
 	}
 	return 0
+}
+
+func (x *NamespacePolicies) GetReplicateSubscriptions() bool {
+	if x != nil {
+		return x.ReplicateSubscriptions
+	}
+	return false
 }
 
 type ListNamespacesRequest struct {
@@ -1596,7 +1606,13 @@ type SubscriptionStats struct {
 	// blocked is set while dispatch cannot read the subscription's next
 	// entry: delivery stops there (entries before it were delivered) until
 	// the entry becomes readable again or SkipLostEntries skips it.
-	Blocked       *BlockedRead `protobuf:"bytes,7,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	Blocked *BlockedRead `protobuf:"bytes,7,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// replicated is true for a replicated subscription; ack_replication has
+	// one element per remote region of the namespace.
+	Replicated     bool                   `protobuf:"varint,8,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	AckReplication []*AckReplicationStats `protobuf:"bytes,9,rep,name=ack_replication,json=ackReplication,proto3" json:"ack_replication,omitempty"`
+	// durable is false for a reader (non-durable cursor).
+	Durable       bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1680,6 +1696,117 @@ func (x *SubscriptionStats) GetBlocked() *BlockedRead {
 	return nil
 }
 
+func (x *SubscriptionStats) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
+func (x *SubscriptionStats) GetAckReplication() []*AckReplicationStats {
+	if x != nil {
+		return x.AckReplication
+	}
+	return nil
+}
+
+func (x *SubscriptionStats) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+// AckReplicationStats is the state of a replicated subscription's
+// acknowledgement stream towards one remote region.
+type AckReplicationStats struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Region    string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Connected bool                   `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	// lag_seconds is the age of the oldest acknowledgement the remote has not
+	// confirmed (0 = in sync).
+	LagSeconds float64 `protobuf:"fixed64,3,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
+	// pending_ranges / pending_acks: acknowledged ranges and entries the
+	// remote has not confirmed.
+	PendingRanges int64  `protobuf:"varint,4,opt,name=pending_ranges,json=pendingRanges,proto3" json:"pending_ranges,omitempty"`
+	PendingAcks   int64  `protobuf:"varint,5,opt,name=pending_acks,json=pendingAcks,proto3" json:"pending_acks,omitempty"`
+	LastError     string `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckReplicationStats) Reset() {
+	*x = AckReplicationStats{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckReplicationStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckReplicationStats) ProtoMessage() {}
+
+func (x *AckReplicationStats) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckReplicationStats.ProtoReflect.Descriptor instead.
+func (*AckReplicationStats) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AckReplicationStats) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *AckReplicationStats) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *AckReplicationStats) GetLagSeconds() float64 {
+	if x != nil {
+		return x.LagSeconds
+	}
+	return 0
+}
+
+func (x *AckReplicationStats) GetPendingRanges() int64 {
+	if x != nil {
+		return x.PendingRanges
+	}
+	return 0
+}
+
+func (x *AckReplicationStats) GetPendingAcks() int64 {
+	if x != nil {
+		return x.PendingAcks
+	}
+	return 0
+}
+
+func (x *AckReplicationStats) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // BlockedRead is the entry a subscription's dispatch is stuck on.
 type BlockedRead struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1700,7 +1827,7 @@ type BlockedRead struct {
 
 func (x *BlockedRead) Reset() {
 	*x = BlockedRead{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1839,7 @@ func (x *BlockedRead) String() string {
 func (*BlockedRead) ProtoMessage() {}
 
 func (x *BlockedRead) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1852,7 @@ func (x *BlockedRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockedRead.ProtoReflect.Descriptor instead.
 func (*BlockedRead) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BlockedRead) GetPosition() *MessageId {
@@ -1795,7 +1922,7 @@ type TopicStats struct {
 
 func (x *TopicStats) Reset() {
 	*x = TopicStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1934,7 @@ func (x *TopicStats) String() string {
 func (*TopicStats) ProtoMessage() {}
 
 func (x *TopicStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1947,7 @@ func (x *TopicStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicStats.ProtoReflect.Descriptor instead.
 func (*TopicStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TopicStats) GetTopic() string {
@@ -1942,7 +2069,7 @@ type LedgerInfo struct {
 
 func (x *LedgerInfo) Reset() {
 	*x = LedgerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2081,7 @@ func (x *LedgerInfo) String() string {
 func (*LedgerInfo) ProtoMessage() {}
 
 func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2094,7 @@ func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerInfo.ProtoReflect.Descriptor instead.
 func (*LedgerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LedgerInfo) GetLedgerId() int64 {
@@ -2024,7 +2151,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2163,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2176,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CursorInfo) GetName() string {
@@ -2108,7 +2235,7 @@ type TopicInternalStats struct {
 
 func (x *TopicInternalStats) Reset() {
 	*x = TopicInternalStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2247,7 @@ func (x *TopicInternalStats) String() string {
 func (*TopicInternalStats) ProtoMessage() {}
 
 func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2260,7 @@ func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInternalStats.ProtoReflect.Descriptor instead.
 func (*TopicInternalStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TopicInternalStats) GetTopic() string {
@@ -2187,7 +2314,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2326,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2339,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSubscriptionsRequest) GetTopic() string {
@@ -2231,7 +2358,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2370,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2383,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []string {
@@ -2271,13 +2398,15 @@ type CreateSubscriptionRequest struct {
 	Topic           string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Subscription    string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
 	InitialPosition InitialPosition        `protobuf:"varint,3,opt,name=initial_position,json=initialPosition,proto3,enum=meridian.client.v1.InitialPosition" json:"initial_position,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// replicated: see Subscribe.replicated.
+	Replicated    bool `protobuf:"varint,4,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2418,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2431,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateSubscriptionRequest) GetTopic() string {
@@ -2326,6 +2455,13 @@ func (x *CreateSubscriptionRequest) GetInitialPosition() InitialPosition {
 	return InitialPosition_INITIAL_POSITION_LATEST
 }
 
+func (x *CreateSubscriptionRequest) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
 type CreateSubscriptionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2334,7 +2470,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2482,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2495,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 type DeleteSubscriptionRequest struct {
@@ -2373,7 +2509,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2521,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2534,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -2430,7 +2566,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2578,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2591,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 type ResetSubscriptionRequest struct {
@@ -2467,6 +2603,7 @@ type ResetSubscriptionRequest struct {
 	//	*ResetSubscriptionRequest_MessageId
 	//	*ResetSubscriptionRequest_PublishTimeMs
 	//	*ResetSubscriptionRequest_InitialPosition
+	//	*ResetSubscriptionRequest_OriginPosition
 	Position      isResetSubscriptionRequest_Position `protobuf_oneof:"position"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2474,7 +2611,7 @@ type ResetSubscriptionRequest struct {
 
 func (x *ResetSubscriptionRequest) Reset() {
 	*x = ResetSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2623,7 @@ func (x *ResetSubscriptionRequest) String() string {
 func (*ResetSubscriptionRequest) ProtoMessage() {}
 
 func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2636,7 @@ func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResetSubscriptionRequest) GetTopic() string {
@@ -2550,6 +2687,15 @@ func (x *ResetSubscriptionRequest) GetInitialPosition() InitialPosition {
 	return InitialPosition_INITIAL_POSITION_LATEST
 }
 
+func (x *ResetSubscriptionRequest) GetOriginPosition() *OriginPosition {
+	if x != nil {
+		if x, ok := x.Position.(*ResetSubscriptionRequest_OriginPosition); ok {
+			return x.OriginPosition
+		}
+	}
+	return nil
+}
+
 type isResetSubscriptionRequest_Position interface {
 	isResetSubscriptionRequest_Position()
 }
@@ -2569,11 +2715,19 @@ type ResetSubscriptionRequest_InitialPosition struct {
 	InitialPosition InitialPosition `protobuf:"varint,5,opt,name=initial_position,json=initialPosition,proto3,enum=meridian.client.v1.InitialPosition,oneof"`
 }
 
+type ResetSubscriptionRequest_OriginPosition struct {
+	// origin_position: the next entry delivered is this one (see
+	// OriginPosition); publish_time_ms is resolved per origin region too.
+	OriginPosition *OriginPosition `protobuf:"bytes,6,opt,name=origin_position,json=originPosition,proto3,oneof"`
+}
+
 func (*ResetSubscriptionRequest_MessageId) isResetSubscriptionRequest_Position() {}
 
 func (*ResetSubscriptionRequest_PublishTimeMs) isResetSubscriptionRequest_Position() {}
 
 func (*ResetSubscriptionRequest_InitialPosition) isResetSubscriptionRequest_Position() {}
+
+func (*ResetSubscriptionRequest_OriginPosition) isResetSubscriptionRequest_Position() {}
 
 type ResetSubscriptionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2583,7 +2737,7 @@ type ResetSubscriptionResponse struct {
 
 func (x *ResetSubscriptionResponse) Reset() {
 	*x = ResetSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2749,7 @@ func (x *ResetSubscriptionResponse) String() string {
 func (*ResetSubscriptionResponse) ProtoMessage() {}
 
 func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2762,7 @@ func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type ListBrokersRequest struct {
@@ -2619,7 +2773,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2785,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2798,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 type BrokerInfo struct {
@@ -2659,7 +2813,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2825,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2838,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BrokerInfo) GetBrokerId() string {
@@ -2724,7 +2878,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2890,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2903,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -2792,7 +2946,7 @@ type BookieStatus struct {
 
 func (x *BookieStatus) Reset() {
 	*x = BookieStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2958,7 @@ func (x *BookieStatus) String() string {
 func (*BookieStatus) ProtoMessage() {}
 
 func (x *BookieStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2971,7 @@ func (x *BookieStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieStatus.ProtoReflect.Descriptor instead.
 func (*BookieStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BookieStatus) GetBookieId() string {
@@ -2912,7 +3066,7 @@ type ListBookiesRequest struct {
 
 func (x *ListBookiesRequest) Reset() {
 	*x = ListBookiesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3078,7 @@ func (x *ListBookiesRequest) String() string {
 func (*ListBookiesRequest) ProtoMessage() {}
 
 func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3091,7 @@ func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesRequest.ProtoReflect.Descriptor instead.
 func (*ListBookiesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 type ListBookiesResponse struct {
@@ -2951,7 +3105,7 @@ type ListBookiesResponse struct {
 
 func (x *ListBookiesResponse) Reset() {
 	*x = ListBookiesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3117,7 @@ func (x *ListBookiesResponse) String() string {
 func (*ListBookiesResponse) ProtoMessage() {}
 
 func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3130,7 @@ func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesResponse.ProtoReflect.Descriptor instead.
 func (*ListBookiesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListBookiesResponse) GetBookies() []*BookieStatus {
@@ -3013,7 +3167,7 @@ type UnderReplicatedLedger struct {
 
 func (x *UnderReplicatedLedger) Reset() {
 	*x = UnderReplicatedLedger{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3179,7 @@ func (x *UnderReplicatedLedger) String() string {
 func (*UnderReplicatedLedger) ProtoMessage() {}
 
 func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3192,7 @@ func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnderReplicatedLedger.ProtoReflect.Descriptor instead.
 func (*UnderReplicatedLedger) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UnderReplicatedLedger) GetLedgerId() int64 {
@@ -3091,7 +3245,7 @@ type GetAutorecoveryStatusRequest struct {
 
 func (x *GetAutorecoveryStatusRequest) Reset() {
 	*x = GetAutorecoveryStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3257,7 @@ func (x *GetAutorecoveryStatusRequest) String() string {
 func (*GetAutorecoveryStatusRequest) ProtoMessage() {}
 
 func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3270,7 @@ func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAutorecoveryStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetAutorecoveryStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type AutorecoveryStatus struct {
@@ -3136,7 +3290,7 @@ type AutorecoveryStatus struct {
 
 func (x *AutorecoveryStatus) Reset() {
 	*x = AutorecoveryStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3302,7 @@ func (x *AutorecoveryStatus) String() string {
 func (*AutorecoveryStatus) ProtoMessage() {}
 
 func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3315,7 @@ func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutorecoveryStatus.ProtoReflect.Descriptor instead.
 func (*AutorecoveryStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AutorecoveryStatus) GetPaused() bool {
@@ -3216,7 +3370,7 @@ type PauseAutorecoveryRequest struct {
 
 func (x *PauseAutorecoveryRequest) Reset() {
 	*x = PauseAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3382,7 @@ func (x *PauseAutorecoveryRequest) String() string {
 func (*PauseAutorecoveryRequest) ProtoMessage() {}
 
 func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3395,7 @@ func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PauseAutorecoveryRequest) GetReason() string {
@@ -3259,7 +3413,7 @@ type PauseAutorecoveryResponse struct {
 
 func (x *PauseAutorecoveryResponse) Reset() {
 	*x = PauseAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3271,7 +3425,7 @@ func (x *PauseAutorecoveryResponse) String() string {
 func (*PauseAutorecoveryResponse) ProtoMessage() {}
 
 func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3284,7 +3438,7 @@ func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 type ResumeAutorecoveryRequest struct {
@@ -3295,7 +3449,7 @@ type ResumeAutorecoveryRequest struct {
 
 func (x *ResumeAutorecoveryRequest) Reset() {
 	*x = ResumeAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3461,7 @@ func (x *ResumeAutorecoveryRequest) String() string {
 func (*ResumeAutorecoveryRequest) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3474,7 @@ func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 type ResumeAutorecoveryResponse struct {
@@ -3331,7 +3485,7 @@ type ResumeAutorecoveryResponse struct {
 
 func (x *ResumeAutorecoveryResponse) Reset() {
 	*x = ResumeAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3497,7 @@ func (x *ResumeAutorecoveryResponse) String() string {
 func (*ResumeAutorecoveryResponse) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3510,7 @@ func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 type DecommissionBookieRequest struct {
@@ -3368,7 +3522,7 @@ type DecommissionBookieRequest struct {
 
 func (x *DecommissionBookieRequest) Reset() {
 	*x = DecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3534,7 @@ func (x *DecommissionBookieRequest) String() string {
 func (*DecommissionBookieRequest) ProtoMessage() {}
 
 func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3547,7 @@ func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DecommissionBookieRequest) GetBookieId() string {
@@ -3411,7 +3565,7 @@ type DecommissionBookieResponse struct {
 
 func (x *DecommissionBookieResponse) Reset() {
 	*x = DecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3577,7 @@ func (x *DecommissionBookieResponse) String() string {
 func (*DecommissionBookieResponse) ProtoMessage() {}
 
 func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3590,7 @@ func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type RecommissionBookieRequest struct {
@@ -3448,7 +3602,7 @@ type RecommissionBookieRequest struct {
 
 func (x *RecommissionBookieRequest) Reset() {
 	*x = RecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3614,7 @@ func (x *RecommissionBookieRequest) String() string {
 func (*RecommissionBookieRequest) ProtoMessage() {}
 
 func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3627,7 @@ func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RecommissionBookieRequest) GetBookieId() string {
@@ -3491,7 +3645,7 @@ type RecommissionBookieResponse struct {
 
 func (x *RecommissionBookieResponse) Reset() {
 	*x = RecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3657,7 @@ func (x *RecommissionBookieResponse) String() string {
 func (*RecommissionBookieResponse) ProtoMessage() {}
 
 func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3670,7 @@ func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 type GetMetadataStatusRequest struct {
@@ -3527,7 +3681,7 @@ type GetMetadataStatusRequest struct {
 
 func (x *GetMetadataStatusRequest) Reset() {
 	*x = GetMetadataStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3693,7 @@ func (x *GetMetadataStatusRequest) String() string {
 func (*GetMetadataStatusRequest) ProtoMessage() {}
 
 func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3706,7 @@ func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 type MetadataShardStatus struct {
@@ -3572,7 +3726,7 @@ type MetadataShardStatus struct {
 
 func (x *MetadataShardStatus) Reset() {
 	*x = MetadataShardStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3738,7 @@ func (x *MetadataShardStatus) String() string {
 func (*MetadataShardStatus) ProtoMessage() {}
 
 func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3751,7 @@ func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataShardStatus.ProtoReflect.Descriptor instead.
 func (*MetadataShardStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MetadataShardStatus) GetName() string {
@@ -3657,7 +3811,7 @@ type MetadataNodeStatus struct {
 
 func (x *MetadataNodeStatus) Reset() {
 	*x = MetadataNodeStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3823,7 @@ func (x *MetadataNodeStatus) String() string {
 func (*MetadataNodeStatus) ProtoMessage() {}
 
 func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3836,7 @@ func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataNodeStatus.ProtoReflect.Descriptor instead.
 func (*MetadataNodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MetadataNodeStatus) GetEndpoint() string {
@@ -3729,7 +3883,7 @@ type MetadataStatus struct {
 
 func (x *MetadataStatus) Reset() {
 	*x = MetadataStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3895,7 @@ func (x *MetadataStatus) String() string {
 func (*MetadataStatus) ProtoMessage() {}
 
 func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3908,7 @@ func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataStatus.ProtoReflect.Descriptor instead.
 func (*MetadataStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MetadataStatus) GetNodes() []*MetadataNodeStatus {
@@ -3779,7 +3933,7 @@ type MetadataKeyValue struct {
 
 func (x *MetadataKeyValue) Reset() {
 	*x = MetadataKeyValue{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +3945,7 @@ func (x *MetadataKeyValue) String() string {
 func (*MetadataKeyValue) ProtoMessage() {}
 
 func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3958,7 @@ func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataKeyValue.ProtoReflect.Descriptor instead.
 func (*MetadataKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MetadataKeyValue) GetKey() string {
@@ -3859,7 +4013,7 @@ type GetMetadataKeyRequest struct {
 
 func (x *GetMetadataKeyRequest) Reset() {
 	*x = GetMetadataKeyRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4025,7 @@ func (x *GetMetadataKeyRequest) String() string {
 func (*GetMetadataKeyRequest) ProtoMessage() {}
 
 func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4038,7 @@ func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetMetadataKeyRequest) GetShard() MetadataShard {
@@ -3915,7 +4069,7 @@ type ListMetadataKeysRequest struct {
 
 func (x *ListMetadataKeysRequest) Reset() {
 	*x = ListMetadataKeysRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +4081,7 @@ func (x *ListMetadataKeysRequest) String() string {
 func (*ListMetadataKeysRequest) ProtoMessage() {}
 
 func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4094,7 @@ func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListMetadataKeysRequest) GetShard() MetadataShard {
@@ -3983,7 +4137,7 @@ type ListMetadataKeysResponse struct {
 
 func (x *ListMetadataKeysResponse) Reset() {
 	*x = ListMetadataKeysResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4149,7 @@ func (x *ListMetadataKeysResponse) String() string {
 func (*ListMetadataKeysResponse) ProtoMessage() {}
 
 func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4162,7 @@ func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListMetadataKeysResponse) GetKvs() []*MetadataKeyValue {
@@ -4043,7 +4197,7 @@ type LedgerBookie struct {
 
 func (x *LedgerBookie) Reset() {
 	*x = LedgerBookie{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4209,7 @@ func (x *LedgerBookie) String() string {
 func (*LedgerBookie) ProtoMessage() {}
 
 func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4222,7 @@ func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerBookie.ProtoReflect.Descriptor instead.
 func (*LedgerBookie) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LedgerBookie) GetBookieId() string {
@@ -4104,7 +4258,7 @@ type LedgerSegment struct {
 
 func (x *LedgerSegment) Reset() {
 	*x = LedgerSegment{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4116,7 +4270,7 @@ func (x *LedgerSegment) String() string {
 func (*LedgerSegment) ProtoMessage() {}
 
 func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4129,7 +4283,7 @@ func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerSegment.ProtoReflect.Descriptor instead.
 func (*LedgerSegment) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LedgerSegment) GetFirstEntry() int64 {
@@ -4182,7 +4336,7 @@ type LedgerDetails struct {
 
 func (x *LedgerDetails) Reset() {
 	*x = LedgerDetails{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4348,7 @@ func (x *LedgerDetails) String() string {
 func (*LedgerDetails) ProtoMessage() {}
 
 func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4361,7 @@ func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerDetails.ProtoReflect.Descriptor instead.
 func (*LedgerDetails) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LedgerDetails) GetLedgerId() int64 {
@@ -4317,7 +4471,7 @@ type GetLedgerRequest struct {
 
 func (x *GetLedgerRequest) Reset() {
 	*x = GetLedgerRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4483,7 @@ func (x *GetLedgerRequest) String() string {
 func (*GetLedgerRequest) ProtoMessage() {}
 
 func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4496,7 @@ func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetLedgerRequest) GetLedgerId() int64 {
@@ -4361,7 +4515,7 @@ type ListTopicLedgersRequest struct {
 
 func (x *ListTopicLedgersRequest) Reset() {
 	*x = ListTopicLedgersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4527,7 @@ func (x *ListTopicLedgersRequest) String() string {
 func (*ListTopicLedgersRequest) ProtoMessage() {}
 
 func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4540,7 @@ func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListTopicLedgersRequest) GetTopic() string {
@@ -4406,7 +4560,7 @@ type ListTopicLedgersResponse struct {
 
 func (x *ListTopicLedgersResponse) Reset() {
 	*x = ListTopicLedgersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4418,7 +4572,7 @@ func (x *ListTopicLedgersResponse) String() string {
 func (*ListTopicLedgersResponse) ProtoMessage() {}
 
 func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4431,7 +4585,7 @@ func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListTopicLedgersResponse) GetTopic() string {
@@ -4457,7 +4611,7 @@ type ScrubBookieRequest struct {
 
 func (x *ScrubBookieRequest) Reset() {
 	*x = ScrubBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4469,7 +4623,7 @@ func (x *ScrubBookieRequest) String() string {
 func (*ScrubBookieRequest) ProtoMessage() {}
 
 func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4482,7 +4636,7 @@ func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieRequest.ProtoReflect.Descriptor instead.
 func (*ScrubBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ScrubBookieRequest) GetBookieId() string {
@@ -4504,7 +4658,7 @@ type BookieCorruptRange struct {
 
 func (x *BookieCorruptRange) Reset() {
 	*x = BookieCorruptRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4670,7 @@ func (x *BookieCorruptRange) String() string {
 func (*BookieCorruptRange) ProtoMessage() {}
 
 func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4683,7 @@ func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieCorruptRange.ProtoReflect.Descriptor instead.
 func (*BookieCorruptRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BookieCorruptRange) GetLedgerId() int64 {
@@ -4567,7 +4721,7 @@ type BookieDamagedJournalRange struct {
 
 func (x *BookieDamagedJournalRange) Reset() {
 	*x = BookieDamagedJournalRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4733,7 @@ func (x *BookieDamagedJournalRange) String() string {
 func (*BookieDamagedJournalRange) ProtoMessage() {}
 
 func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4746,7 @@ func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieDamagedJournalRange.ProtoReflect.Descriptor instead.
 func (*BookieDamagedJournalRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BookieDamagedJournalRange) GetFile() string {
@@ -4644,7 +4798,7 @@ type ScrubBookieResponse struct {
 
 func (x *ScrubBookieResponse) Reset() {
 	*x = ScrubBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[77]
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4810,7 @@ func (x *ScrubBookieResponse) String() string {
 func (*ScrubBookieResponse) ProtoMessage() {}
 
 func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[77]
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4823,7 @@ func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieResponse.ProtoReflect.Descriptor instead.
 func (*ScrubBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{77}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ScrubBookieResponse) GetBookieId() string {
@@ -4759,7 +4913,7 @@ type SkipLostEntriesRequest struct {
 
 func (x *SkipLostEntriesRequest) Reset() {
 	*x = SkipLostEntriesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4925,7 @@ func (x *SkipLostEntriesRequest) String() string {
 func (*SkipLostEntriesRequest) ProtoMessage() {}
 
 func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +4938,7 @@ func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipLostEntriesRequest.ProtoReflect.Descriptor instead.
 func (*SkipLostEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{78}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SkipLostEntriesRequest) GetTopic() string {
@@ -4866,7 +5020,7 @@ type SkipLostEntriesResponse struct {
 
 func (x *SkipLostEntriesResponse) Reset() {
 	*x = SkipLostEntriesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +5032,7 @@ func (x *SkipLostEntriesResponse) String() string {
 func (*SkipLostEntriesResponse) ProtoMessage() {}
 
 func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +5045,7 @@ func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipLostEntriesResponse.ProtoReflect.Descriptor instead.
 func (*SkipLostEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{79}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SkipLostEntriesResponse) GetEntries() int64 {
@@ -4927,7 +5081,7 @@ type SetNamespaceReplicationRequest struct {
 
 func (x *SetNamespaceReplicationRequest) Reset() {
 	*x = SetNamespaceReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5093,7 @@ func (x *SetNamespaceReplicationRequest) String() string {
 func (*SetNamespaceReplicationRequest) ProtoMessage() {}
 
 func (x *SetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5106,7 @@ func (x *SetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{80}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SetNamespaceReplicationRequest) GetNamespace() string {
@@ -4977,7 +5131,7 @@ type SetNamespaceReplicationResponse struct {
 
 func (x *SetNamespaceReplicationResponse) Reset() {
 	*x = SetNamespaceReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4989,7 +5143,7 @@ func (x *SetNamespaceReplicationResponse) String() string {
 func (*SetNamespaceReplicationResponse) ProtoMessage() {}
 
 func (x *SetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5002,7 +5156,7 @@ func (x *SetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{81}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 type GetNamespaceReplicationRequest struct {
@@ -5014,7 +5168,7 @@ type GetNamespaceReplicationRequest struct {
 
 func (x *GetNamespaceReplicationRequest) Reset() {
 	*x = GetNamespaceReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5026,7 +5180,7 @@ func (x *GetNamespaceReplicationRequest) String() string {
 func (*GetNamespaceReplicationRequest) ProtoMessage() {}
 
 func (x *GetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5039,7 +5193,7 @@ func (x *GetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{82}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetNamespaceReplicationRequest) GetNamespace() string {
@@ -5061,7 +5215,7 @@ type GetNamespaceReplicationResponse struct {
 
 func (x *GetNamespaceReplicationResponse) Reset() {
 	*x = GetNamespaceReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5073,7 +5227,7 @@ func (x *GetNamespaceReplicationResponse) String() string {
 func (*GetNamespaceReplicationResponse) ProtoMessage() {}
 
 func (x *GetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5086,7 +5240,7 @@ func (x *GetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
 func (*GetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{83}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetNamespaceReplicationResponse) GetRegions() []string {
@@ -5112,7 +5266,7 @@ type GetTenantRequest struct {
 
 func (x *GetTenantRequest) Reset() {
 	*x = GetTenantRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5124,7 +5278,7 @@ func (x *GetTenantRequest) String() string {
 func (*GetTenantRequest) ProtoMessage() {}
 
 func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5137,7 +5291,7 @@ func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{84}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetTenantRequest) GetTenant() string {
@@ -5159,7 +5313,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5171,7 +5325,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5184,7 +5338,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{85}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *TenantInfo) GetTenant() string {
@@ -5218,7 +5372,7 @@ type SetTenantAllowedRegionsRequest struct {
 
 func (x *SetTenantAllowedRegionsRequest) Reset() {
 	*x = SetTenantAllowedRegionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5230,7 +5384,7 @@ func (x *SetTenantAllowedRegionsRequest) String() string {
 func (*SetTenantAllowedRegionsRequest) ProtoMessage() {}
 
 func (x *SetTenantAllowedRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5243,7 +5397,7 @@ func (x *SetTenantAllowedRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantAllowedRegionsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantAllowedRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{86}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SetTenantAllowedRegionsRequest) GetTenant() string {
@@ -5268,7 +5422,7 @@ type SetTenantAllowedRegionsResponse struct {
 
 func (x *SetTenantAllowedRegionsResponse) Reset() {
 	*x = SetTenantAllowedRegionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5280,7 +5434,7 @@ func (x *SetTenantAllowedRegionsResponse) String() string {
 func (*SetTenantAllowedRegionsResponse) ProtoMessage() {}
 
 func (x *SetTenantAllowedRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5293,7 +5447,7 @@ func (x *SetTenantAllowedRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantAllowedRegionsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantAllowedRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{87}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{88}
 }
 
 type SetTopicReplicationRequest struct {
@@ -5308,7 +5462,7 @@ type SetTopicReplicationRequest struct {
 
 func (x *SetTopicReplicationRequest) Reset() {
 	*x = SetTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5474,7 @@ func (x *SetTopicReplicationRequest) String() string {
 func (*SetTopicReplicationRequest) ProtoMessage() {}
 
 func (x *SetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5487,7 @@ func (x *SetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*SetTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{88}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SetTopicReplicationRequest) GetTopic() string {
@@ -5358,7 +5512,7 @@ type SetTopicReplicationResponse struct {
 
 func (x *SetTopicReplicationResponse) Reset() {
 	*x = SetTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5370,7 +5524,7 @@ func (x *SetTopicReplicationResponse) String() string {
 func (*SetTopicReplicationResponse) ProtoMessage() {}
 
 func (x *SetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5383,7 +5537,7 @@ func (x *SetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*SetTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{89}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{90}
 }
 
 type GetTopicReplicationRequest struct {
@@ -5395,7 +5549,7 @@ type GetTopicReplicationRequest struct {
 
 func (x *GetTopicReplicationRequest) Reset() {
 	*x = GetTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5407,7 +5561,7 @@ func (x *GetTopicReplicationRequest) String() string {
 func (*GetTopicReplicationRequest) ProtoMessage() {}
 
 func (x *GetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5420,7 +5574,7 @@ func (x *GetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{90}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *GetTopicReplicationRequest) GetTopic() string {
@@ -5447,7 +5601,7 @@ type GetTopicReplicationResponse struct {
 
 func (x *GetTopicReplicationResponse) Reset() {
 	*x = GetTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5459,7 +5613,7 @@ func (x *GetTopicReplicationResponse) String() string {
 func (*GetTopicReplicationResponse) ProtoMessage() {}
 
 func (x *GetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5472,7 +5626,7 @@ func (x *GetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*GetTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{91}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetTopicReplicationResponse) GetHasOverride() bool {
@@ -5512,7 +5666,7 @@ type RemoveTopicReplicationRequest struct {
 
 func (x *RemoveTopicReplicationRequest) Reset() {
 	*x = RemoveTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5678,7 @@ func (x *RemoveTopicReplicationRequest) String() string {
 func (*RemoveTopicReplicationRequest) ProtoMessage() {}
 
 func (x *RemoveTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5691,7 @@ func (x *RemoveTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{92}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RemoveTopicReplicationRequest) GetTopic() string {
@@ -5555,7 +5709,7 @@ type RemoveTopicReplicationResponse struct {
 
 func (x *RemoveTopicReplicationResponse) Reset() {
 	*x = RemoveTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +5721,7 @@ func (x *RemoveTopicReplicationResponse) String() string {
 func (*RemoveTopicReplicationResponse) ProtoMessage() {}
 
 func (x *RemoveTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +5734,7 @@ func (x *RemoveTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{93}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{94}
 }
 
 type ListRegionsRequest struct {
@@ -5591,7 +5745,7 @@ type ListRegionsRequest struct {
 
 func (x *ListRegionsRequest) Reset() {
 	*x = ListRegionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5603,7 +5757,7 @@ func (x *ListRegionsRequest) String() string {
 func (*ListRegionsRequest) ProtoMessage() {}
 
 func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5616,7 +5770,7 @@ func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{94}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{95}
 }
 
 // RegionReplicationLag sums the replication towards one region of the
@@ -5640,7 +5794,7 @@ type RegionReplicationLag struct {
 
 func (x *RegionReplicationLag) Reset() {
 	*x = RegionReplicationLag{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +5806,7 @@ func (x *RegionReplicationLag) String() string {
 func (*RegionReplicationLag) ProtoMessage() {}
 
 func (x *RegionReplicationLag) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +5819,7 @@ func (x *RegionReplicationLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionReplicationLag.ProtoReflect.Descriptor instead.
 func (*RegionReplicationLag) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{95}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RegionReplicationLag) GetAvailable() bool {
@@ -5734,7 +5888,7 @@ type RegionStatus struct {
 
 func (x *RegionStatus) Reset() {
 	*x = RegionStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5746,7 +5900,7 @@ func (x *RegionStatus) String() string {
 func (*RegionStatus) ProtoMessage() {}
 
 func (x *RegionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5759,7 +5913,7 @@ func (x *RegionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionStatus.ProtoReflect.Descriptor instead.
 func (*RegionStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{96}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RegionStatus) GetName() string {
@@ -5829,7 +5983,7 @@ type ListRegionsResponse struct {
 
 func (x *ListRegionsResponse) Reset() {
 	*x = ListRegionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5841,7 +5995,7 @@ func (x *ListRegionsResponse) String() string {
 func (*ListRegionsResponse) ProtoMessage() {}
 
 func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5854,7 +6008,7 @@ func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsResponse.ProtoReflect.Descriptor instead.
 func (*ListRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{97}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListRegionsResponse) GetRegions() []*RegionStatus {
@@ -5912,7 +6066,7 @@ type ReplicatorStats struct {
 
 func (x *ReplicatorStats) Reset() {
 	*x = ReplicatorStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5924,7 +6078,7 @@ func (x *ReplicatorStats) String() string {
 func (*ReplicatorStats) ProtoMessage() {}
 
 func (x *ReplicatorStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5937,7 +6091,7 @@ func (x *ReplicatorStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicatorStats.ProtoReflect.Descriptor instead.
 func (*ReplicatorStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{98}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ReplicatorStats) GetRemoteRegion() string {
@@ -6066,7 +6220,7 @@ type DeleteReplicationCursorsRequest struct {
 
 func (x *DeleteReplicationCursorsRequest) Reset() {
 	*x = DeleteReplicationCursorsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6232,7 @@ func (x *DeleteReplicationCursorsRequest) String() string {
 func (*DeleteReplicationCursorsRequest) ProtoMessage() {}
 
 func (x *DeleteReplicationCursorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6245,7 @@ func (x *DeleteReplicationCursorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReplicationCursorsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteReplicationCursorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{99}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *DeleteReplicationCursorsRequest) GetNamespace() string {
@@ -6127,7 +6281,7 @@ type DeleteReplicationCursorsResponse struct {
 
 func (x *DeleteReplicationCursorsResponse) Reset() {
 	*x = DeleteReplicationCursorsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	mi := &file_api_client_v1_admin_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6139,7 +6293,7 @@ func (x *DeleteReplicationCursorsResponse) String() string {
 func (*DeleteReplicationCursorsResponse) ProtoMessage() {}
 
 func (x *DeleteReplicationCursorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	mi := &file_api_client_v1_admin_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6152,7 +6306,7 @@ func (x *DeleteReplicationCursorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReplicationCursorsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteReplicationCursorsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{100}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *DeleteReplicationCursorsResponse) GetTopics() []string {
@@ -6169,6 +6323,174 @@ func (x *DeleteReplicationCursorsResponse) GetApplied() bool {
 	return false
 }
 
+type SetFailoverTargetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group names the set of clients switched together (a name: letters,
+	// digits, '-', '_', '.').
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// region is the region those clients must use.
+	Region        string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFailoverTargetRequest) Reset() {
+	*x = SetFailoverTargetRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFailoverTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFailoverTargetRequest) ProtoMessage() {}
+
+func (x *SetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFailoverTargetRequest.ProtoReflect.Descriptor instead.
+func (*SetFailoverTargetRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *SetFailoverTargetRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SetFailoverTargetRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+type GetFailoverTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFailoverTargetRequest) Reset() {
+	*x = GetFailoverTargetRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFailoverTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFailoverTargetRequest) ProtoMessage() {}
+
+func (x *GetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFailoverTargetRequest.ProtoReflect.Descriptor instead.
+func (*GetFailoverTargetRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *GetFailoverTargetRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type FailoverTarget struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Region string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	// version grows with every change (the global metadata key's version).
+	Version       int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedMs     int64 `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailoverTarget) Reset() {
+	*x = FailoverTarget{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailoverTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailoverTarget) ProtoMessage() {}
+
+func (x *FailoverTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailoverTarget.ProtoReflect.Descriptor instead.
+func (*FailoverTarget) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *FailoverTarget) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *FailoverTarget) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *FailoverTarget) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FailoverTarget) GetUpdatedMs() int64 {
+	if x != nil {
+		return x.UpdatedMs
+	}
+	return 0
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -6183,7 +6505,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xcc\x06\n" +
+	"\x14DeleteTenantResponse\"\x85\a\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -6200,7 +6522,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1amax_replication_lag_action\x18\v \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x17maxReplicationLagAction\x12=\n" +
 	"\x1bmax_replication_lag_regions\x18\f \x03(\tR\x18maxReplicationLagRegions\x120\n" +
 	"\x14replicator_rate_msgs\x18\r \x01(\x03R\x12replicatorRateMsgs\x122\n" +
-	"\x15replicator_rate_bytes\x18\x0e \x01(\x03R\x13replicatorRateBytesB\x1d\n" +
+	"\x15replicator_rate_bytes\x18\x0e \x01(\x03R\x13replicatorRateBytes\x127\n" +
+	"\x17replicate_subscriptions\x18\x0f \x01(\bR\x16replicateSubscriptionsB\x1d\n" +
 	"\x1b_cursor_persist_interval_msB\x16\n" +
 	"\x14_backlog_quota_bytes\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
@@ -6256,7 +6579,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\xf9\x02\n" +
+	"msgRateOut\"\x85\x04\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -6265,7 +6588,22 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"msgRateOut\x12?\n" +
 	"\tconsumers\x18\x05 \x03(\v2!.meridian.client.v1.ConsumerStatsR\tconsumers\x12O\n" +
 	"\x14mark_delete_position\x18\x06 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x129\n" +
-	"\ablocked\x18\a \x01(\v2\x1f.meridian.client.v1.BlockedReadR\ablocked\"\xab\x01\n" +
+	"\ablocked\x18\a \x01(\v2\x1f.meridian.client.v1.BlockedReadR\ablocked\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\b \x01(\bR\n" +
+	"replicated\x12P\n" +
+	"\x0fack_replication\x18\t \x03(\v2'.meridian.client.v1.AckReplicationStatsR\x0eackReplication\x12\x18\n" +
+	"\adurable\x18\n" +
+	" \x01(\bR\adurable\"\xd5\x01\n" +
+	"\x13AckReplicationStats\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
+	"\vlag_seconds\x18\x03 \x01(\x01R\n" +
+	"lagSeconds\x12%\n" +
+	"\x0epending_ranges\x18\x04 \x01(\x03R\rpendingRanges\x12!\n" +
+	"\fpending_acks\x18\x05 \x01(\x03R\vpendingAcks\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\xab\x01\n" +
 	"\vBlockedRead\x129\n" +
 	"\bposition\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdR\bposition\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
@@ -6318,24 +6656,28 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x18ListSubscriptionsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"A\n" +
 	"\x19ListSubscriptionsResponse\x12$\n" +
-	"\rsubscriptions\x18\x01 \x03(\tR\rsubscriptions\"\xa5\x01\n" +
+	"\rsubscriptions\x18\x01 \x03(\tR\rsubscriptions\"\xc5\x01\n" +
 	"\x19CreateSubscriptionRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12N\n" +
-	"\x10initial_position\x18\x03 \x01(\x0e2#.meridian.client.v1.InitialPositionR\x0finitialPosition\"\x1c\n" +
+	"\x10initial_position\x18\x03 \x01(\x0e2#.meridian.client.v1.InitialPositionR\x0finitialPosition\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x04 \x01(\bR\n" +
+	"replicated\"\x1c\n" +
 	"\x1aCreateSubscriptionResponse\"k\n" +
 	"\x19DeleteSubscriptionRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"\x1c\n" +
-	"\x1aDeleteSubscriptionResponse\"\x9c\x02\n" +
+	"\x1aDeleteSubscriptionResponse\"\xeb\x02\n" +
 	"\x18ResetSubscriptionRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12>\n" +
 	"\n" +
 	"message_id\x18\x03 \x01(\v2\x1d.meridian.client.v1.MessageIdH\x00R\tmessageId\x12(\n" +
 	"\x0fpublish_time_ms\x18\x04 \x01(\x03H\x00R\rpublishTimeMs\x12P\n" +
-	"\x10initial_position\x18\x05 \x01(\x0e2#.meridian.client.v1.InitialPositionH\x00R\x0finitialPositionB\n" +
+	"\x10initial_position\x18\x05 \x01(\x0e2#.meridian.client.v1.InitialPositionH\x00R\x0finitialPosition\x12M\n" +
+	"\x0forigin_position\x18\x06 \x01(\v2\".meridian.client.v1.OriginPositionH\x00R\x0eoriginPositionB\n" +
 	"\n" +
 	"\bposition\"\x1b\n" +
 	"\x19ResetSubscriptionResponse\"\x14\n" +
@@ -6593,13 +6935,24 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aconfirm\x18\x03 \x01(\bR\aconfirm\"T\n" +
 	" DeleteReplicationCursorsResponse\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\x12\x18\n" +
-	"\aapplied\x18\x02 \x01(\bR\aapplied*N\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied\"H\n" +
+	"\x18SetFailoverTargetRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\"0\n" +
+	"\x18GetFailoverTargetRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +
+	"\x0eFailoverTarget\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1d\n" +
+	"\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs*N\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\x86#\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xd4$\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -6642,7 +6995,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x13GetTopicReplication\x12..meridian.client.v1.GetTopicReplicationRequest\x1a/.meridian.client.v1.GetTopicReplicationResponse\x12\x7f\n" +
 	"\x16RemoveTopicReplication\x121.meridian.client.v1.RemoveTopicReplicationRequest\x1a2.meridian.client.v1.RemoveTopicReplicationResponse\x12^\n" +
 	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponse\x12\x85\x01\n" +
-	"\x18DeleteReplicationCursors\x123.meridian.client.v1.DeleteReplicationCursorsRequest\x1a4.meridian.client.v1.DeleteReplicationCursorsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x18DeleteReplicationCursors\x123.meridian.client.v1.DeleteReplicationCursorsRequest\x1a4.meridian.client.v1.DeleteReplicationCursorsResponse\x12e\n" +
+	"\x11SetFailoverTarget\x12,.meridian.client.v1.SetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTarget\x12e\n" +
+	"\x11GetFailoverTarget\x12,.meridian.client.v1.GetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTargetB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -6657,7 +7012,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
 	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
@@ -6691,81 +7046,86 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*ProducerStats)(nil),                    // 29: meridian.client.v1.ProducerStats
 	(*ConsumerStats)(nil),                    // 30: meridian.client.v1.ConsumerStats
 	(*SubscriptionStats)(nil),                // 31: meridian.client.v1.SubscriptionStats
-	(*BlockedRead)(nil),                      // 32: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                       // 33: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                       // 34: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                       // 35: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),               // 36: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),         // 37: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),        // 38: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),        // 39: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),       // 40: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),        // 41: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),       // 42: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),         // 43: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),        // 44: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),               // 45: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                       // 46: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),              // 47: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                     // 48: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),               // 49: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),              // 50: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),            // 51: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil),     // 52: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),               // 53: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),         // 54: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),        // 55: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),        // 56: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),       // 57: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),        // 58: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),       // 59: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),        // 60: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),       // 61: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),         // 62: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),              // 63: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),               // 64: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),                   // 65: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),                 // 66: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),            // 67: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),          // 68: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),         // 69: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                     // 70: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                    // 71: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                    // 72: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),                 // 73: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),          // 74: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),         // 75: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),               // 76: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),               // 77: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),        // 78: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),              // 79: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),           // 80: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),          // 81: meridian.client.v1.SkipLostEntriesResponse
-	(*SetNamespaceReplicationRequest)(nil),   // 82: meridian.client.v1.SetNamespaceReplicationRequest
-	(*SetNamespaceReplicationResponse)(nil),  // 83: meridian.client.v1.SetNamespaceReplicationResponse
-	(*GetNamespaceReplicationRequest)(nil),   // 84: meridian.client.v1.GetNamespaceReplicationRequest
-	(*GetNamespaceReplicationResponse)(nil),  // 85: meridian.client.v1.GetNamespaceReplicationResponse
-	(*GetTenantRequest)(nil),                 // 86: meridian.client.v1.GetTenantRequest
-	(*TenantInfo)(nil),                       // 87: meridian.client.v1.TenantInfo
-	(*SetTenantAllowedRegionsRequest)(nil),   // 88: meridian.client.v1.SetTenantAllowedRegionsRequest
-	(*SetTenantAllowedRegionsResponse)(nil),  // 89: meridian.client.v1.SetTenantAllowedRegionsResponse
-	(*SetTopicReplicationRequest)(nil),       // 90: meridian.client.v1.SetTopicReplicationRequest
-	(*SetTopicReplicationResponse)(nil),      // 91: meridian.client.v1.SetTopicReplicationResponse
-	(*GetTopicReplicationRequest)(nil),       // 92: meridian.client.v1.GetTopicReplicationRequest
-	(*GetTopicReplicationResponse)(nil),      // 93: meridian.client.v1.GetTopicReplicationResponse
-	(*RemoveTopicReplicationRequest)(nil),    // 94: meridian.client.v1.RemoveTopicReplicationRequest
-	(*RemoveTopicReplicationResponse)(nil),   // 95: meridian.client.v1.RemoveTopicReplicationResponse
-	(*ListRegionsRequest)(nil),               // 96: meridian.client.v1.ListRegionsRequest
-	(*RegionReplicationLag)(nil),             // 97: meridian.client.v1.RegionReplicationLag
-	(*RegionStatus)(nil),                     // 98: meridian.client.v1.RegionStatus
-	(*ListRegionsResponse)(nil),              // 99: meridian.client.v1.ListRegionsResponse
-	(*ReplicatorStats)(nil),                  // 100: meridian.client.v1.ReplicatorStats
-	(*DeleteReplicationCursorsRequest)(nil),  // 101: meridian.client.v1.DeleteReplicationCursorsRequest
-	(*DeleteReplicationCursorsResponse)(nil), // 102: meridian.client.v1.DeleteReplicationCursorsResponse
-	nil,                                      // 103: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                    // 104: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 105: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 106: meridian.client.v1.InitialPosition
+	(*AckReplicationStats)(nil),              // 32: meridian.client.v1.AckReplicationStats
+	(*BlockedRead)(nil),                      // 33: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                       // 34: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                       // 35: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                       // 36: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),               // 37: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),         // 38: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),        // 39: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),        // 40: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),       // 41: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),        // 42: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),       // 43: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),         // 44: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),        // 45: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),               // 46: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                       // 47: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),              // 48: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                     // 49: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),               // 50: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),              // 51: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),            // 52: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),     // 53: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),               // 54: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),         // 55: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),        // 56: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),        // 57: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),       // 58: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),        // 59: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),       // 60: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),        // 61: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),       // 62: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),         // 63: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),              // 64: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),               // 65: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                   // 66: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                 // 67: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),            // 68: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),          // 69: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),         // 70: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                     // 71: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                    // 72: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                    // 73: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                 // 74: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),          // 75: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),         // 76: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),               // 77: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),               // 78: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),        // 79: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),              // 80: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),           // 81: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),          // 82: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),   // 83: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil),  // 84: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),   // 85: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil),  // 86: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                 // 87: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                       // 88: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),   // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil),  // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),       // 91: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),      // 92: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),       // 93: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),      // 94: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),    // 95: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),   // 96: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),               // 97: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),             // 98: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                     // 99: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),              // 100: meridian.client.v1.ListRegionsResponse
+	(*ReplicatorStats)(nil),                  // 101: meridian.client.v1.ReplicatorStats
+	(*DeleteReplicationCursorsRequest)(nil),  // 102: meridian.client.v1.DeleteReplicationCursorsRequest
+	(*DeleteReplicationCursorsResponse)(nil), // 103: meridian.client.v1.DeleteReplicationCursorsResponse
+	(*SetFailoverTargetRequest)(nil),         // 104: meridian.client.v1.SetFailoverTargetRequest
+	(*GetFailoverTargetRequest)(nil),         // 105: meridian.client.v1.GetFailoverTargetRequest
+	(*FailoverTarget)(nil),                   // 106: meridian.client.v1.FailoverTarget
+	nil,                                      // 107: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                    // 108: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 109: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 110: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                   // 111: meridian.client.v1.OriginPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -6773,126 +7133,132 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	104, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	108, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	105, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	32,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	105, // 9: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29,  // 10: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31,  // 11: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	100, // 12: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	105, // 13: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	34,  // 14: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	35,  // 15: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	105, // 16: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	106, // 17: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	105, // 18: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	106, // 19: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	46,  // 20: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	48,  // 21: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	51,  // 22: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	48,  // 23: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	63,  // 24: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	64,  // 25: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 26: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 27: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	66,  // 28: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	70,  // 29: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	71,  // 30: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	103, // 31: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	72,  // 32: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	77,  // 33: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	78,  // 34: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	105, // 35: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	97,  // 36: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	98,  // 37: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	2,   // 38: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 39: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 40: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 41: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 42: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 43: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 44: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 45: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 46: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 47: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 48: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 49: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 50: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 51: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	37,  // 52: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	39,  // 53: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	41,  // 54: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	43,  // 55: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	45,  // 56: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	49,  // 57: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	52,  // 58: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	54,  // 59: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	56,  // 60: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	58,  // 61: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	60,  // 62: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	62,  // 63: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	67,  // 64: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	68,  // 65: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	73,  // 66: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	74,  // 67: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	76,  // 68: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	80,  // 69: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	82,  // 70: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	84,  // 71: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	86,  // 72: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	88,  // 73: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	90,  // 74: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	92,  // 75: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	94,  // 76: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	96,  // 77: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	101, // 78: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	3,   // 79: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 80: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 81: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 82: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 83: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 84: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 85: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 86: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 87: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 88: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 89: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	33,  // 90: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	36,  // 91: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 92: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	38,  // 93: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	40,  // 94: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	42,  // 95: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	44,  // 96: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	47,  // 97: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	50,  // 98: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	53,  // 99: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	55,  // 100: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	57,  // 101: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	59,  // 102: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	61,  // 103: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	65,  // 104: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	66,  // 105: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	69,  // 106: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	72,  // 107: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	75,  // 108: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	79,  // 109: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	81,  // 110: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	83,  // 111: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	85,  // 112: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	87,  // 113: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	89,  // 114: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	91,  // 115: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	93,  // 116: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	95,  // 117: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	99,  // 118: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	102, // 119: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	79,  // [79:120] is the sub-list for method output_type
-	38,  // [38:79] is the sub-list for method input_type
-	38,  // [38:38] is the sub-list for extension type_name
-	38,  // [38:38] is the sub-list for extension extendee
-	0,   // [0:38] is the sub-list for field type_name
+	109, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	33,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	32,  // 9: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
+	109, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29,  // 11: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31,  // 12: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	101, // 13: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	109, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 15: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 16: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	109, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	110, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	109, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	110, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	111, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 22: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 23: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 24: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 25: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 26: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 27: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 28: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 29: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 30: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 31: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 32: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	107, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 34: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 35: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 36: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	109, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 38: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 39: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	2,   // 40: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 41: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 42: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 43: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 44: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 45: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 46: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 47: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 48: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 49: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 50: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 51: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 52: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 53: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 54: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 55: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 56: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 57: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 58: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 59: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 60: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 61: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 62: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 63: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 64: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 65: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 66: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 67: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 68: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 69: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 70: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 71: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 72: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 73: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 74: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 75: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 76: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 77: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 78: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 79: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 80: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 81: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 82: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	3,   // 83: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 84: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 85: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 86: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 87: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 88: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 89: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 90: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 91: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 92: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 93: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 94: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 95: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 96: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 97: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 98: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 99: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 100: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 101: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 102: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 103: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 104: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 105: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 106: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 107: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 108: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 109: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 110: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 111: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 112: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 113: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 114: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 115: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 116: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 117: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 118: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 119: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 120: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 121: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 122: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 123: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 124: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 125: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	83,  // [83:126] is the sub-list for method output_type
+	40,  // [40:83] is the sub-list for method input_type
+	40,  // [40:40] is the sub-list for extension type_name
+	40,  // [40:40] is the sub-list for extension extendee
+	0,   // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -6903,12 +7269,13 @@ func file_api_client_v1_admin_proto_init() {
 	file_api_client_v1_entry_proto_init()
 	file_api_client_v1_client_proto_init()
 	file_api_client_v1_admin_proto_msgTypes[6].OneofWrappers = []any{}
-	file_api_client_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[42].OneofWrappers = []any{
 		(*ResetSubscriptionRequest_MessageId)(nil),
 		(*ResetSubscriptionRequest_PublishTimeMs)(nil),
 		(*ResetSubscriptionRequest_InitialPosition)(nil),
+		(*ResetSubscriptionRequest_OriginPosition)(nil),
 	}
-	file_api_client_v1_admin_proto_msgTypes[78].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[79].OneofWrappers = []any{
 		(*SkipLostEntriesRequest_Entry)(nil),
 		(*SkipLostEntriesRequest_LedgerId)(nil),
 	}
@@ -6918,7 +7285,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   102,
+			NumMessages:   106,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -71,6 +71,8 @@ const (
 	Admin_RemoveTopicReplication_FullMethodName   = "/meridian.client.v1.Admin/RemoveTopicReplication"
 	Admin_ListRegions_FullMethodName              = "/meridian.client.v1.Admin/ListRegions"
 	Admin_DeleteReplicationCursors_FullMethodName = "/meridian.client.v1.Admin/DeleteReplicationCursors"
+	Admin_SetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/SetFailoverTarget"
+	Admin_GetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/GetFailoverTarget"
 )
 
 // AdminClient is the client API for Admin service.
@@ -180,6 +182,15 @@ type AdminClient interface {
 	// confirm it changes nothing and lists what it would delete. It never
 	// deletes data in the removed region.
 	DeleteReplicationCursors(ctx context.Context, in *DeleteReplicationCursorsRequest, opts ...grpc.CallOption) (*DeleteReplicationCursorsResponse, error)
+	// SetFailoverTarget records, in the global metadata, the region that
+	// clients of a failover group (controlled policy) must use; clients
+	// watching the group switch to it. Refused (INVALID_ARGUMENT) for a
+	// region that is not registered.
+	SetFailoverTarget(ctx context.Context, in *SetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error)
+	// GetFailoverTarget reads a failover group's target (NOT_FOUND if none
+	// was set). It answers from the broker's policy cache, so it works in a
+	// region cut off from the global quorum.
+	GetFailoverTarget(ctx context.Context, in *GetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error)
 }
 
 type adminClient struct {
@@ -600,6 +611,26 @@ func (c *adminClient) DeleteReplicationCursors(ctx context.Context, in *DeleteRe
 	return out, nil
 }
 
+func (c *adminClient) SetFailoverTarget(ctx context.Context, in *SetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FailoverTarget)
+	err := c.cc.Invoke(ctx, Admin_SetFailoverTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetFailoverTarget(ctx context.Context, in *GetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FailoverTarget)
+	err := c.cc.Invoke(ctx, Admin_GetFailoverTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -707,6 +738,15 @@ type AdminServer interface {
 	// confirm it changes nothing and lists what it would delete. It never
 	// deletes data in the removed region.
 	DeleteReplicationCursors(context.Context, *DeleteReplicationCursorsRequest) (*DeleteReplicationCursorsResponse, error)
+	// SetFailoverTarget records, in the global metadata, the region that
+	// clients of a failover group (controlled policy) must use; clients
+	// watching the group switch to it. Refused (INVALID_ARGUMENT) for a
+	// region that is not registered.
+	SetFailoverTarget(context.Context, *SetFailoverTargetRequest) (*FailoverTarget, error)
+	// GetFailoverTarget reads a failover group's target (NOT_FOUND if none
+	// was set). It answers from the broker's policy cache, so it works in a
+	// region cut off from the global quorum.
+	GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -839,6 +879,12 @@ func (UnimplementedAdminServer) ListRegions(context.Context, *ListRegionsRequest
 }
 func (UnimplementedAdminServer) DeleteReplicationCursors(context.Context, *DeleteReplicationCursorsRequest) (*DeleteReplicationCursorsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteReplicationCursors not implemented")
+}
+func (UnimplementedAdminServer) SetFailoverTarget(context.Context, *SetFailoverTargetRequest) (*FailoverTarget, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetFailoverTarget not implemented")
+}
+func (UnimplementedAdminServer) GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetFailoverTarget not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1599,6 +1645,42 @@ func _Admin_DeleteReplicationCursors_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetFailoverTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetFailoverTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetFailoverTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetFailoverTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetFailoverTarget(ctx, req.(*SetFailoverTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetFailoverTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFailoverTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetFailoverTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetFailoverTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetFailoverTarget(ctx, req.(*GetFailoverTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1769,6 +1851,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteReplicationCursors",
 			Handler:    _Admin_DeleteReplicationCursors_Handler,
+		},
+		{
+			MethodName: "SetFailoverTarget",
+			Handler:    _Admin_SetFailoverTarget_Handler,
+		},
+		{
+			MethodName: "GetFailoverTarget",
+			Handler:    _Admin_GetFailoverTarget_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -533,7 +533,12 @@ type OpenProducer struct {
 	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	// producer_name identifies the producer for deduplication; "" lets the
 	// broker assign a unique one (returned in ProducerOpened).
-	ProducerName  string `protobuf:"bytes,2,opt,name=producer_name,json=producerName,proto3" json:"producer_name,omitempty"`
+	ProducerName string `protobuf:"bytes,2,opt,name=producer_name,json=producerName,proto3" json:"producer_name,omitempty"`
+	// failover_from lists the regions this producer (same producer_name)
+	// wrote to before a client failover. The broker counts the producer's
+	// sequence IDs already replicated from those regions as stored, so a
+	// resend of a message that was replicated is answered duplicate.
+	FailoverFrom  []string `protobuf:"bytes,3,rep,name=failover_from,json=failoverFrom,proto3" json:"failover_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +585,13 @@ func (x *OpenProducer) GetProducerName() string {
 		return x.ProducerName
 	}
 	return ""
+}
+
+func (x *OpenProducer) GetFailoverFrom() []string {
+	if x != nil {
+		return x.FailoverFrom
+	}
+	return nil
 }
 
 // Send is one batch: stored as one entry.
@@ -932,6 +944,7 @@ type ConsumeRequest struct {
 	//	*ConsumeRequest_Ack
 	//	*ConsumeRequest_Redeliver
 	//	*ConsumeRequest_Unsubscribe
+	//	*ConsumeRequest_Seek
 	Kind          isConsumeRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1019,6 +1032,15 @@ func (x *ConsumeRequest) GetUnsubscribe() *Unsubscribe {
 	return nil
 }
 
+func (x *ConsumeRequest) GetSeek() *Seek {
+	if x != nil {
+		if x, ok := x.Kind.(*ConsumeRequest_Seek); ok {
+			return x.Seek
+		}
+	}
+	return nil
+}
+
 type isConsumeRequest_Kind interface {
 	isConsumeRequest_Kind()
 }
@@ -1043,6 +1065,10 @@ type ConsumeRequest_Unsubscribe struct {
 	Unsubscribe *Unsubscribe `protobuf:"bytes,5,opt,name=unsubscribe,proto3,oneof"`
 }
 
+type ConsumeRequest_Seek struct {
+	Seek *Seek `protobuf:"bytes,6,opt,name=seek,proto3,oneof"`
+}
+
 func (*ConsumeRequest_Subscribe) isConsumeRequest_Kind() {}
 
 func (*ConsumeRequest_Flow) isConsumeRequest_Kind() {}
@@ -1052,6 +1078,8 @@ func (*ConsumeRequest_Ack) isConsumeRequest_Kind() {}
 func (*ConsumeRequest_Redeliver) isConsumeRequest_Kind() {}
 
 func (*ConsumeRequest_Unsubscribe) isConsumeRequest_Kind() {}
+
+func (*ConsumeRequest_Seek) isConsumeRequest_Kind() {}
 
 type Subscribe struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -1063,7 +1091,20 @@ type Subscribe struct {
 	// consumer_name ("" = assigned by the broker).
 	ConsumerName string `protobuf:"bytes,5,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	// priority orders Failover consumers: lower is preferred.
-	Priority      int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	// replicated makes the subscription's progress (its acknowledgement
+	// vector) replicate to every region of the namespace, so a consumer can
+	// move to another region and resume there. It applies when the
+	// subscription is created; a namespace with replicate_subscriptions makes
+	// every subscription replicated.
+	Replicated bool `protobuf:"varint,7,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	// non_durable makes a reader: a cursor kept only in the owning broker's
+	// memory, deleted when its consumer disconnects (never persisted, never
+	// holding retention).
+	NonDurable bool `protobuf:"varint,8,opt,name=non_durable,json=nonDurable,proto3" json:"non_durable,omitempty"`
+	// start positions a new (or non-durable) subscription; unset =
+	// initial_position.
+	Start         *StartPosition `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1181,319 @@ func (x *Subscribe) GetPriority() int32 {
 	return 0
 }
 
+func (x *Subscribe) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
+func (x *Subscribe) GetNonDurable() bool {
+	if x != nil {
+		return x.NonDurable
+	}
+	return false
+}
+
+func (x *Subscribe) GetStart() *StartPosition {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+// OriginPosition names an entry by where it was first produced: its
+// origin region and its position (ledger, entry) in that region's copy of
+// the topic (EntryMetadata.origin_ledger_id / origin_entry_id). It names
+// the same message in every region.
+type OriginPosition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	LedgerId      int64                  `protobuf:"varint,2,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	EntryId       int64                  `protobuf:"varint,3,opt,name=entry_id,json=entryId,proto3" json:"entry_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OriginPosition) Reset() {
+	*x = OriginPosition{}
+	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OriginPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OriginPosition) ProtoMessage() {}
+
+func (x *OriginPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OriginPosition.ProtoReflect.Descriptor instead.
+func (*OriginPosition) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OriginPosition) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *OriginPosition) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *OriginPosition) GetEntryId() int64 {
+	if x != nil {
+		return x.EntryId
+	}
+	return 0
+}
+
+// StartPosition says where a cursor starts: the next message delivered is
+// the one named (message_id, origin) or the first one published at or after
+// publish_time_ms. Time and origin positions are resolved per origin
+// region, so they select the same messages in every region: for the origin
+// of the named message, that message and every later one; for the other
+// origins, the messages published (origin broker time) at or after the
+// named one. A message ID is a position in this region's copy.
+type StartPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*StartPosition_MessageId
+	//	*StartPosition_PublishTimeMs
+	//	*StartPosition_Origin
+	//	*StartPosition_Initial
+	Kind          isStartPosition_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartPosition) Reset() {
+	*x = StartPosition{}
+	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartPosition) ProtoMessage() {}
+
+func (x *StartPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartPosition.ProtoReflect.Descriptor instead.
+func (*StartPosition) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StartPosition) GetKind() isStartPosition_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *StartPosition) GetMessageId() *MessageId {
+	if x != nil {
+		if x, ok := x.Kind.(*StartPosition_MessageId); ok {
+			return x.MessageId
+		}
+	}
+	return nil
+}
+
+func (x *StartPosition) GetPublishTimeMs() int64 {
+	if x != nil {
+		if x, ok := x.Kind.(*StartPosition_PublishTimeMs); ok {
+			return x.PublishTimeMs
+		}
+	}
+	return 0
+}
+
+func (x *StartPosition) GetOrigin() *OriginPosition {
+	if x != nil {
+		if x, ok := x.Kind.(*StartPosition_Origin); ok {
+			return x.Origin
+		}
+	}
+	return nil
+}
+
+func (x *StartPosition) GetInitial() InitialPosition {
+	if x != nil {
+		if x, ok := x.Kind.(*StartPosition_Initial); ok {
+			return x.Initial
+		}
+	}
+	return InitialPosition_INITIAL_POSITION_LATEST
+}
+
+type isStartPosition_Kind interface {
+	isStartPosition_Kind()
+}
+
+type StartPosition_MessageId struct {
+	MessageId *MessageId `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3,oneof"`
+}
+
+type StartPosition_PublishTimeMs struct {
+	PublishTimeMs int64 `protobuf:"varint,2,opt,name=publish_time_ms,json=publishTimeMs,proto3,oneof"`
+}
+
+type StartPosition_Origin struct {
+	Origin *OriginPosition `protobuf:"bytes,3,opt,name=origin,proto3,oneof"`
+}
+
+type StartPosition_Initial struct {
+	Initial InitialPosition `protobuf:"varint,4,opt,name=initial,proto3,enum=meridian.client.v1.InitialPosition,oneof"`
+}
+
+func (*StartPosition_MessageId) isStartPosition_Kind() {}
+
+func (*StartPosition_PublishTimeMs) isStartPosition_Kind() {}
+
+func (*StartPosition_Origin) isStartPosition_Kind() {}
+
+func (*StartPosition_Initial) isStartPosition_Kind() {}
+
+// Seek moves this consumer's subscription (every consumer of it) to a
+// position; on a replicated subscription it applies in every region.
+type Seek struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Position *StartPosition         `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	// request_id is echoed in the SeekResponse.
+	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Seek) Reset() {
+	*x = Seek{}
+	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Seek) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Seek) ProtoMessage() {}
+
+func (x *Seek) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Seek.ProtoReflect.Descriptor instead.
+func (*Seek) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Seek) GetPosition() *StartPosition {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *Seek) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+type SeekResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeekResponse) Reset() {
+	*x = SeekResponse{}
+	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeekResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeekResponse) ProtoMessage() {}
+
+func (x *SeekResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeekResponse.ProtoReflect.Descriptor instead.
+func (*SeekResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SeekResponse) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *SeekResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // Flow grants permits: the broker may push that many more ENTRIES (one
 // entry = one batch, ConsumeResponse.message) to this consumer.
 type Flow struct {
@@ -1151,7 +1505,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	mi := &file_api_client_v1_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1517,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	mi := &file_api_client_v1_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1530,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{11}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Flow) GetPermits() uint32 {
@@ -1203,7 +1557,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	mi := &file_api_client_v1_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1569,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	mi := &file_api_client_v1_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1582,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{12}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetMessageIds() []*MessageId {
@@ -1263,7 +1617,7 @@ type Redeliver struct {
 
 func (x *Redeliver) Reset() {
 	*x = Redeliver{}
-	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	mi := &file_api_client_v1_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1629,7 @@ func (x *Redeliver) String() string {
 func (*Redeliver) ProtoMessage() {}
 
 func (x *Redeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	mi := &file_api_client_v1_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1642,7 @@ func (x *Redeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redeliver.ProtoReflect.Descriptor instead.
 func (*Redeliver) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{13}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Redeliver) GetMessageIds() []*MessageId {
@@ -1308,7 +1662,7 @@ type Unsubscribe struct {
 
 func (x *Unsubscribe) Reset() {
 	*x = Unsubscribe{}
-	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	mi := &file_api_client_v1_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1674,7 @@ func (x *Unsubscribe) String() string {
 func (*Unsubscribe) ProtoMessage() {}
 
 func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	mi := &file_api_client_v1_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1687,7 @@ func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
 func (*Unsubscribe) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{14}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{18}
 }
 
 type ConsumeResponse struct {
@@ -1346,6 +1700,7 @@ type ConsumeResponse struct {
 	//	*ConsumeResponse_AckResponse
 	//	*ConsumeResponse_Error
 	//	*ConsumeResponse_Unsubscribed
+	//	*ConsumeResponse_SeekResponse
 	Kind          isConsumeResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1353,7 +1708,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_api_client_v1_client_proto_msgTypes[15]
+	mi := &file_api_client_v1_client_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1720,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[15]
+	mi := &file_api_client_v1_client_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1733,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{15}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConsumeResponse) GetKind() isConsumeResponse_Kind {
@@ -1442,6 +1797,15 @@ func (x *ConsumeResponse) GetUnsubscribed() *Unsubscribed {
 	return nil
 }
 
+func (x *ConsumeResponse) GetSeekResponse() *SeekResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*ConsumeResponse_SeekResponse); ok {
+			return x.SeekResponse
+		}
+	}
+	return nil
+}
+
 type isConsumeResponse_Kind interface {
 	isConsumeResponse_Kind()
 }
@@ -1471,6 +1835,10 @@ type ConsumeResponse_Unsubscribed struct {
 	Unsubscribed *Unsubscribed `protobuf:"bytes,6,opt,name=unsubscribed,proto3,oneof"`
 }
 
+type ConsumeResponse_SeekResponse struct {
+	SeekResponse *SeekResponse `protobuf:"bytes,7,opt,name=seek_response,json=seekResponse,proto3,oneof"`
+}
+
 func (*ConsumeResponse_Subscribed) isConsumeResponse_Kind() {}
 
 func (*ConsumeResponse_Message) isConsumeResponse_Kind() {}
@@ -1483,6 +1851,8 @@ func (*ConsumeResponse_Error) isConsumeResponse_Kind() {}
 
 func (*ConsumeResponse_Unsubscribed) isConsumeResponse_Kind() {}
 
+func (*ConsumeResponse_SeekResponse) isConsumeResponse_Kind() {}
+
 type Subscribed struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	ConsumerName string                 `protobuf:"bytes,1,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
@@ -1494,7 +1864,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_api_client_v1_client_proto_msgTypes[16]
+	mi := &file_api_client_v1_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1876,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[16]
+	mi := &file_api_client_v1_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1889,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{16}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Subscribed) GetConsumerName() string {
@@ -1551,7 +1921,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_api_client_v1_client_proto_msgTypes[17]
+	mi := &file_api_client_v1_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1933,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[17]
+	mi := &file_api_client_v1_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1946,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{17}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -1617,7 +1987,7 @@ type ActiveConsumerChange struct {
 
 func (x *ActiveConsumerChange) Reset() {
 	*x = ActiveConsumerChange{}
-	mi := &file_api_client_v1_client_proto_msgTypes[18]
+	mi := &file_api_client_v1_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1999,7 @@ func (x *ActiveConsumerChange) String() string {
 func (*ActiveConsumerChange) ProtoMessage() {}
 
 func (x *ActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[18]
+	mi := &file_api_client_v1_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +2012,7 @@ func (x *ActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*ActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{18}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ActiveConsumerChange) GetIsActive() bool {
@@ -1662,7 +2032,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	mi := &file_api_client_v1_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +2044,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	mi := &file_api_client_v1_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +2057,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{19}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AckResponse) GetRequestId() uint64 {
@@ -1712,7 +2082,7 @@ type Unsubscribed struct {
 
 func (x *Unsubscribed) Reset() {
 	*x = Unsubscribed{}
-	mi := &file_api_client_v1_client_proto_msgTypes[20]
+	mi := &file_api_client_v1_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2094,7 @@ func (x *Unsubscribed) String() string {
 func (*Unsubscribed) ProtoMessage() {}
 
 func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[20]
+	mi := &file_api_client_v1_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2107,7 @@ func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
 func (*Unsubscribed) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{20}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{24}
 }
 
 var File_api_client_v1_client_proto protoreflect.FileDescriptor
@@ -1761,10 +2131,11 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0eProduceRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .meridian.client.v1.OpenProducerH\x00R\x04open\x12.\n" +
 	"\x04send\x18\x02 \x01(\v2\x18.meridian.client.v1.SendH\x00R\x04sendB\x06\n" +
-	"\x04kind\"I\n" +
+	"\x04kind\"n\n" +
 	"\fOpenProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
-	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\"\xd4\x02\n" +
+	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\x12#\n" +
+	"\rfailover_from\x18\x03 \x03(\tR\ffailoverFrom\"\xd4\x02\n" +
 	"\x04Send\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12!\n" +
@@ -1790,21 +2161,47 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\v2\x1d.meridian.client.v1.MessageIdR\tmessageId\x12/\n" +
 	"\x05error\x18\x03 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xb8\x02\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xe8\x02\n" +
 	"\x0eConsumeRequest\x12=\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1d.meridian.client.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x04flow\x18\x02 \x01(\v2\x18.meridian.client.v1.FlowH\x00R\x04flow\x12+\n" +
 	"\x03ack\x18\x03 \x01(\v2\x17.meridian.client.v1.AckH\x00R\x03ack\x12=\n" +
 	"\tredeliver\x18\x04 \x01(\v2\x1d.meridian.client.v1.RedeliverH\x00R\tredeliver\x12C\n" +
-	"\vunsubscribe\x18\x05 \x01(\v2\x1f.meridian.client.v1.UnsubscribeH\x00R\vunsubscribeB\x06\n" +
-	"\x04kind\"\x90\x02\n" +
+	"\vunsubscribe\x18\x05 \x01(\v2\x1f.meridian.client.v1.UnsubscribeH\x00R\vunsubscribe\x12.\n" +
+	"\x04seek\x18\x06 \x01(\v2\x18.meridian.client.v1.SeekH\x00R\x04seekB\x06\n" +
+	"\x04kind\"\x8a\x03\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x128\n" +
 	"\x04type\x18\x03 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12N\n" +
 	"\x10initial_position\x18\x04 \x01(\x0e2#.meridian.client.v1.InitialPositionR\x0finitialPosition\x12#\n" +
 	"\rconsumer_name\x18\x05 \x01(\tR\fconsumerName\x12\x1a\n" +
-	"\bpriority\x18\x06 \x01(\x05R\bpriority\" \n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\a \x01(\bR\n" +
+	"replicated\x12\x1f\n" +
+	"\vnon_durable\x18\b \x01(\bR\n" +
+	"nonDurable\x127\n" +
+	"\x05start\x18\t \x01(\v2!.meridian.client.v1.StartPositionR\x05start\"`\n" +
+	"\x0eOriginPosition\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
+	"\tledger_id\x18\x02 \x01(\x03R\bledgerId\x12\x19\n" +
+	"\bentry_id\x18\x03 \x01(\x03R\aentryId\"\x80\x02\n" +
+	"\rStartPosition\x12>\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdH\x00R\tmessageId\x12(\n" +
+	"\x0fpublish_time_ms\x18\x02 \x01(\x03H\x00R\rpublishTimeMs\x12<\n" +
+	"\x06origin\x18\x03 \x01(\v2\".meridian.client.v1.OriginPositionH\x00R\x06origin\x12?\n" +
+	"\ainitial\x18\x04 \x01(\x0e2#.meridian.client.v1.InitialPositionH\x00R\ainitialB\x06\n" +
+	"\x04kind\"d\n" +
+	"\x04Seek\x12=\n" +
+	"\bposition\x18\x01 \x01(\v2!.meridian.client.v1.StartPositionR\bposition\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"^\n" +
+	"\fSeekResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\" \n" +
 	"\x04Flow\x12\x18\n" +
 	"\apermits\x18\x01 \x01(\rR\apermits\"\x84\x01\n" +
 	"\x03Ack\x12>\n" +
@@ -1818,7 +2215,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\tRedeliver\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.meridian.client.v1.MessageIdR\n" +
 	"messageIds\"\r\n" +
-	"\vUnsubscribe\"\xa6\x03\n" +
+	"\vUnsubscribe\"\xef\x03\n" +
 	"\x0fConsumeResponse\x12@\n" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\v2\x1e.meridian.client.v1.SubscribedH\x00R\n" +
@@ -1827,7 +2224,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\ractive_change\x18\x03 \x01(\v2(.meridian.client.v1.ActiveConsumerChangeH\x00R\factiveChange\x12D\n" +
 	"\fack_response\x18\x04 \x01(\v2\x1f.meridian.client.v1.AckResponseH\x00R\vackResponse\x121\n" +
 	"\x05error\x18\x05 \x01(\v2\x19.meridian.client.v1.ErrorH\x00R\x05error\x12F\n" +
-	"\funsubscribed\x18\x06 \x01(\v2 .meridian.client.v1.UnsubscribedH\x00R\funsubscribedB\x06\n" +
+	"\funsubscribed\x18\x06 \x01(\v2 .meridian.client.v1.UnsubscribedH\x00R\funsubscribed\x12G\n" +
+	"\rseek_response\x18\a \x01(\v2 .meridian.client.v1.SeekResponseH\x00R\fseekResponseB\x06\n" +
 	"\x04kind\"K\n" +
 	"\n" +
 	"Subscribed\x12#\n" +
@@ -1888,7 +2286,7 @@ func file_api_client_v1_client_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_client_v1_client_proto_goTypes = []any{
 	(ErrorCode)(0),               // 0: meridian.client.v1.ErrorCode
 	(SubscriptionType)(0),        // 1: meridian.client.v1.SubscriptionType
@@ -1904,58 +2302,70 @@ var file_api_client_v1_client_proto_goTypes = []any{
 	(*SendReceipt)(nil),          // 11: meridian.client.v1.SendReceipt
 	(*ConsumeRequest)(nil),       // 12: meridian.client.v1.ConsumeRequest
 	(*Subscribe)(nil),            // 13: meridian.client.v1.Subscribe
-	(*Flow)(nil),                 // 14: meridian.client.v1.Flow
-	(*Ack)(nil),                  // 15: meridian.client.v1.Ack
-	(*Redeliver)(nil),            // 16: meridian.client.v1.Redeliver
-	(*Unsubscribe)(nil),          // 17: meridian.client.v1.Unsubscribe
-	(*ConsumeResponse)(nil),      // 18: meridian.client.v1.ConsumeResponse
-	(*Subscribed)(nil),           // 19: meridian.client.v1.Subscribed
-	(*Message)(nil),              // 20: meridian.client.v1.Message
-	(*ActiveConsumerChange)(nil), // 21: meridian.client.v1.ActiveConsumerChange
-	(*AckResponse)(nil),          // 22: meridian.client.v1.AckResponse
-	(*Unsubscribed)(nil),         // 23: meridian.client.v1.Unsubscribed
-	(CompressionType)(0),         // 24: meridian.client.v1.CompressionType
-	(*MessageId)(nil),            // 25: meridian.client.v1.MessageId
-	(*EntryMetadata)(nil),        // 26: meridian.client.v1.EntryMetadata
+	(*OriginPosition)(nil),       // 14: meridian.client.v1.OriginPosition
+	(*StartPosition)(nil),        // 15: meridian.client.v1.StartPosition
+	(*Seek)(nil),                 // 16: meridian.client.v1.Seek
+	(*SeekResponse)(nil),         // 17: meridian.client.v1.SeekResponse
+	(*Flow)(nil),                 // 18: meridian.client.v1.Flow
+	(*Ack)(nil),                  // 19: meridian.client.v1.Ack
+	(*Redeliver)(nil),            // 20: meridian.client.v1.Redeliver
+	(*Unsubscribe)(nil),          // 21: meridian.client.v1.Unsubscribe
+	(*ConsumeResponse)(nil),      // 22: meridian.client.v1.ConsumeResponse
+	(*Subscribed)(nil),           // 23: meridian.client.v1.Subscribed
+	(*Message)(nil),              // 24: meridian.client.v1.Message
+	(*ActiveConsumerChange)(nil), // 25: meridian.client.v1.ActiveConsumerChange
+	(*AckResponse)(nil),          // 26: meridian.client.v1.AckResponse
+	(*Unsubscribed)(nil),         // 27: meridian.client.v1.Unsubscribed
+	(CompressionType)(0),         // 28: meridian.client.v1.CompressionType
+	(*MessageId)(nil),            // 29: meridian.client.v1.MessageId
+	(*EntryMetadata)(nil),        // 30: meridian.client.v1.EntryMetadata
 }
 var file_api_client_v1_client_proto_depIdxs = []int32{
 	0,  // 0: meridian.client.v1.Error.code:type_name -> meridian.client.v1.ErrorCode
 	7,  // 1: meridian.client.v1.ProduceRequest.open:type_name -> meridian.client.v1.OpenProducer
 	8,  // 2: meridian.client.v1.ProduceRequest.send:type_name -> meridian.client.v1.Send
-	24, // 3: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
+	28, // 3: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
 	10, // 4: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
 	11, // 5: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
-	25, // 6: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
+	29, // 6: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
 	3,  // 7: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
 	13, // 8: meridian.client.v1.ConsumeRequest.subscribe:type_name -> meridian.client.v1.Subscribe
-	14, // 9: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
-	15, // 10: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
-	16, // 11: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
-	17, // 12: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
-	1,  // 13: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
-	2,  // 14: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
-	25, // 15: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
-	25, // 16: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
-	19, // 17: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
-	20, // 18: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
-	21, // 19: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
-	22, // 20: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
-	3,  // 21: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
-	23, // 22: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
-	25, // 23: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
-	26, // 24: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
-	3,  // 25: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
-	4,  // 26: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
-	6,  // 27: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
-	12, // 28: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
-	5,  // 29: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
-	9,  // 30: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
-	18, // 31: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
-	29, // [29:32] is the sub-list for method output_type
-	26, // [26:29] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	18, // 9: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
+	19, // 10: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
+	20, // 11: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
+	21, // 12: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
+	16, // 13: meridian.client.v1.ConsumeRequest.seek:type_name -> meridian.client.v1.Seek
+	1,  // 14: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
+	2,  // 15: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
+	15, // 16: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
+	29, // 17: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
+	14, // 18: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
+	2,  // 19: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
+	15, // 20: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
+	3,  // 21: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
+	29, // 22: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
+	29, // 23: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
+	23, // 24: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
+	24, // 25: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
+	25, // 26: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
+	26, // 27: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
+	3,  // 28: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
+	27, // 29: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
+	17, // 30: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
+	29, // 31: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
+	30, // 32: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
+	3,  // 33: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
+	4,  // 34: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
+	6,  // 35: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
+	12, // 36: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
+	5,  // 37: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
+	9,  // 38: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
+	22, // 39: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
+	37, // [37:40] is the sub-list for method output_type
+	34, // [34:37] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_client_proto_init() }
@@ -1978,14 +2388,22 @@ func file_api_client_v1_client_proto_init() {
 		(*ConsumeRequest_Ack)(nil),
 		(*ConsumeRequest_Redeliver)(nil),
 		(*ConsumeRequest_Unsubscribe)(nil),
+		(*ConsumeRequest_Seek)(nil),
 	}
-	file_api_client_v1_client_proto_msgTypes[15].OneofWrappers = []any{
+	file_api_client_v1_client_proto_msgTypes[12].OneofWrappers = []any{
+		(*StartPosition_MessageId)(nil),
+		(*StartPosition_PublishTimeMs)(nil),
+		(*StartPosition_Origin)(nil),
+		(*StartPosition_Initial)(nil),
+	}
+	file_api_client_v1_client_proto_msgTypes[19].OneofWrappers = []any{
 		(*ConsumeResponse_Subscribed)(nil),
 		(*ConsumeResponse_Message)(nil),
 		(*ConsumeResponse_ActiveChange)(nil),
 		(*ConsumeResponse_AckResponse)(nil),
 		(*ConsumeResponse_Error)(nil),
 		(*ConsumeResponse_Unsubscribed)(nil),
+		(*ConsumeResponse_SeekResponse)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1993,7 +2411,7 @@ func file_api_client_v1_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_client_proto_rawDesc), len(file_api_client_v1_client_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

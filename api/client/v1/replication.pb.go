@@ -513,6 +513,616 @@ func (x *ReplicateAck) GetDirect() []string {
 	return nil
 }
 
+type SubscriptionSyncRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*SubscriptionSyncRequest_Open
+	//	*SubscriptionSyncRequest_Updates
+	Kind          isSubscriptionSyncRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionSyncRequest) Reset() {
+	*x = SubscriptionSyncRequest{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionSyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionSyncRequest) ProtoMessage() {}
+
+func (x *SubscriptionSyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionSyncRequest.ProtoReflect.Descriptor instead.
+func (*SubscriptionSyncRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SubscriptionSyncRequest) GetKind() isSubscriptionSyncRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *SubscriptionSyncRequest) GetOpen() *SubscriptionSyncOpen {
+	if x != nil {
+		if x, ok := x.Kind.(*SubscriptionSyncRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *SubscriptionSyncRequest) GetUpdates() *SubscriptionUpdates {
+	if x != nil {
+		if x, ok := x.Kind.(*SubscriptionSyncRequest_Updates); ok {
+			return x.Updates
+		}
+	}
+	return nil
+}
+
+type isSubscriptionSyncRequest_Kind interface {
+	isSubscriptionSyncRequest_Kind()
+}
+
+type SubscriptionSyncRequest_Open struct {
+	Open *SubscriptionSyncOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type SubscriptionSyncRequest_Updates struct {
+	Updates *SubscriptionUpdates `protobuf:"bytes,2,opt,name=updates,proto3,oneof"`
+}
+
+func (*SubscriptionSyncRequest_Open) isSubscriptionSyncRequest_Kind() {}
+
+func (*SubscriptionSyncRequest_Updates) isSubscriptionSyncRequest_Kind() {}
+
+type SubscriptionSyncOpen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	SourceRegion  string                 `protobuf:"bytes,2,opt,name=source_region,json=sourceRegion,proto3" json:"source_region,omitempty"`
+	TargetRegion  string                 `protobuf:"bytes,3,opt,name=target_region,json=targetRegion,proto3" json:"target_region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionSyncOpen) Reset() {
+	*x = SubscriptionSyncOpen{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionSyncOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionSyncOpen) ProtoMessage() {}
+
+func (x *SubscriptionSyncOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionSyncOpen.ProtoReflect.Descriptor instead.
+func (*SubscriptionSyncOpen) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SubscriptionSyncOpen) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SubscriptionSyncOpen) GetSourceRegion() string {
+	if x != nil {
+		return x.SourceRegion
+	}
+	return ""
+}
+
+func (x *SubscriptionSyncOpen) GetTargetRegion() string {
+	if x != nil {
+		return x.TargetRegion
+	}
+	return ""
+}
+
+type SubscriptionUpdates struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request_id grows by 1 per request on a stream.
+	RequestId     int64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Updates       []*SubscriptionUpdate `protobuf:"bytes,2,rep,name=updates,proto3" json:"updates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionUpdates) Reset() {
+	*x = SubscriptionUpdates{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionUpdates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionUpdates) ProtoMessage() {}
+
+func (x *SubscriptionUpdates) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionUpdates.ProtoReflect.Descriptor instead.
+func (*SubscriptionUpdates) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SubscriptionUpdates) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *SubscriptionUpdates) GetUpdates() []*SubscriptionUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+// SubscriptionUpdate carries one replicated subscription's whole
+// acknowledgement vector (a join: applying it twice, late or out of order
+// changes nothing) or, with a newer reset epoch, replaces it.
+type SubscriptionUpdate struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Subscription string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	Type         SubscriptionType       `protobuf:"varint,2,opt,name=type,proto3,enum=meridian.client.v1.SubscriptionType" json:"type,omitempty"`
+	Vector       *AckVector             `protobuf:"bytes,3,opt,name=vector,proto3" json:"vector,omitempty"`
+	// reset_epoch / reset_region order cursor resets (seek, reset-cursor):
+	// a vector with a higher (reset_epoch, reset_region) replaces the
+	// receiver's; an equal one is joined; a lower one is ignored.
+	ResetEpoch  int64  `protobuf:"varint,4,opt,name=reset_epoch,json=resetEpoch,proto3" json:"reset_epoch,omitempty"`
+	ResetRegion string `protobuf:"bytes,5,opt,name=reset_region,json=resetRegion,proto3" json:"reset_region,omitempty"`
+	// deleted: the subscription was deleted (then vector is empty).
+	Deleted       bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionUpdate) Reset() {
+	*x = SubscriptionUpdate{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionUpdate) ProtoMessage() {}
+
+func (x *SubscriptionUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionUpdate.ProtoReflect.Descriptor instead.
+func (*SubscriptionUpdate) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SubscriptionUpdate) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SubscriptionUpdate) GetType() SubscriptionType {
+	if x != nil {
+		return x.Type
+	}
+	return SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE
+}
+
+func (x *SubscriptionUpdate) GetVector() *AckVector {
+	if x != nil {
+		return x.Vector
+	}
+	return nil
+}
+
+func (x *SubscriptionUpdate) GetResetEpoch() int64 {
+	if x != nil {
+		return x.ResetEpoch
+	}
+	return 0
+}
+
+func (x *SubscriptionUpdate) GetResetRegion() string {
+	if x != nil {
+		return x.ResetRegion
+	}
+	return ""
+}
+
+func (x *SubscriptionUpdate) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+// AckVector is a subscription's progress in origin terms: per origin
+// region, the origin_seq values acknowledged.
+type AckVector struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origins       map[string]*OriginAcks `protobuf:"bytes,1,rep,name=origins,proto3" json:"origins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckVector) Reset() {
+	*x = AckVector{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckVector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckVector) ProtoMessage() {}
+
+func (x *AckVector) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckVector.ProtoReflect.Descriptor instead.
+func (*AckVector) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AckVector) GetOrigins() map[string]*OriginAcks {
+	if x != nil {
+		return x.Origins
+	}
+	return nil
+}
+
+// OriginAcks: every origin_seq <= mark_delete_seq is acknowledged, plus the
+// ranges (sorted, disjoint, above mark_delete_seq + 1).
+type OriginAcks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MarkDeleteSeq int64                  `protobuf:"varint,1,opt,name=mark_delete_seq,json=markDeleteSeq,proto3" json:"mark_delete_seq,omitempty"`
+	Acked         []*SeqRange            `protobuf:"bytes,2,rep,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OriginAcks) Reset() {
+	*x = OriginAcks{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OriginAcks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OriginAcks) ProtoMessage() {}
+
+func (x *OriginAcks) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OriginAcks.ProtoReflect.Descriptor instead.
+func (*OriginAcks) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OriginAcks) GetMarkDeleteSeq() int64 {
+	if x != nil {
+		return x.MarkDeleteSeq
+	}
+	return 0
+}
+
+func (x *OriginAcks) GetAcked() []*SeqRange {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+// SeqRange is an inclusive range of origin_seq values.
+type SeqRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         int64                  `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          int64                  `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqRange) Reset() {
+	*x = SeqRange{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqRange) ProtoMessage() {}
+
+func (x *SeqRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqRange.ProtoReflect.Descriptor instead.
+func (*SeqRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SeqRange) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SeqRange) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+type SubscriptionSyncResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*SubscriptionSyncResponse_Opened
+	//	*SubscriptionSyncResponse_Ack
+	Kind          isSubscriptionSyncResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionSyncResponse) Reset() {
+	*x = SubscriptionSyncResponse{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionSyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionSyncResponse) ProtoMessage() {}
+
+func (x *SubscriptionSyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionSyncResponse.ProtoReflect.Descriptor instead.
+func (*SubscriptionSyncResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SubscriptionSyncResponse) GetKind() isSubscriptionSyncResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *SubscriptionSyncResponse) GetOpened() *SubscriptionSyncOpened {
+	if x != nil {
+		if x, ok := x.Kind.(*SubscriptionSyncResponse_Opened); ok {
+			return x.Opened
+		}
+	}
+	return nil
+}
+
+func (x *SubscriptionSyncResponse) GetAck() *SubscriptionSyncAck {
+	if x != nil {
+		if x, ok := x.Kind.(*SubscriptionSyncResponse_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+type isSubscriptionSyncResponse_Kind interface {
+	isSubscriptionSyncResponse_Kind()
+}
+
+type SubscriptionSyncResponse_Opened struct {
+	Opened *SubscriptionSyncOpened `protobuf:"bytes,1,opt,name=opened,proto3,oneof"`
+}
+
+type SubscriptionSyncResponse_Ack struct {
+	Ack *SubscriptionSyncAck `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
+}
+
+func (*SubscriptionSyncResponse_Opened) isSubscriptionSyncResponse_Kind() {}
+
+func (*SubscriptionSyncResponse_Ack) isSubscriptionSyncResponse_Kind() {}
+
+type SubscriptionSyncOpened struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionSyncOpened) Reset() {
+	*x = SubscriptionSyncOpened{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionSyncOpened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionSyncOpened) ProtoMessage() {}
+
+func (x *SubscriptionSyncOpened) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionSyncOpened.ProtoReflect.Descriptor instead.
+func (*SubscriptionSyncOpened) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{14}
+}
+
+type SubscriptionSyncAck struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// error is set when the request was not applied (the sender resends).
+	Error         *Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionSyncAck) Reset() {
+	*x = SubscriptionSyncAck{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionSyncAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionSyncAck) ProtoMessage() {}
+
+func (x *SubscriptionSyncAck) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionSyncAck.ProtoReflect.Descriptor instead.
+func (*SubscriptionSyncAck) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SubscriptionSyncAck) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *SubscriptionSyncAck) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_api_client_v1_replication_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_replication_proto_rawDesc = "" +
@@ -549,15 +1159,57 @@ const file_api_client_v1_replication_proto_rawDesc = "" +
 	"\x06direct\x18\x05 \x03(\tR\x06direct\x1a:\n" +
 	"\fAppliedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*\xac\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa6\x01\n" +
+	"\x17SubscriptionSyncRequest\x12>\n" +
+	"\x04open\x18\x01 \x01(\v2(.meridian.client.v1.SubscriptionSyncOpenH\x00R\x04open\x12C\n" +
+	"\aupdates\x18\x02 \x01(\v2'.meridian.client.v1.SubscriptionUpdatesH\x00R\aupdatesB\x06\n" +
+	"\x04kind\"v\n" +
+	"\x14SubscriptionSyncOpen\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
+	"\rsource_region\x18\x02 \x01(\tR\fsourceRegion\x12#\n" +
+	"\rtarget_region\x18\x03 \x01(\tR\ftargetRegion\"v\n" +
+	"\x13SubscriptionUpdates\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12@\n" +
+	"\aupdates\x18\x02 \x03(\v2&.meridian.client.v1.SubscriptionUpdateR\aupdates\"\x87\x02\n" +
+	"\x12SubscriptionUpdate\x12\"\n" +
+	"\fsubscription\x18\x01 \x01(\tR\fsubscription\x128\n" +
+	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x125\n" +
+	"\x06vector\x18\x03 \x01(\v2\x1d.meridian.client.v1.AckVectorR\x06vector\x12\x1f\n" +
+	"\vreset_epoch\x18\x04 \x01(\x03R\n" +
+	"resetEpoch\x12!\n" +
+	"\freset_region\x18\x05 \x01(\tR\vresetRegion\x12\x18\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\"\xad\x01\n" +
+	"\tAckVector\x12D\n" +
+	"\aorigins\x18\x01 \x03(\v2*.meridian.client.v1.AckVector.OriginsEntryR\aorigins\x1aZ\n" +
+	"\fOriginsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.OriginAcksR\x05value:\x028\x01\"h\n" +
+	"\n" +
+	"OriginAcks\x12&\n" +
+	"\x0fmark_delete_seq\x18\x01 \x01(\x03R\rmarkDeleteSeq\x122\n" +
+	"\x05acked\x18\x02 \x03(\v2\x1c.meridian.client.v1.SeqRangeR\x05acked\"4\n" +
+	"\bSeqRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x03R\x04last\"\xa5\x01\n" +
+	"\x18SubscriptionSyncResponse\x12D\n" +
+	"\x06opened\x18\x01 \x01(\v2*.meridian.client.v1.SubscriptionSyncOpenedH\x00R\x06opened\x12;\n" +
+	"\x03ack\x18\x02 \x01(\v2'.meridian.client.v1.SubscriptionSyncAckH\x00R\x03ackB\x06\n" +
+	"\x04kind\"\x18\n" +
+	"\x16SubscriptionSyncOpened\"e\n" +
+	"\x13SubscriptionSyncAck\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error*\xac\x01\n" +
 	"\x0fReplicateResult\x12 \n" +
 	"\x1cREPLICATE_RESULT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREPLICATE_RESULT_PERSISTED\x10\x01\x12\x1e\n" +
 	"\x1aREPLICATE_RESULT_DUPLICATE\x10\x02\x12\x18\n" +
 	"\x14REPLICATE_RESULT_GAP\x10\x03\x12\x1d\n" +
-	"\x19REPLICATE_RESULT_REJECTED\x10\x042k\n" +
+	"\x19REPLICATE_RESULT_REJECTED\x10\x042\xe4\x01\n" +
 	"\vReplication\x12\\\n" +
-	"\tReplicate\x12$.meridian.client.v1.ReplicateRequest\x1a%.meridian.client.v1.ReplicateResponse(\x010\x01B7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\tReplicate\x12$.meridian.client.v1.ReplicateRequest\x1a%.meridian.client.v1.ReplicateResponse(\x010\x01\x12w\n" +
+	"\x16ReplicateSubscriptions\x12+.meridian.client.v1.SubscriptionSyncRequest\x1a,.meridian.client.v1.SubscriptionSyncResponse(\x010\x01B7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_replication_proto_rawDescOnce sync.Once
@@ -572,35 +1224,60 @@ func file_api_client_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_client_v1_replication_proto_goTypes = []any{
-	(ReplicateResult)(0),      // 0: meridian.client.v1.ReplicateResult
-	(*ReplicateRequest)(nil),  // 1: meridian.client.v1.ReplicateRequest
-	(*ReplicateOpen)(nil),     // 2: meridian.client.v1.ReplicateOpen
-	(*ReplicateEntries)(nil),  // 3: meridian.client.v1.ReplicateEntries
-	(*ReplicateResponse)(nil), // 4: meridian.client.v1.ReplicateResponse
-	(*ReplicateOpened)(nil),   // 5: meridian.client.v1.ReplicateOpened
-	(*ReplicateAck)(nil),      // 6: meridian.client.v1.ReplicateAck
-	nil,                       // 7: meridian.client.v1.ReplicateOpened.AppliedEntry
-	nil,                       // 8: meridian.client.v1.ReplicateAck.AppliedEntry
-	(*Error)(nil),             // 9: meridian.client.v1.Error
+	(ReplicateResult)(0),             // 0: meridian.client.v1.ReplicateResult
+	(*ReplicateRequest)(nil),         // 1: meridian.client.v1.ReplicateRequest
+	(*ReplicateOpen)(nil),            // 2: meridian.client.v1.ReplicateOpen
+	(*ReplicateEntries)(nil),         // 3: meridian.client.v1.ReplicateEntries
+	(*ReplicateResponse)(nil),        // 4: meridian.client.v1.ReplicateResponse
+	(*ReplicateOpened)(nil),          // 5: meridian.client.v1.ReplicateOpened
+	(*ReplicateAck)(nil),             // 6: meridian.client.v1.ReplicateAck
+	(*SubscriptionSyncRequest)(nil),  // 7: meridian.client.v1.SubscriptionSyncRequest
+	(*SubscriptionSyncOpen)(nil),     // 8: meridian.client.v1.SubscriptionSyncOpen
+	(*SubscriptionUpdates)(nil),      // 9: meridian.client.v1.SubscriptionUpdates
+	(*SubscriptionUpdate)(nil),       // 10: meridian.client.v1.SubscriptionUpdate
+	(*AckVector)(nil),                // 11: meridian.client.v1.AckVector
+	(*OriginAcks)(nil),               // 12: meridian.client.v1.OriginAcks
+	(*SeqRange)(nil),                 // 13: meridian.client.v1.SeqRange
+	(*SubscriptionSyncResponse)(nil), // 14: meridian.client.v1.SubscriptionSyncResponse
+	(*SubscriptionSyncOpened)(nil),   // 15: meridian.client.v1.SubscriptionSyncOpened
+	(*SubscriptionSyncAck)(nil),      // 16: meridian.client.v1.SubscriptionSyncAck
+	nil,                              // 17: meridian.client.v1.ReplicateOpened.AppliedEntry
+	nil,                              // 18: meridian.client.v1.ReplicateAck.AppliedEntry
+	nil,                              // 19: meridian.client.v1.AckVector.OriginsEntry
+	(*Error)(nil),                    // 20: meridian.client.v1.Error
+	(SubscriptionType)(0),            // 21: meridian.client.v1.SubscriptionType
 }
 var file_api_client_v1_replication_proto_depIdxs = []int32{
-	2, // 0: meridian.client.v1.ReplicateRequest.open:type_name -> meridian.client.v1.ReplicateOpen
-	3, // 1: meridian.client.v1.ReplicateRequest.entries:type_name -> meridian.client.v1.ReplicateEntries
-	5, // 2: meridian.client.v1.ReplicateResponse.opened:type_name -> meridian.client.v1.ReplicateOpened
-	6, // 3: meridian.client.v1.ReplicateResponse.ack:type_name -> meridian.client.v1.ReplicateAck
-	7, // 4: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
-	0, // 5: meridian.client.v1.ReplicateAck.results:type_name -> meridian.client.v1.ReplicateResult
-	9, // 6: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
-	8, // 7: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
-	1, // 8: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
-	4, // 9: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2,  // 0: meridian.client.v1.ReplicateRequest.open:type_name -> meridian.client.v1.ReplicateOpen
+	3,  // 1: meridian.client.v1.ReplicateRequest.entries:type_name -> meridian.client.v1.ReplicateEntries
+	5,  // 2: meridian.client.v1.ReplicateResponse.opened:type_name -> meridian.client.v1.ReplicateOpened
+	6,  // 3: meridian.client.v1.ReplicateResponse.ack:type_name -> meridian.client.v1.ReplicateAck
+	17, // 4: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
+	0,  // 5: meridian.client.v1.ReplicateAck.results:type_name -> meridian.client.v1.ReplicateResult
+	20, // 6: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
+	18, // 7: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
+	8,  // 8: meridian.client.v1.SubscriptionSyncRequest.open:type_name -> meridian.client.v1.SubscriptionSyncOpen
+	9,  // 9: meridian.client.v1.SubscriptionSyncRequest.updates:type_name -> meridian.client.v1.SubscriptionUpdates
+	10, // 10: meridian.client.v1.SubscriptionUpdates.updates:type_name -> meridian.client.v1.SubscriptionUpdate
+	21, // 11: meridian.client.v1.SubscriptionUpdate.type:type_name -> meridian.client.v1.SubscriptionType
+	11, // 12: meridian.client.v1.SubscriptionUpdate.vector:type_name -> meridian.client.v1.AckVector
+	19, // 13: meridian.client.v1.AckVector.origins:type_name -> meridian.client.v1.AckVector.OriginsEntry
+	13, // 14: meridian.client.v1.OriginAcks.acked:type_name -> meridian.client.v1.SeqRange
+	15, // 15: meridian.client.v1.SubscriptionSyncResponse.opened:type_name -> meridian.client.v1.SubscriptionSyncOpened
+	16, // 16: meridian.client.v1.SubscriptionSyncResponse.ack:type_name -> meridian.client.v1.SubscriptionSyncAck
+	20, // 17: meridian.client.v1.SubscriptionSyncAck.error:type_name -> meridian.client.v1.Error
+	12, // 18: meridian.client.v1.AckVector.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
+	1,  // 19: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
+	7,  // 20: meridian.client.v1.Replication.ReplicateSubscriptions:input_type -> meridian.client.v1.SubscriptionSyncRequest
+	4,  // 21: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
+	14, // 22: meridian.client.v1.Replication.ReplicateSubscriptions:output_type -> meridian.client.v1.SubscriptionSyncResponse
+	21, // [21:23] is the sub-list for method output_type
+	19, // [19:21] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_replication_proto_init() }
@@ -617,13 +1294,21 @@ func file_api_client_v1_replication_proto_init() {
 		(*ReplicateResponse_Opened)(nil),
 		(*ReplicateResponse_Ack)(nil),
 	}
+	file_api_client_v1_replication_proto_msgTypes[6].OneofWrappers = []any{
+		(*SubscriptionSyncRequest_Open)(nil),
+		(*SubscriptionSyncRequest_Updates)(nil),
+	}
+	file_api_client_v1_replication_proto_msgTypes[13].OneofWrappers = []any{
+		(*SubscriptionSyncResponse_Opened)(nil),
+		(*SubscriptionSyncResponse_Ack)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_replication_proto_rawDesc), len(file_api_client_v1_replication_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,7 +24,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Replication_Replicate_FullMethodName = "/meridian.client.v1.Replication/Replicate"
+	Replication_Replicate_FullMethodName              = "/meridian.client.v1.Replication/Replicate"
+	Replication_ReplicateSubscriptions_FullMethodName = "/meridian.client.v1.Replication/ReplicateSubscriptions"
 )
 
 // ReplicationClient is the client API for Replication service.
@@ -37,6 +38,12 @@ type ReplicationClient interface {
 	// Then every `entries` request is answered by one `ack` with the same
 	// request_id, in request order.
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
+	// ReplicateSubscriptions opens the acknowledgement stream of one topic's
+	// replicated subscriptions: the first request must be `open` (answered
+	// `opened`, or the stream ends with an Error as for Replicate); then each
+	// `updates` request is answered by one `ack` with its request_id, after
+	// the receiver applied it to its cursors.
+	ReplicateSubscriptions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscriptionSyncRequest, SubscriptionSyncResponse], error)
 }
 
 type replicationClient struct {
@@ -60,6 +67,19 @@ func (c *replicationClient) Replicate(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replication_ReplicateClient = grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse]
 
+func (c *replicationClient) ReplicateSubscriptions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscriptionSyncRequest, SubscriptionSyncResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replication_ServiceDesc.Streams[1], Replication_ReplicateSubscriptions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubscriptionSyncRequest, SubscriptionSyncResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replication_ReplicateSubscriptionsClient = grpc.BidiStreamingClient[SubscriptionSyncRequest, SubscriptionSyncResponse]
+
 // ReplicationServer is the server API for Replication service.
 // All implementations must embed UnimplementedReplicationServer
 // for forward compatibility.
@@ -70,6 +90,12 @@ type ReplicationServer interface {
 	// Then every `entries` request is answered by one `ack` with the same
 	// request_id, in request order.
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
+	// ReplicateSubscriptions opens the acknowledgement stream of one topic's
+	// replicated subscriptions: the first request must be `open` (answered
+	// `opened`, or the stream ends with an Error as for Replicate); then each
+	// `updates` request is answered by one `ack` with its request_id, after
+	// the receiver applied it to its cursors.
+	ReplicateSubscriptions(grpc.BidiStreamingServer[SubscriptionSyncRequest, SubscriptionSyncResponse]) error
 	mustEmbedUnimplementedReplicationServer()
 }
 
@@ -82,6 +108,9 @@ type UnimplementedReplicationServer struct{}
 
 func (UnimplementedReplicationServer) Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedReplicationServer) ReplicateSubscriptions(grpc.BidiStreamingServer[SubscriptionSyncRequest, SubscriptionSyncResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ReplicateSubscriptions not implemented")
 }
 func (UnimplementedReplicationServer) mustEmbedUnimplementedReplicationServer() {}
 func (UnimplementedReplicationServer) testEmbeddedByValue()                     {}
@@ -111,6 +140,13 @@ func _Replication_Replicate_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replication_ReplicateServer = grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]
 
+func _Replication_ReplicateSubscriptions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicationServer).ReplicateSubscriptions(&grpc.GenericServerStream[SubscriptionSyncRequest, SubscriptionSyncResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replication_ReplicateSubscriptionsServer = grpc.BidiStreamingServer[SubscriptionSyncRequest, SubscriptionSyncResponse]
+
 // Replication_ServiceDesc is the grpc.ServiceDesc for Replication service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +158,12 @@ var Replication_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Replicate",
 			Handler:       _Replication_Replicate_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReplicateSubscriptions",
+			Handler:       _Replication_ReplicateSubscriptions_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

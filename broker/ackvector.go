@@ -1,0 +1,241 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
+)
+
+// Acknowledgement vectors.
+//
+// A region's copy of a topic interleaves the entries of every origin region
+// in its own order, at its own positions; an entry is the same message in
+// every region only by its origin key (origin region, origin_seq). An
+// ackVector states a subscription's progress in those terms: per origin,
+// every origin_seq up to a mark-delete plus individually acknowledged
+// ranges. It is what a replicated subscription ships to the other regions
+// and what a seek by time or origin position resolves to, so it selects the
+// same messages in every region.
+//
+// Vectors form a join semi-lattice (join = union of acknowledged sets):
+// joining is commutative, associative and idempotent, so vectors may be
+// shipped late, twice or out of order and relayed through any region.
+
+// seqRange is an inclusive range of origin_seq values.
+type seqRange struct{ First, Last int64 }
+
+// originAcks is one origin's acknowledged origin_seq values: every value
+// <= MD, plus Ranges (sorted, disjoint, not adjacent, all above MD+1).
+type originAcks struct {
+	MD     int64
+	Ranges []seqRange
+}
+
+// ackVector maps origin region to its acknowledged origin_seq values. The
+// zero value (nil) acknowledges nothing; mutate only a non-nil vector.
+type ackVector map[string]*originAcks
+
+// originKey is an entry's identity across regions.
+type originKey struct {
+	Region string
+	Seq    int64
+}
+
+// covers reports whether (origin, seq) is acknowledged.
+func (v ackVector) covers(origin string, seq int64) bool {
+	o := v[origin]
+	if o == nil {
+		return false
+	}
+	if seq <= o.MD {
+		return true
+	}
+	i := sort.Search(len(o.Ranges), func(i int) bool { return o.Ranges[i].Last >= seq })
+	return i < len(o.Ranges) && o.Ranges[i].First <= seq
+}
+
+// add acknowledges the range [first, last] of origin; it reports whether
+// v changed.
+func (v ackVector) add(origin string, first, last int64) bool {
+	if first > last || last <= 0 {
+		return false
+	}
+	first = max(first, 1)
+	o := v[origin]
+	if o == nil {
+		o = &originAcks{}
+		v[origin] = o
+	}
+	if last <= o.MD {
+		return false
+	}
+	first = max(first, o.MD+1)
+	// Insert and merge with overlapping or adjacent ranges.
+	i := sort.Search(len(o.Ranges), func(i int) bool { return o.Ranges[i].Last >= first-1 })
+	j := i
+	nf, nl := first, last
+	for j < len(o.Ranges) && o.Ranges[j].First <= last+1 {
+		nf, nl = min(nf, o.Ranges[j].First), max(nl, o.Ranges[j].Last)
+		j++
+	}
+	if j == i+1 && o.Ranges[i].First == nf && o.Ranges[i].Last == nl {
+		return false // already covered by one range
+	}
+	rs := make([]seqRange, 0, len(o.Ranges)-(j-i)+1)
+	rs = append(rs, o.Ranges[:i]...)
+	rs = append(rs, seqRange{nf, nl})
+	rs = append(rs, o.Ranges[j:]...)
+	o.Ranges = rs
+	// Fold a range that now starts right after MD into it.
+	if len(o.Ranges) > 0 && o.Ranges[0].First <= o.MD+1 {
+		o.MD = max(o.MD, o.Ranges[0].Last)
+		o.Ranges = o.Ranges[1:]
+	}
+	return true
+}
+
+// setMD raises origin's mark-delete to md (everything up to md
+// acknowledged); it reports whether v changed.
+func (v ackVector) setMD(origin string, md int64) bool {
+	o := v[origin]
+	if o != nil && md <= o.MD {
+		return false
+	}
+	return v.add(origin, 1, md)
+}
+
+// join adds every acknowledgement of w to v; it reports whether v changed.
+func (v ackVector) join(w ackVector) bool {
+	changed := false
+	for origin, o := range w {
+		if v.setMD(origin, o.MD) {
+			changed = true
+		}
+		for _, r := range o.Ranges {
+			if v.add(origin, r.First, r.Last) {
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// contains reports whether v acknowledges everything w does.
+func (v ackVector) contains(w ackVector) bool {
+	for origin, o := range w {
+		if !v.coversRange(origin, 1, o.MD) {
+			return false
+		}
+		for _, r := range o.Ranges {
+			if !v.coversRange(origin, r.First, r.Last) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// coversRange reports whether every value of [first, last] is acknowledged.
+func (v ackVector) coversRange(origin string, first, last int64) bool {
+	o := v[origin]
+	if o == nil {
+		return first > last
+	}
+	if last <= o.MD {
+		return true
+	}
+	first = max(first, o.MD+1)
+	i := sort.Search(len(o.Ranges), func(i int) bool { return o.Ranges[i].Last >= first })
+	return i < len(o.Ranges) && o.Ranges[i].First <= first && o.Ranges[i].Last >= last
+}
+
+// clone returns a deep copy of v (never nil).
+func (v ackVector) clone() ackVector {
+	c := make(ackVector, len(v))
+	for origin, o := range v {
+		c[origin] = &originAcks{MD: o.MD, Ranges: append([]seqRange(nil), o.Ranges...)}
+	}
+	return c
+}
+
+// rangeCount is the number of ranges above the mark-deletes, and acks the
+// number of origin_seq values they hold.
+func (v ackVector) rangeCount() (ranges, acks int64) {
+	for _, o := range v {
+		ranges += int64(len(o.Ranges))
+		for _, r := range o.Ranges {
+			acks += r.Last - r.First + 1
+		}
+	}
+	return ranges, acks
+}
+
+// toProto converts v for the wire.
+func (v ackVector) toProto() *clientv1.AckVector {
+	out := &clientv1.AckVector{Origins: make(map[string]*clientv1.OriginAcks, len(v))}
+	for origin, o := range v {
+		p := &clientv1.OriginAcks{MarkDeleteSeq: o.MD}
+		for _, r := range o.Ranges {
+			p.Acked = append(p.Acked, &clientv1.SeqRange{First: r.First, Last: r.Last})
+		}
+		out.Origins[origin] = p
+	}
+	return out
+}
+
+// maxVectorRanges bounds the ranges one received vector may carry per
+// origin (a vector is bounded by the broker's max_individual_acks anyway).
+const maxVectorRanges = 1 << 20
+
+// ackVectorFromProto validates and converts a received vector; field names
+// the vector in errors.
+func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) {
+	v := ackVector{}
+	for origin, o := range p.GetOrigins() {
+		if err := ValidateName(field+".origins key", origin); err != nil {
+			return nil, err
+		}
+		if o.GetMarkDeleteSeq() < 0 {
+			return nil, fmt.Errorf("%w: %s.origins[%s].mark_delete_seq %d must be >= 0", ErrInvalidArgument, field, origin, o.GetMarkDeleteSeq())
+		}
+		if len(o.GetAcked()) > maxVectorRanges {
+			return nil, fmt.Errorf("%w: %s.origins[%s] has %d ranges, limit %d", ErrInvalidArgument, field, origin, len(o.GetAcked()), maxVectorRanges)
+		}
+		v.setMD(origin, o.GetMarkDeleteSeq())
+		for i, r := range o.GetAcked() {
+			if r.GetFirst() < 1 || r.GetLast() < r.GetFirst() {
+				return nil, fmt.Errorf("%w: %s.origins[%s].acked[%d] = [%d, %d]: need 1 <= first <= last", ErrInvalidArgument, field, origin, i, r.GetFirst(), r.GetLast())
+			}
+			v.add(origin, r.GetFirst(), r.GetLast())
+		}
+	}
+	return v, nil
+}
+
+// entryOrigin returns the origin key of the stored entry e of t and its
+// decoded metadata: origin region and origin_seq as stored, or for a local
+// entry stored without a number its position-derived offset. ok is false
+// for an entry that has no origin key (undecodable, or its ledger no longer
+// retained).
+func (t *topic) entryOrigin(e LedgerEntry) (originKey, *clientv1.EntryMetadata, bool) {
+	md, _, err := wire.DecodeEntry(e.Data)
+	if err != nil {
+		return originKey{}, nil, false
+	}
+	if md.GetReplicated() {
+		if md.GetOriginRegion() == "" || md.GetOriginSeq() <= 0 {
+			return originKey{}, md, false
+		}
+		return originKey{md.GetOriginRegion(), md.GetOriginSeq()}, md, true
+	}
+	seq := md.GetOriginSeq()
+	if seq <= 0 {
+		var ok bool
+		if seq, ok = t.ml.originSeq(pos{e.LedgerID, e.EntryID}); !ok {
+			return originKey{}, md, false
+		}
+	}
+	return originKey{t.b.cfg.Region, seq}, md, true
+}
