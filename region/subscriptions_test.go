@@ -89,10 +89,12 @@ func TestSubscriptionTypesAcksAndRedelivery(t *testing.T) {
 	// Shared: round-robin between two consumers; cumulative ack refused.
 	s1, c1 := subscribe(t, cli, topic, "sh", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, "s1")
 	defer c1()
-	s2, c2 := subscribe(t, cli, topic, "sh", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, "s2")
-	defer c2()
-	_ = s2 // s1 may take every entry before s2 has subscribed
+	// s1 takes its first entry before s2 subscribes: with both connected,
+	// s2's permits may reach the broker first and s2 take all ten (this
+	// test once waited 60 s for an entry s1 never got).
 	m := nextMsg(t, s1).GetMessage()
+	_, c2 := subscribe(t, cli, topic, "sh", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, "s2")
+	defer c2()
 	s1.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{MessageIds: []*clientv1.MessageId{m.MessageId}, Cumulative: true, RequestId: 9}}})
 	for {
 		r := nextMsg(t, s1)
