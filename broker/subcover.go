@@ -198,8 +198,28 @@ func (s *subscription) coverEntryLocked(e LedgerEntry) bool {
 	ml.mu.Lock()
 	s.ackByCoverLocked(pos{e.LedgerID, e.EntryID})
 	s.compactLocked()
+	s.afterAckLocked()
 	ml.mu.Unlock()
 	return true
+}
+
+// afterAckLocked follows acknowledgements (by a consumer or the cover):
+// what can be translated into the vector without reading is translated
+// now (so it ships without waiting for the dispatch loop), the rest is
+// left to the dispatch loop; remembered keys the mark-delete passed are
+// pruned. Needs s.mu and ml.mu.
+func (s *subscription) afterAckLocked() {
+	if !s.cov.on() {
+		return
+	}
+	changed := false
+	if _, more := s.translateHeldLocked(&changed); more {
+		s.cov.due = true
+		s.kick()
+	}
+	if changed {
+		s.t.subsync.notify()
+	}
 }
 
 // ackByCoverLocked acknowledges p (after the mark-delete) because the
@@ -421,11 +441,13 @@ func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
 	for gap < coverScanWindow {
 		n, ok := ml.nextLocked(cur)
 		if !ok {
+			s.afterAckLocked()
 			return pos{}, true
 		}
 		k, known := s.cov.origins[n]
 		if !known {
 			if _, acked := s.acked[n]; !acked {
+				s.afterAckLocked()
 				return n, false
 			}
 		} else if k.Region != "" && s.cov.v.covers(k.Region, k.Seq) {
@@ -439,6 +461,7 @@ func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
 			gap = 0
 		}
 	}
+	s.afterAckLocked()
 	return pos{}, true
 }
 

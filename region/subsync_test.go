@@ -219,3 +219,217 @@ func TestReplicatedSubscriptionMoveThirdRegionDown(t *testing.T) {
 		})
 	}
 }
+
+// repSubAdmin returns an admin client of region.
+func repSubAdmin(t *testing.T, g *geoCluster, region string) *client.Admin {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := client.NewAdmin(ctx, g.url(region))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Close(context.Background()) })
+	return adm
+}
+
+// receiveN receives exactly the messages numbered want (in any order) and
+// then nothing more for a while; it acknowledges them.
+func receiveN(t *testing.T, co *client.Consumer, want []int) {
+	t.Helper()
+	left := map[int]bool{}
+	for _, n := range want {
+		left[n] = true
+	}
+	got := 0
+	for {
+		timeout := 60 * time.Second
+		if len(left) == 0 {
+			timeout = time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		m, err := co.Receive(ctx)
+		cancel()
+		if err != nil {
+			if len(left) == 0 {
+				return
+			}
+			t.Fatalf("%d of %d messages not delivered (lost): %v", len(left), len(want), err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if !left[n] {
+			t.Fatalf("delivered message %d, not one of the %d expected (%d received so far)", n, len(want), got)
+		}
+		delete(left, n)
+		got++
+		if err := co.Ack(context.Background(), m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func nums(from, to int) []int {
+	var out []int
+	for n := from; n < to; n++ {
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestReplicatedSubscriptionResetAllRegions: resetting a replicated
+// subscription (admin reset-cursor, by message ID, then to the earliest)
+// in one region applies in every region, whatever region it is made in.
+func TestReplicatedSubscriptionResetAllRegions(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/reset"
+	const count, sub = 40, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := repSubAdmin(t, g, "a").CreateReplicatedSubscription(ctx, topic, sub, client.Earliest); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Exclusive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resetID client.MessageID
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Properties["n"] == "25" {
+			resetID = m.ID
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogs := func(want int64) {
+		t.Helper()
+		for _, r := range []string{"a", "b"} {
+			waitCond(t, 60*time.Second, fmt.Sprintf("backlog of %s in %s is %d", sub, r, want), func() bool {
+				s := g.subStats(r, topic, sub)
+				return s != nil && s.GetReplicated() && s.GetBacklogEntries() == want
+			})
+		}
+	}
+	backlogs(0)
+	// Reset in a to message 25 (a's message ID): in b too, messages 25..39
+	// are delivered again, and only they.
+	if err := repSubAdmin(t, g, "a").ResetSubscription(ctx, topic, sub, client.ResetPosition{MessageID: &resetID}); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(count - 25)
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Exclusive, Replicated: true}
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, cb, nums(25, count))
+	if err := cb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(0)
+	// Reset in b to the earliest: a delivers everything again.
+	if err := repSubAdmin(t, g, "b").ResetSubscription(ctx, topic, sub, client.ResetPosition{Initial: client.Earliest}); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(count)
+	ca2, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca2.Close(context.Background())
+	receiveN(t, ca2, nums(0, count))
+}
+
+// TestReplicatedSubscriptionRelay: with the link a-c cut (b reaching
+// both), acknowledgements made in a reach c through b (every region ships
+// its joined vector), so a consumer moving from a to c gets no duplicate.
+func TestReplicatedSubscriptionRelay(t *testing.T) {
+	g := startGeo(t, []string{"a", "b", "c"}, geoOptions{})
+	g.net.Cut("a", "c", false)
+	g.createNamespace(repSubNamespace, "a", "b", "c")
+	topic := repSubNamespace + "/relay"
+	const count, sub = 60, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Shared, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []int
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if n%3 == 0 {
+			rest = append(rest, n) // left unacknowledged
+			continue
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// c has every entry (relayed by b) and a's acknowledgements (relayed by
+	// b): its backlog is what a left.
+	waitCond(t, 60*time.Second, "c's subscription has a's acknowledgements (relayed by b)", func() bool {
+		s := g.subStats("c", topic, sub)
+		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == int64(len(rest))
+	})
+	if a := ackRepl(g.subStats("a", topic, sub), "c"); a == nil || a.GetConnected() {
+		t.Fatalf("a's stream to c: %v, want it not connected (link cut)", a)
+	}
+	cc, err := repSubClient(t, g, "c").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close(context.Background())
+	receiveN(t, cc, rest)
+}
+
+// TestReplicatedSubscriptionDelete: deleting a replicated subscription in
+// one region deletes it in the others.
+func TestReplicatedSubscriptionDelete(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/delete"
+	repSubProduce(t, g, "a", topic, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := repSubAdmin(t, g, "a").CreateReplicatedSubscription(ctx, topic, "rs", client.Earliest); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 60*time.Second, "the subscription exists in b", func() bool {
+		s := g.subStats("b", topic, "rs")
+		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == 5
+	})
+	if err := repSubAdmin(t, g, "a").DeleteSubscription(ctx, topic, "rs", false); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 60*time.Second, "the subscription is deleted in b", func() bool {
+		st, err := g.stats("b", topic)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.GetSubscriptions() {
+			if s.GetName() == "rs" {
+				return false
+			}
+		}
+		return true
+	})
+}
