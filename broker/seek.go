@@ -46,11 +46,6 @@ const seekScanBatch = 500
 // consume stream; an admin reset uses the RPC's own deadline.
 const seekScanTimeout = 2 * time.Minute
 
-// maxSeekCovered bounds the covered entries after the floor a seek records
-// as individually acknowledged on the cursor: above it the seek fails
-// rather than keep an unbounded acknowledgement set in memory.
-const maxSeekCovered = 1 << 20
-
 // seekResolution is a resolved StartPosition.
 type seekResolution struct {
 	// vec acknowledges every message before the start (origin terms).
@@ -58,9 +53,6 @@ type seekResolution struct {
 	// floor is the local position before the first entry vec does not
 	// cover (everything at or before it is covered).
 	floor pos
-	// covered are the local positions after floor that vec covers, in
-	// log order, up to the end of the scan.
-	covered []pos
 }
 
 // resolveStart resolves sp against t's log (see the package comment above):
@@ -73,8 +65,8 @@ func (t *topic) resolveStart(ctx context.Context, sp *clientv1.StartPosition) (a
 	return r.vec, r.floor, nil
 }
 
-// resolve is resolveStart with the covered positions; field names sp in
-// errors ("start", "seek.position", ...).
+// resolve is resolveStart; field names sp in errors ("start",
+// "seek.position", ...).
 func (t *topic) resolve(ctx context.Context, field string, sp *clientv1.StartPosition) (*seekResolution, error) {
 	switch k := sp.GetKind().(type) {
 	case *clientv1.StartPosition_Initial:
@@ -283,7 +275,6 @@ func (t *topic) scanStart(ctx context.Context, target originKey, ms int64) (*see
 	r.floor = t.ml.beforeFirstLocked()
 	t.ml.mu.Unlock()
 	floorDone := false
-	var tooMany bool
 	err := t.scanLog(ctx, func(e LedgerEntry) bool {
 		key, md, ok := t.entryOrigin(e)
 		covered := false
@@ -301,54 +292,19 @@ func (t *topic) scanStart(ctx context.Context, target originKey, ms int64) (*see
 				closed[key.Region] = true
 			}
 		}
-		p := pos{e.LedgerID, e.EntryID}
-		switch {
-		case !floorDone && covered:
-			r.floor = p
-		case !floorDone:
-			floorDone = true
-		case covered:
-			if len(r.covered) >= maxSeekCovered {
-				tooMany = true
-				return false
+		if !floorDone {
+			if covered {
+				r.floor = pos{e.LedgerID, e.EntryID}
+			} else {
+				floorDone = true
 			}
-			r.covered = append(r.covered, p)
 		}
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	if tooMany {
-		return nil, fmt.Errorf("%w: the start leaves more than %d entries acknowledged after the first unacknowledged one (limit)", ErrInvalidArgument, maxSeekCovered)
-	}
 	return r, nil
-}
-
-// applySeek positions s at r: every entry at or before r.floor and every
-// position of r.covered counts acknowledged, everything else not;
-// consumers' pending entries are dropped (redelivered if not covered).
-func (s *subscription) applySeek(r *seekResolution) {
-	s.mu.Lock()
-	ml := s.t.ml
-	ml.mu.Lock()
-	s.markDelete = r.floor
-	s.lastRead = r.floor
-	s.acked = make(map[pos]struct{}, len(r.covered))
-	for _, p := range r.covered {
-		s.acked[p] = struct{}{}
-	}
-	s.redeliver = map[pos]struct{}{}
-	for p, c := range s.pending {
-		delete(s.pending, p)
-		c.pending--
-	}
-	s.compactLocked()
-	s.readEpoch++
-	s.dirty = true
-	ml.mu.Unlock()
-	s.mu.Unlock()
-	s.kick()
 }
 
 // seek resolves sp and moves s there (Consume's Seek, Subscribe.start on a
@@ -381,9 +337,13 @@ func (t *topic) seek(ctx context.Context, s *subscription, field string, sp *cli
 	return nil
 }
 
-// applyResolution moves s to a resolved start.
+// applyResolution moves s to a resolved start: the vector becomes its
+// cover (repsub's seekVector: the dispatcher and the cover's apply scan
+// acknowledge every covered entry, including ones stored later), delivery
+// restarts after the floor. On a replicated subscription seekVector also
+// ships the reset to every region.
 func (t *topic) applyResolution(s *subscription, r *seekResolution) {
-	s.applySeek(r)
+	s.seekVector(r.vec, r.floor)
 }
 
 // seekContext bounds a resolution started from a consume stream.

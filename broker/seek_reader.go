@@ -66,7 +66,7 @@ func (t *topic) addReader(name string, r *seekResolution) (*subscription, error)
 	}
 	s := newSubscription(t, name, r.floor, nil, time.Now().UnixMilli(), 0)
 	s.nonDurable = true
-	s.applySeek(r)
+	s.seekVector(r.vec, r.floor)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closing {
