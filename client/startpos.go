@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -180,3 +181,43 @@ func ParseStartPosition(s string, now time.Time) (StartPosition, error) {
 	}
 	return StartPosition{}, fmt.Errorf("%w: start position %q: %s", ErrInvalidArgument, s, want)
 }
+
+// ResetSubscriptionTo moves a subscription's cursor to sp, resolved per
+// origin region like a Seek (every consumer keeps its stream; messages
+// from the new position follow). On a replicated subscription the reset
+// applies in every region. An origin position this region does not hold
+// fails with ErrNotFound naming it.
+func (a *Admin) ResetSubscriptionTo(ctx context.Context, topic, sub string, sp StartPosition) error {
+	if err := sp.validate("position"); err != nil {
+		return err
+	}
+	req := &clientv1.ResetSubscriptionRequest{Topic: topic, Subscription: sub}
+	switch p := sp.toProto().GetKind().(type) {
+	case *clientv1.StartPosition_MessageId:
+		req.Position = &clientv1.ResetSubscriptionRequest_MessageId{MessageId: p.MessageId}
+	case *clientv1.StartPosition_PublishTimeMs:
+		req.Position = &clientv1.ResetSubscriptionRequest_PublishTimeMs{PublishTimeMs: p.PublishTimeMs}
+	case *clientv1.StartPosition_Origin:
+		req.Position = &clientv1.ResetSubscriptionRequest_OriginPosition{OriginPosition: p.Origin}
+	case *clientv1.StartPosition_Initial:
+		req.Position = &clientv1.ResetSubscriptionRequest_InitialPosition{InitialPosition: p.Initial}
+	}
+	return write(ctx, a, "reset subscription "+sub+" to "+sp.String(), func(ctx context.Context) error {
+		_, err := a.api.ResetSubscription(ctx, req)
+		return err
+	})
+}
+
+// IsTime reports whether p is a time position; IsMessageID and IsOrigin
+// likewise (for tools that accept only some kinds).
+func (p StartPosition) IsTime() bool { return p.kind == startTime }
+
+// IsMessageID reports whether p is a message-ID position.
+func (p StartPosition) IsMessageID() bool { return p.kind == startMessageID }
+
+// IsOrigin reports whether p is an origin position.
+func (p StartPosition) IsOrigin() bool { return p.kind == startOrigin }
+
+// Initial returns the initial position of an earliest/latest position
+// (ok false for the other kinds).
+func (p StartPosition) Initial() (InitialPosition, bool) { return p.initial, p.kind == startInitial }
