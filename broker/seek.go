@@ -53,6 +53,8 @@ type seekResolution struct {
 	// floor is the local position before the first entry vec does not
 	// cover (everything at or before it is covered).
 	floor pos
+	// initial: an earliest/latest start, exact as a position alone.
+	initial bool
 }
 
 // resolveStart resolves sp against t's log (see the package comment above):
@@ -74,10 +76,10 @@ func (t *topic) resolve(ctx context.Context, field string, sp *clientv1.StartPos
 		case clientv1.InitialPosition_INITIAL_POSITION_EARLIEST:
 			t.ml.mu.Lock()
 			defer t.ml.mu.Unlock()
-			return &seekResolution{vec: ackVector{}, floor: t.ml.beforeFirstLocked()}, nil
+			return &seekResolution{vec: ackVector{}, floor: t.ml.beforeFirstLocked(), initial: true}, nil
 		case clientv1.InitialPosition_INITIAL_POSITION_LATEST:
 			v, last := t.latestVector()
-			return &seekResolution{vec: v, floor: last}, nil
+			return &seekResolution{vec: v, floor: last, initial: true}, nil
 		}
 		return nil, fmt.Errorf("%w: %s.initial %d is not LATEST or EARLIEST", ErrInvalidArgument, field, k.Initial)
 	case *clientv1.StartPosition_PublishTimeMs:
@@ -342,7 +344,17 @@ func (t *topic) seek(ctx context.Context, s *subscription, field string, sp *cli
 // acknowledge every covered entry, including ones stored later), delivery
 // restarts after the floor. On a replicated subscription seekVector also
 // ships the reset to every region.
+//
+// An earliest/latest start of a subscription that is not replicated is a
+// plain position reset: no cover vector, so no cover work afterwards.
 func (t *topic) applyResolution(s *subscription, r *seekResolution) {
+	s.mu.Lock()
+	repl := s.cov.replicated
+	s.mu.Unlock()
+	if r.initial && !repl {
+		s.reset(r.floor)
+		return
+	}
 	s.seekVector(r.vec, r.floor)
 }
 

@@ -66,7 +66,7 @@ func (t *topic) addReader(name string, r *seekResolution) (*subscription, error)
 	}
 	s := newSubscription(t, name, r.floor, nil, time.Now().UnixMilli(), 0)
 	s.nonDurable = true
-	s.seekVector(r.vec, r.floor)
+	t.applyResolution(s, r)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closing {
@@ -96,9 +96,7 @@ func (t *topic) removeReader(s *subscription) {
 // a bad start changes nothing.
 func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*subscription, bool, error) {
 	if sub.GetNonDurable() {
-		rctx, cancel := seekContext(ctx)
-		r, err := t.resolve(rctx, "start", startOf(sub))
-		cancel()
+		r, err := t.resolveSubscribeStart(ctx, startOf(sub))
 		if err != nil {
 			return nil, false, err
 		}
@@ -115,9 +113,7 @@ func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*s
 	if s, err := t.subscription(sub.GetSubscription()); err == nil {
 		return s, false, nil // start applies only to a new subscription
 	}
-	rctx, cancel := seekContext(ctx)
-	r, err := t.resolve(rctx, "start", sub.GetStart())
-	cancel()
+	r, err := t.resolveSubscribeStart(ctx, sub.GetStart())
 	if err != nil {
 		return nil, false, err
 	}
@@ -130,4 +126,17 @@ func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*s
 		t.log.Warn("persist cursor of a new subscription at its start", "subscription", s.name, "err", err)
 	}
 	return s, true, nil
+}
+
+// resolveSubscribeStart resolves a Subscribe's start (resolveStart, bounded
+// by seekScanTimeout).
+func (t *topic) resolveSubscribeStart(ctx context.Context, sp *clientv1.StartPosition) (*seekResolution, error) {
+	rctx, cancel := seekContext(ctx)
+	defer cancel()
+	v, floor, err := t.resolveStart(rctx, sp)
+	if err != nil {
+		return nil, err
+	}
+	_, initial := sp.GetKind().(*clientv1.StartPosition_Initial)
+	return &seekResolution{vec: v, floor: floor, initial: initial}, nil
 }
