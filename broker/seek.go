@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -131,23 +130,14 @@ func originTime(md *clientv1.EntryMetadata) int64 {
 }
 
 // latestVector is the LATEST start: per origin the highest origin_seq
-// stored or queued here (own: the local numbering; others: the
-// replication pseudo-producers' dedup state, which is never evicted), and
-// the last stored position.
+// stored here (repsub's latestVectorLocked: own region from the local
+// numbering, others from the replication pseudo-producers' dedup state,
+// which is never evicted), and the last stored position.
 func (t *topic) latestVector() (ackVector, pos) {
 	ml := t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	v := ackVector{}
-	if ml.localSeq > 0 {
-		v.setMD(t.b.cfg.Region, ml.localSeq)
-	}
-	for name, p := range ml.dedup.byName {
-		if origin, ok := strings.CutPrefix(name, ReplDedupPrefix); ok && origin != "" && p.pushed > 0 {
-			v.setMD(origin, p.pushed)
-		}
-	}
-	return v, ml.lastPosLocked()
+	return ml.latestVectorLocked(t.b.cfg.Region), ml.lastPosLocked()
 }
 
 // readOne reads the stored entry at p: ErrNotFound when p's ledger is no
@@ -348,10 +338,7 @@ func (t *topic) seek(ctx context.Context, s *subscription, field string, sp *cli
 // An earliest/latest start of a subscription that is not replicated is a
 // plain position reset: no cover vector, so no cover work afterwards.
 func (t *topic) applyResolution(s *subscription, r *seekResolution) {
-	s.mu.Lock()
-	repl := s.cov.replicated
-	s.mu.Unlock()
-	if r.initial && !repl {
+	if r.initial && !s.isReplicated() {
 		s.reset(r.floor)
 		return
 	}

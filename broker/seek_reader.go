@@ -107,8 +107,9 @@ func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*s
 		s, err := t.addReader(name, r)
 		return s, err == nil, err
 	}
+	create := subCreate{initial: sub.GetInitialPosition(), replicated: sub.GetReplicated()}
 	if sub.GetStart() == nil {
-		return t.getOrCreateSub(ctx, sub.GetSubscription(), sub.GetInitialPosition(), false)
+		return t.getOrCreateSubOpts(ctx, sub.GetSubscription(), create)
 	}
 	if s, err := t.subscription(sub.GetSubscription()); err == nil {
 		return s, false, nil // start applies only to a new subscription
@@ -117,7 +118,10 @@ func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*s
 	if err != nil {
 		return nil, false, err
 	}
-	s, created, err := t.getOrCreateSub(ctx, sub.GetSubscription(), clientv1.InitialPosition_INITIAL_POSITION_EARLIEST, false)
+	// Created at earliest, then moved to the start (for a replicated
+	// subscription the move is a reset shipped to every region).
+	create.initial = clientv1.InitialPosition_INITIAL_POSITION_EARLIEST
+	s, created, err := t.getOrCreateSubOpts(ctx, sub.GetSubscription(), create)
 	if err != nil || !created {
 		return s, created, err
 	}

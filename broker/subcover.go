@@ -80,10 +80,10 @@ type coverState struct {
 	// epoch/region order resets across regions (higher replaces).
 	epoch  int64
 	region string
-	// ver grows with every change of v (senders compare it); changedAt is
-	// when it last changed.
-	ver       int64
-	changedAt time.Time
+	// ver grows with every change of v (senders compare it); marks record
+	// when versions appeared (see changed), for the lag of each remote.
+	ver   int64
+	marks []verMark
 	// typ is the type last connected or received (shipped to others).
 	typ clientv1.SubscriptionType
 }
@@ -98,10 +98,56 @@ func (c *coverState) noteAck(p pos) {
 	}
 }
 
+// Change marks: changed versions within markBucket of each other share
+// one mark (the oldest time, the newest version), and at most maxMarks
+// are kept (the two oldest merge): a remote's lag — the age of the first
+// mark above the version it confirmed — is then exact to markBucket or
+// an upper bound, never an underestimate.
+const (
+	markBucket = 10 * time.Millisecond
+	maxMarks   = 1024
+)
+
+// verMark: versions up to ver appeared at or after at (and after the
+// previous mark's version).
+type verMark struct {
+	ver int64
+	at  time.Time
+}
+
 // changed records a change of v.
 func (c *coverState) changed() {
 	c.ver++
-	c.changedAt = time.Now()
+	now := time.Now()
+	if n := len(c.marks); n > 0 && now.Sub(c.marks[n-1].at) < markBucket {
+		c.marks[n-1].ver = c.ver
+		return
+	}
+	c.marks = append(c.marks, verMark{c.ver, now})
+	if len(c.marks) > maxMarks {
+		c.marks[1].at = c.marks[0].at
+		c.marks = c.marks[1:]
+	}
+}
+
+// pruneMarks drops the marks every remote confirmed (ver <= upTo).
+func (c *coverState) pruneMarks(upTo int64) {
+	i := 0
+	for i < len(c.marks) && c.marks[i].ver <= upTo {
+		i++
+	}
+	c.marks = c.marks[i:]
+}
+
+// lagSince returns the time of the oldest change after version conf
+// (zero: none).
+func lagSince(marks []verMark, conf int64) time.Time {
+	for _, m := range marks {
+		if m.ver > conf {
+			return m.at
+		}
+	}
+	return time.Time{}
 }
 
 // resetLocked is the cover side of a reset to md by position: a
@@ -270,11 +316,20 @@ func (s *subscription) translateLocked(changed *bool) (need pos, ok bool) {
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
+	return s.translateHeldLocked(changed)
+}
+
+// translateHeldLocked is translateLocked with s.mu and ml.mu held (the ack
+// path translates at once what it can, so the vector ships without
+// waiting for the dispatch loop).
+func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
+	ml := s.t.ml
 	c := &s.cov
 	add := func(k originKey) {
 		if c.replicated && k.Region != "" && c.v.add(k.Region, k.Seq, k.Seq) {
 			*changed = true
 			c.changed()
+			s.dirty = true
 		}
 	}
 	var missing []pos
@@ -465,6 +520,7 @@ func (s *subscription) joinCover(w ackVector) bool {
 	s.cov.gen++
 	s.cov.due = true
 	s.cov.changed()
+	s.dirty = true
 	s.kick()
 	return true
 }
@@ -485,6 +541,20 @@ func (s *subscription) retainPos() pos {
 		return s.cov.vfront
 	}
 	return s.markDelete
+}
+
+// untranslatedLocked counts the local acknowledgements not yet in the
+// vector (individual ones, and entries the mark-delete passed beyond the
+// translation frontier). Needs s.mu.
+func (s *subscription) untranslatedLocked() int64 {
+	ml := s.t.ml
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	n := int64(len(s.cov.newAcks))
+	if ml.lessLocked(s.cov.vfront, s.markDelete) {
+		n += max(ml.countAfterLocked(s.cov.vfront)-ml.countAfterLocked(s.markDelete), 0)
+	}
+	return n
 }
 
 // coverExtLocked returns the cursor record fields of the cover state.

@@ -280,8 +280,15 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 	s.compactLocked()
 	s.dirty = true
 	if s.cov.replicated {
-		s.cov.due = true
-		s.kick() // the dispatch loop translates the acks into the vector
+		// Translate what is known now; the dispatch loop reads the rest.
+		changed := false
+		if _, more := s.translateHeldLocked(&changed); more {
+			s.cov.due = true
+			s.kick()
+		}
+		if changed {
+			s.t.subsync.notify()
+		}
 	}
 	return nil
 }

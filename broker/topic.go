@@ -457,6 +457,14 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		return nil, false, ErrTopicNotOwned
 	}
 	s := newSubscription(t, name, md, nil, created, kv.Version)
+	if replicated && !o.fromRemote {
+		t.subsync.removeTomb(name)
+	}
+	if replicated {
+		// Start the subscription senders now rather than at the next
+		// reconciliation.
+		t.b.repl.topicLoaded(t)
+	}
 	if cov != nil {
 		s.restoreCover(ext)
 		s.mu.Lock()
@@ -497,6 +505,13 @@ func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
 		}
 		return err
 	}
+	s.mu.Lock()
+	repl, typ := s.cov.replicated, s.cov.typ
+	s.mu.Unlock()
+	if repl {
+		// Deleted in every region: the senders ship the deletion.
+		t.subsync.addTomb(name, typ)
+	}
 	t.mu.Lock()
 	delete(t.subs, name)
 	t.mu.Unlock()
@@ -522,6 +537,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	t.mu.Unlock()
 	close(t.stop)
 	t.replicators.stopAll()
+	t.subsync.stopAll()
 	for _, p := range prods {
 		p.close()
 	}

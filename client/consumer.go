@@ -214,6 +214,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		Priority:        co.opts.Priority,
 		NonDurable:      co.opts.nonDurable,
 		Start:           start,
+		Replicated:      co.opts.Replicated,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)
