@@ -269,3 +269,92 @@ func TestReplaySameMessagesInEveryRegion(t *testing.T) {
 	}
 	t.Logf("unknown origin position: %v", err)
 }
+
+// TestReplayResetReplicatedSubscription: two regions produce at once; a
+// replicated subscription is consumed to the end in a, then reset by time
+// (admin reset-cursor) in a: the reset reaches b, and the subscription
+// delivers the same (origin, origin_seq) set in both regions — the one a
+// reader from that time reads.
+func TestReplayResetReplicatedSubscription(t *testing.T) {
+	names := []string{"a", "b"}
+	g := startGeo(t, names, geoOptions{})
+	g.createNamespace("public/replay", names...)
+	topic := "public/replay/t1"
+	var readers []*geoReader
+	var prods []*geoProducer
+	for _, n := range names {
+		readers = append(readers, g.reader(n, topic))
+		prods = append(prods, g.producer(n, topic))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{}, len(prods))
+	for _, p := range prods {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			p.produceFor(stop, 10)
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	at := time.Now()
+	time.Sleep(700 * time.Millisecond)
+	close(stop)
+	for range prods {
+		<-done
+	}
+	g.converge(geoConverge, readers, prods)
+	ctx := context.Background()
+	ca, cb := repSubClient(t, g, "a"), repSubClient(t, g, "b")
+
+	r, err := ca.NewReader(ctx, client.ReaderOptions{Topic: topic, Start: client.StartAtTime(at)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := collectReplay(t, "reader in a from the time", 0, r.Next, nil)
+	_ = r.Close(ctx)
+
+	// Consumed and acknowledged to the end in a; b follows.
+	co, err := ca.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "rs", Replicated: true, InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, p := range prods {
+		total += len(p.ackedKeys())
+	}
+	collectReplay(t, "replicated subscription in a", total, co.Receive, func(id client.MessageID) { _ = co.Ack(ctx, id) })
+	if err := co.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the acknowledgements replicated to b", func() bool {
+		s := g.subStats("b", topic, "rs")
+		return s != nil && s.GetBacklogEntries() == 0
+	})
+
+	adm, err := ca.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.ResetSubscriptionTo(ctx, topic, "rs", client.StartAtTime(at)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the reset applied in b", func() bool {
+		s := g.subStats("b", topic, "rs")
+		return s != nil && s.GetBacklogEntries() > 0
+	})
+	// Received without acknowledging, so neither region moves the other.
+	var sets []map[replayKey]bool
+	for _, c := range []*client.Client{cb, ca} {
+		co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "rs", Replicated: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, collectReplay(t, "replicated subscription after the reset", len(want), co.Receive, nil))
+		if err := co.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameSets(t, "reset by time: b, a and a reader from the time", []string{"b", "a", "reader"}, append(sets, want))
+	if len(want) == 0 || len(want) == total {
+		t.Fatalf("the time selects %d of %d messages: nothing or everything", len(want), total)
+	}
+}
