@@ -67,8 +67,36 @@ func (t *topic) resolveStart(ctx context.Context, sp *clientv1.StartPosition) (a
 }
 
 // resolve is resolveStart; field names sp in errors ("start",
-// "seek.position", ...).
+// "seek.position", ...). It counts and times the resolution.
 func (t *topic) resolve(ctx context.Context, field string, sp *clientv1.StartPosition) (*seekResolution, error) {
+	start := time.Now()
+	r, err := t.resolveKind(ctx, field, sp)
+	if m := t.b.metrics; m != nil {
+		kind, result := "unset", "ok"
+		switch sp.GetKind().(type) {
+		case *clientv1.StartPosition_Initial:
+			kind = "initial"
+		case *clientv1.StartPosition_PublishTimeMs:
+			kind = "time"
+		case *clientv1.StartPosition_MessageId:
+			kind = "message_id"
+		case *clientv1.StartPosition_Origin:
+			kind = "origin"
+		}
+		if err != nil {
+			result = "error"
+		}
+		m.seekResolutions.WithLabelValues(kind, result).Inc()
+		m.seekSeconds.Observe(time.Since(start).Seconds())
+	}
+	if err == nil {
+		t.log.Debug("start position resolved", "field", field, "floor", fmt.Sprintf("%d:%d", r.floor.L, r.floor.E),
+			"origins", len(r.vec), "took", time.Since(start))
+	}
+	return r, err
+}
+
+func (t *topic) resolveKind(ctx context.Context, field string, sp *clientv1.StartPosition) (*seekResolution, error) {
 	switch k := sp.GetKind().(type) {
 	case *clientv1.StartPosition_Initial:
 		switch k.Initial {
@@ -233,6 +261,9 @@ func (t *topic) scanLog(ctx context.Context, fn func(LedgerEntry) bool) error {
 		}
 		if len(ents) == 0 {
 			return nil
+		}
+		if m := t.b.metrics; m != nil {
+			m.seekScanned.Add(float64(len(ents)))
 		}
 		for _, e := range ents {
 			p := pos{e.LedgerID, e.EntryID}

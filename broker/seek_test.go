@@ -2,20 +2,23 @@ package broker_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/region/regiontest"
 )
 
 // seekTopic starts one broker, creates a namespace that keeps everything
 // and produces n messages "m0".."m<n-1>" to its topic; it returns the IDs,
 // the producer's region and the time between m<split-1> and m<split>.
-func seekTopic(t *testing.T, n, split int) (clientv1.MeridianClient, clientv1.AdminClient, string, []*clientv1.MessageId, string, int64) {
+func seekTopic(t *testing.T, n, split int) (clientv1.MeridianClient, clientv1.AdminClient, string, []*clientv1.MessageId, string, int64, *regiontest.Cluster) {
 	t.Helper()
-	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 7 })
+	cli, adm, rc := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 7 })
 	ctx := context.Background()
 	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/keep",
 		Policies: &clientv1.NamespacePolicies{RetentionTimeSeconds: -1, RetentionSizeBytes: -1}}); err != nil {
@@ -33,7 +36,7 @@ func seekTopic(t *testing.T, n, split int) (clientv1.MeridianClient, clientv1.Ad
 		}
 		ids = append(ids, p.sendOK(i))
 	}
-	return cli, adm, topic, ids, opened.GetRegion(), at
+	return cli, adm, topic, ids, opened.GetRegion(), at, rc
 }
 
 // seekOn sends a Seek on c's stream and returns the SeekResponse's error;
@@ -137,7 +140,7 @@ func fmtInt(i int) string {
 // work; the seeking consumer's stream only carries new-position messages
 // after the SeekResponse.
 func TestSeekMessageIDLikePulsar(t *testing.T) {
-	cli, adm, topic, ids, _, _ := seekTopic(t, 30, -1)
+	cli, adm, topic, ids, _, _, _ := seekTopic(t, 30, -1)
 	ctx := context.Background()
 	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	var last *clientv1.MessageId
@@ -188,7 +191,7 @@ func TestSeekMessageIDLikePulsar(t *testing.T) {
 // its local position; readers start there too and go away with their
 // stream, holding nothing.
 func TestSeekByTimeAndOriginSingleRegion(t *testing.T) {
-	cli, adm, topic, ids, region, at := seekTopic(t, 20, 12)
+	cli, adm, topic, ids, region, at, _ := seekTopic(t, 20, 12)
 	ctx := context.Background()
 	r, err := subscribeAt(t, cli, topic, "", true, startAtTime(at))
 	if err != nil {
@@ -247,7 +250,7 @@ func TestSeekByTimeAndOriginSingleRegion(t *testing.T) {
 // TestSeekBadInput: unknown origin positions, bad fields and unset
 // positions get a clear error naming the field, and change nothing.
 func TestSeekBadInput(t *testing.T) {
-	cli, adm, topic, ids, region, _ := seekTopic(t, 10, -1)
+	cli, adm, topic, ids, region, _, rc := seekTopic(t, 10, -1)
 	ctx := context.Background()
 	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
 	expectPayloads(t, c, 0, 1)
@@ -291,5 +294,22 @@ func TestSeekBadInput(t *testing.T) {
 		Position: &clientv1.ResetSubscriptionRequest_OriginPosition{OriginPosition: &clientv1.OriginPosition{Region: "zz", LedgerId: 1}}})
 	if code(err) != nf || !strings.Contains(err.Error(), "position.origin") {
 		t.Fatalf("reset to an unknown origin: %v", err)
+	}
+	// The resolutions are counted, by kind and result, and so are the
+	// entries their scans read.
+	resp, err := http.Get("http://" + rc.Broker(0).HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`meridian_broker_seek_resolutions_total{kind="origin",result="error"} 7`,
+		`meridian_broker_seek_resolutions_total{kind="time",result="error"} 1`, "meridian_broker_seek_resolution_seconds_count"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(string(body), "meridian_broker_seek_scanned_entries_total 0\n") {
+		t.Fatal("no scanned entries counted (the unknown-origin searches scan the log)")
 	}
 }

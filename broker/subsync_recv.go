@@ -155,6 +155,9 @@ func (t *topic) noteReceived(source, name string, v ackVector, epoch int64, regi
 // rules; it returns 1 when the subscription's vector changed, 0 when it
 // was applied without change, -1 when ignored (an older reset epoch).
 func (s *subscription) applyRemote(v ackVector, epoch int64, region string, typ clientv1.SubscriptionType) int {
+	if s.nonDurable {
+		return -1 // a reader (seek_reader.go) of the same name is never made replicated
+	}
 	s.mu.Lock()
 	if !s.cov.replicated {
 		// A local subscription of the same name: it joins the replicated
