@@ -27,14 +27,19 @@ Times and origin positions are resolved per origin region, so on a replicated su
 the reset means the same messages in every region, and it applies in every region.
 Connected consumers keep their streams and receive from the new position.`,
 	}
-	cmd.RunE = adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
-		sp, err := resetCursorPosition(cmd, at, id, origin, earliest, latest)
-		if err != nil {
+	var sp client.StartPosition
+	// Flags are checked before connecting: bad input never reaches a broker.
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		var err error
+		if sp, err = resetCursorPosition(cmd, at, id, origin, earliest, latest); err != nil {
 			return err
 		}
 		if sub == "" {
 			return fmt.Errorf("--subscription (-s) is required")
 		}
+		return nil
+	}
+	cmd.RunE = adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 		if err := a.ResetSubscriptionTo(ctx, args[0], sub, sp); err != nil {
 			return err
 		}

@@ -123,6 +123,9 @@ func TestCLIConsumeFromAndRead(t *testing.T) {
 		{[]string{"admin", "--url", url, "topics", "reset-cursor", topic, "-s", "s", "--id", "x"}, "--id"},
 		{[]string{"admin", "--url", url, "topics", "reset-cursor", topic, "-s", "s", "--id", "1:2", "--time", "-1m"}, "exactly one"},
 		{[]string{"admin", "--url", url, "topics", "reset-cursor", topic, "--id", "1:2"}, "--subscription"},
+		// Checked before connecting: no broker at this address.
+		{[]string{"admin", "--url", "127.0.0.1:1", "topics", "reset-cursor", topic, "-s", "s", "--time", "soon"}, "--time"},
+		{[]string{"read", topic, "--url", "127.0.0.1:1", "--from", "origin:a:b:c"}, "--from"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
