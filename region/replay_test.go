@@ -26,8 +26,8 @@ type replayKey struct {
 // replayRecv is Receive (consumer) or Next (reader).
 type replayRecv func(ctx context.Context) (*client.ReceivedMessage, error)
 
-// collectReplay receives until nothing arrives for a second (for want
-// > 0: until want messages arrived, then nothing more for 300 ms) and
+// collectReplay receives until nothing arrives for 3 s (for want > 0:
+// until want messages arrived, then nothing more for 300 ms) and
 // returns the set of messages received (failing on a message without an
 // origin key, or on one received twice). Nothing is produced meanwhile.
 func collectReplay(t *testing.T, what string, want int, recv replayRecv, ack func(client.MessageID)) map[replayKey]bool {
@@ -35,7 +35,7 @@ func collectReplay(t *testing.T, what string, want int, recv replayRecv, ack fun
 	deadline := time.Now().Add(90 * time.Second)
 	got := map[replayKey]bool{}
 	for time.Now().Before(deadline) {
-		idle := time.Second
+		idle := 3 * time.Second
 		switch {
 		case want > 0 && len(got) >= want:
 			idle = 300 * time.Millisecond
@@ -187,7 +187,14 @@ func TestReplaySameMessagesInEveryRegion(t *testing.T) {
 		defer r.Close(ctx)
 		return collectReplay(t, "reader in "+region+" from "+sp.String(), want, r.Next, nil)
 	}
-	all := readFrom("a", client.StartEarliest(), 0)
+	total := 0
+	for _, p := range prods {
+		total += len(p.ackedKeys())
+	}
+	all := readFrom("a", client.StartEarliest(), total)
+	if len(all) != total {
+		t.Fatalf("reader from earliest: %d messages, %d acknowledged", len(all), total)
+	}
 
 	// A durable subscription per region, consumed (and acknowledged) to
 	// the end first, then moved by Seek.
