@@ -347,7 +347,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 	}
 	t.mu.Unlock()
 	for _, s := range t.subList() {
-		ss := &clientv1.SubscriptionStats{Name: s.name, BacklogEntries: s.backlog()}
+		ss := &clientv1.SubscriptionStats{Name: s.name, BacklogEntries: s.backlog(), Durable: !s.nonDurable}
 		s.mu.Lock()
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
@@ -472,8 +472,9 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	if err := ValidateName("subscription", r.GetSubscription()); err != nil {
 		return nil, GRPCError(err)
 	}
-	if r.GetPosition() == nil {
-		return nil, GRPCError(fmt.Errorf("%w: position is unset: give message_id, publish_time_ms or initial_position", ErrInvalidArgument))
+	sp, err := resetStart(r)
+	if err != nil {
+		return nil, GRPCError(err)
 	}
 	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
 	if fwd != nil {
@@ -486,79 +487,35 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	md, err := a.resetPosition(ctx, t, r)
+	// seek.go: resolved per origin, like a consumer's seek; consumers stay
+	// connected and receive from the new position.
+	res, err := t.resolve(ctx, "position", sp)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	if s.isReplicated() {
-		// A replicated subscription is reset in every region: the position
-		// becomes a vector (origin terms) shipped with a new reset epoch.
-		// replay: resolve the StartPosition here (resolveStart) instead,
-		// so time and origin positions mean the same in every region.
-		v, err := t.vectorAt(ctx, md)
-		if err != nil {
-			return nil, GRPCError(err)
-		}
-		s.seekVector(v, md)
-	} else {
-		s.reset(md)
-	}
+	t.applyResolution(s, res)
 	if err := s.persist(ctx, true); err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
 	return &clientv1.ResetSubscriptionResponse{}, nil
 }
 
-// resetPosition resolves the requested position to a mark-delete position
-// (the entry before the next one to deliver).
-func (a *adminService) resetPosition(ctx context.Context, t *topic, r *clientv1.ResetSubscriptionRequest) (pos, error) {
-	ml := t.ml
+// resetStart is a reset request's position as a StartPosition.
+func resetStart(r *clientv1.ResetSubscriptionRequest) (*clientv1.StartPosition, error) {
 	switch p := r.GetPosition().(type) {
 	case *clientv1.ResetSubscriptionRequest_InitialPosition:
-		ml.mu.Lock()
-		defer ml.mu.Unlock()
-		if p.InitialPosition == clientv1.InitialPosition_INITIAL_POSITION_EARLIEST {
-			return ml.beforeFirstLocked(), nil
-		}
-		return ml.lastPosLocked(), nil
+		return &clientv1.StartPosition{Kind: &clientv1.StartPosition_Initial{Initial: p.InitialPosition}}, nil
 	case *clientv1.ResetSubscriptionRequest_MessageId:
-		id := p.MessageId
-		ml.mu.Lock()
-		defer ml.mu.Unlock()
-		if _, ok := ml.seqOf[id.GetLedgerId()]; !ok || id.GetEntryId() < 0 {
-			return pos{}, fmt.Errorf("%w: message_id %d:%d is not in a retained ledger", ErrInvalidArgument, id.GetLedgerId(), id.GetEntryId())
-		}
-		return pos{id.GetLedgerId(), id.GetEntryId() - 1}, nil
+		return &clientv1.StartPosition{Kind: &clientv1.StartPosition_MessageId{MessageId: p.MessageId}}, nil
 	case *clientv1.ResetSubscriptionRequest_PublishTimeMs:
-		// Scan forward from the first retained entry for the first entry
-		// published at or after the time.
-		ml.mu.Lock()
-		cur := ml.beforeFirstLocked()
-		ml.mu.Unlock()
-		for {
-			ml.mu.Lock()
-			next, ok := ml.nextLocked(cur)
-			ml.mu.Unlock()
-			if !ok {
-				return cur, nil
-			}
-			ents, err := ml.read(ctx, next, maxReadBatch)
-			if err != nil {
-				return pos{}, err
-			}
-			if len(ents) == 0 {
-				return cur, nil
-			}
-			for _, e := range ents {
-				md, _, derr := decodeMeta(e.Data)
-				if derr == nil && md >= p.PublishTimeMs {
-					return pos{e.LedgerID, e.EntryID - 1}, nil
-				}
-				cur = pos{e.LedgerID, e.EntryID}
-			}
+		return &clientv1.StartPosition{Kind: &clientv1.StartPosition_PublishTimeMs{PublishTimeMs: p.PublishTimeMs}}, nil
+	case *clientv1.ResetSubscriptionRequest_OriginPosition:
+		if p.OriginPosition == nil {
+			return nil, fmt.Errorf("%w: origin_position is empty: give region, ledger_id and entry_id", ErrInvalidArgument)
 		}
+		return &clientv1.StartPosition{Kind: &clientv1.StartPosition_Origin{Origin: p.OriginPosition}}, nil
 	}
-	return pos{}, fmt.Errorf("%w: unknown position", ErrInvalidArgument)
+	return nil, fmt.Errorf("%w: position is unset: give message_id, publish_time_ms, origin_position or initial_position", ErrInvalidArgument)
 }
 
 func (a *adminService) ListBrokers(ctx context.Context, _ *clientv1.ListBrokersRequest) (*clientv1.ListBrokersResponse, error) {

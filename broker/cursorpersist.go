@@ -53,7 +53,7 @@ func (s *subscription) persist(ctx context.Context, force bool) error {
 	s.persistMu.Lock()
 	defer s.persistMu.Unlock()
 	s.mu.Lock()
-	if s.deleted || (!s.dirty && !force) {
+	if s.deleted || s.nonDurable || (!s.dirty && !force) {
 		s.mu.Unlock()
 		return nil
 	}
@@ -110,6 +110,12 @@ func (s *subscription) writeCursorLocked(ctx context.Context, val []byte, versio
 func (s *subscription) deleteCursor(ctx context.Context) error {
 	s.persistMu.Lock()
 	defer s.persistMu.Unlock()
+	if s.nonDurable {
+		s.mu.Lock()
+		s.deleted = true // a reader has no cursor key
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Lock()
 	version := s.version
 	s.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
-	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -19,14 +18,6 @@ import (
 )
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-func decodeMeta(data []byte) (int64, int, error) {
-	md, _, err := wire.DecodeEntry(data)
-	if err != nil {
-		return 0, 0, err
-	}
-	return md.GetPublishTimeMs(), int(md.GetNumMessages()), nil
-}
 
 // maxAdminBody bounds an admin JSON request.
 const maxAdminBody = 1 << 20

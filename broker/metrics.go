@@ -13,6 +13,10 @@ type metrics struct {
 	topicsOwned                        prometheus.Gauge
 	ledgersDeleted                     prometheus.Counter
 	takeoverLostEntries                prometheus.Counter
+	// Seek resolution (seek.go).
+	seekResolutions *prometheus.CounterVec
+	seekScanned     prometheus.Counter
+	seekSeconds     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -38,12 +42,20 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help: "Ledgers deleted by retention."}),
 		takeoverLostEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_broker_takeover_lost_entries_total",
 			Help: "Entries lost on every replica that a topic takeover's scan skipped (the topic loads; its subscriptions stop at them)."}),
+		seekResolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_seek_resolutions_total",
+			Help: "Start positions resolved (seeks, readers, new subscriptions at a start, resets), by kind and result."}, []string{"kind", "result"}),
+		seekScanned: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_broker_seek_scanned_entries_total",
+			Help: "Entries read by the resolution scans of start positions (time, message ID, origin)."}),
+		// From 1 ms (earliest/latest, no scan) to about 65 s (a scan of a
+		// long log read from bookies).
+		seekSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_broker_seek_resolution_seconds",
+			Help: "Time to resolve a start position.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 17)}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
-		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, &storageCollector{s: s}} {
+		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -46,6 +46,9 @@ func (t *topic) backlogBytes() (int64, string) {
 	var most int64
 	var name string
 	for _, s := range subs {
+		if s.nonDurable {
+			continue // a reader's backlog holds no quota
+		}
 		md := s.markDeletePos()
 		t.ml.mu.Lock()
 		b := t.ml.bytesAfterLocked(md)

@@ -284,8 +284,10 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if err != nil {
 		return GRPCError(err)
 	}
-	if err := ValidateName("subscription", sub.GetSubscription()); err != nil {
-		return GRPCError(err)
+	if sub.GetSubscription() != "" || !sub.GetNonDurable() { // a reader may leave its name to the broker
+		if err := ValidateName("subscription", sub.GetSubscription()); err != nil {
+			return GRPCError(err)
+		}
 	}
 	if isReplName(sub.GetSubscription()) {
 		return GRPCError(fmt.Errorf("%w: subscription %q: names starting with %q are the replicators' cursors", ErrInvalidArgument, sub.GetSubscription(), ReplicatorCursorPrefix))
@@ -306,9 +308,12 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if err != nil {
 		return GRPCError(err)
 	}
-	s, created, err := t.getOrCreateSubOpts(ctx, sub.GetSubscription(), subCreate{initial: sub.GetInitialPosition(), replicated: sub.GetReplicated()})
+	s, created, err := t.subscribeStart(ctx, sub) // seek_reader.go: readers, start positions
 	if err != nil {
 		return GRPCError(err)
+	}
+	if s.nonDurable {
+		defer t.removeReader(s)
 	}
 	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
 		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{})}
@@ -359,6 +364,21 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Error{Error: ToError(err)}}); e != nil {
 						return e
 					}
+				}
+			case *clientv1.ConsumeRequest_Seek:
+				// seek.go: resolve, move the cursor, disconnect the others.
+				sctx, cancel := seekContext(ctx)
+				err := t.seek(sctx, s, "seek.position", k.Seek.GetPosition(), c)
+				cancel()
+				if err == nil {
+					for _, r := range s.dropQueued(c) {
+						if e := control(r); e != nil {
+							return e
+						}
+					}
+				}
+				if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_SeekResponse{SeekResponse: &clientv1.SeekResponse{RequestId: k.Seek.GetRequestId(), Error: ToError(err)}}}); e != nil {
+					return e
 				}
 			case *clientv1.ConsumeRequest_Redeliver:
 				s.redeliverUnacked(c, k.Redeliver.GetMessageIds())

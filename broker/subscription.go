@@ -53,6 +53,10 @@ type subscription struct {
 	name string
 	key  string
 	log  *slog.Logger
+	// nonDurable marks a reader's subscription (seek_reader.go): never
+	// persisted, holding no retention, gone with its consumer. Set before
+	// the subscription is published in topic.subs, then read-only.
+	nonDurable bool
 
 	wake chan struct{}
 	stop chan struct{}

@@ -155,6 +155,9 @@ func (t *topic) noteReceived(source, name string, v ackVector, epoch int64, regi
 // rules; it returns 1 when the subscription's vector changed, 0 when it
 // was applied without change, -1 when ignored (an older reset epoch).
 func (s *subscription) applyRemote(v ackVector, epoch int64, region string, typ clientv1.SubscriptionType) int {
+	if s.nonDurable {
+		return -1 // a reader (seek_reader.go) of the same name is never made replicated
+	}
 	s.mu.Lock()
 	if !s.cov.replicated {
 		// A local subscription of the same name: it joins the replicated
@@ -225,57 +228,4 @@ func (s *subscription) isReplicated() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cov.replicated
-}
-
-// vectorAt converts a position of this region's copy to a vector: every
-// entry at or before md acknowledged, none after. Per origin, entries
-// appear in origin_seq order in every copy, so the origin's mark-delete is
-// the seq before its first entry after md (or, when it has none after md,
-// the highest one stored). It reads forward from md until every origin
-// known here has been seen (at worst to the end of the log).
-func (t *topic) vectorAt(ctx context.Context, md pos) (ackVector, error) {
-	ml := t.ml
-	ml.mu.Lock()
-	latest := ml.latestVectorLocked(t.b.cfg.Region)
-	ml.mu.Unlock()
-	v := ackVector{}
-	seen := map[string]bool{}
-	missing := len(latest)
-	cur := md
-	for missing > 0 {
-		ml.mu.Lock()
-		next, ok := ml.nextLocked(cur)
-		ml.mu.Unlock()
-		if !ok {
-			break
-		}
-		ents, err := ml.read(ctx, next, maxReadBatch)
-		if err != nil {
-			return nil, err
-		}
-		if len(ents) == 0 {
-			break
-		}
-		for _, e := range ents {
-			cur = pos{e.LedgerID, e.EntryID}
-			k, _, ok := t.entryOrigin(e)
-			if !ok || seen[k.Region] {
-				continue
-			}
-			seen[k.Region] = true
-			if latest[k.Region] != nil {
-				missing--
-			}
-			v.setMD(k.Region, k.Seq-1)
-			if v[k.Region] == nil {
-				v[k.Region] = &originAcks{}
-			}
-		}
-	}
-	for origin, o := range latest {
-		if !seen[origin] {
-			v.setMD(origin, o.MD)
-		}
-	}
-	return v, nil
 }

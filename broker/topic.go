@@ -285,6 +285,9 @@ func (t *topic) runRetention(ctx context.Context) error {
 	t.mu.Unlock()
 	mds := make([]pos, 0, len(subs))
 	for _, s := range subs {
+		if s.nonDurable {
+			continue // readers hold no retention
+		}
 		mds = append(mds, s.retainPos())
 	}
 	retTime := time.Duration(pol.GetRetentionTimeSeconds()) * time.Second
@@ -513,7 +516,9 @@ func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
 	delete(t.subs, name)
 	t.mu.Unlock()
 	s.close()
-	t.b.metrics.subscriptions.WithLabelValues(t.name.NamespaceName()).Dec()
+	if !s.nonDurable {
+		t.b.metrics.subscriptions.WithLabelValues(t.name.NamespaceName()).Dec()
+	}
 	return nil
 }
 

@@ -87,6 +87,7 @@ func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
 			OriginRegion:    md.GetOriginRegion(),
 			OriginID:        originID(md, base, i),
 			RedeliveryCount: m.GetRedeliveryCount(),
+			OriginSeq:       md.GetOriginSeq(),
 		}
 	}
 	return out, nil

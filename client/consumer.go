@@ -57,6 +57,7 @@ type Consumer struct {
 	lastEntry MessageID               // last entry delivered on this stream
 	flowDue   uint32                  // entries fully received since the last Flow
 	fatal     error
+	reader    *readerState // non-nil for a reader (reader.go)
 }
 
 // delivery is one entry split into messages.
@@ -64,6 +65,10 @@ type delivery struct {
 	epoch uint64
 	msgs  []*ReceivedMessage
 	next  int
+	// origin, oseq and gen serve readers (reader.go).
+	origin string
+	oseq   int64
+	gen    uint64
 }
 
 type entryKey struct{ ledger, entry int64 }
@@ -109,6 +114,9 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 		connected: make(chan struct{}),
 		ackWait:   map[uint64]chan error{},
 		batches:   map[entryKey]*batchAcks{},
+	}
+	if opts.nonDurable {
+		co.reader = newReaderState(opts.Start)
 	}
 	stream, err := co.connectRetry(ctx, true)
 	if err != nil {
@@ -195,6 +203,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 	}
 	co.mu.Lock()
 	name := co.name
+	start := co.startLocked() // reader.go
 	co.mu.Unlock()
 	if err := stream.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{
 		Topic:           co.opts.Topic,
@@ -203,6 +212,8 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		InitialPosition: positionToProto(co.opts.InitialPosition),
 		ConsumerName:    name,
 		Priority:        co.opts.Priority,
+		NonDurable:      co.opts.nonDurable,
+		Start:           start,
 		Replicated:      co.opts.Replicated,
 	}}}); err != nil {
 		cancel()
@@ -333,9 +344,13 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 				continue
 			}
 			co.log.Debug("entry delivered", "id", idFromProto(k.Message.GetMessageId()), "messages", len(msgs), "redeliveries", k.Message.GetRedeliveryCount())
+			d := &delivery{epoch: epoch, msgs: msgs}
+			if co.reader != nil && co.readerSkip(stream, k.Message, d) { // reader.go
+				continue
+			}
 			co.noteDelivered(idFromProto(k.Message.GetMessageId()), len(msgs))
 			select {
-			case co.queue <- &delivery{epoch: epoch, msgs: msgs}:
+			case co.queue <- d:
 			case <-co.ctx.Done():
 				return co.ctx.Err()
 			}
@@ -344,6 +359,14 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 			if ch, ok := co.ackWait[k.AckResponse.GetRequestId()]; ok {
 				delete(co.ackWait, k.AckResponse.GetRequestId())
 				ch <- errorFromProto(k.AckResponse.GetError())
+			}
+			co.mu.Unlock()
+		case *clientv1.ConsumeResponse_SeekResponse:
+			// Seek (seek.go) waits on the same request table as acks.
+			co.mu.Lock()
+			if ch, ok := co.ackWait[k.SeekResponse.GetRequestId()]; ok {
+				delete(co.ackWait, k.SeekResponse.GetRequestId())
+				ch <- errorFromProto(k.SeekResponse.GetError())
 			}
 			co.mu.Unlock()
 		case *clientv1.ConsumeResponse_ActiveChange:
@@ -412,6 +435,9 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 				d.next++
 				if d.next == len(d.msgs) {
 					co.cur = nil
+					if co.reader != nil {
+						co.readerEntryDone(d) // reader.go
+					}
 					co.entryDoneLocked(epoch)
 				}
 				co.c.metrics.received.Inc()

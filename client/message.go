@@ -157,4 +157,8 @@ type ReceivedMessage struct {
 	// RedeliveryCount is how many times the broker delivered it before
 	// (0 when the broker does not report it).
 	RedeliveryCount int32
+	// OriginSeq numbers the message's entry among those produced in
+	// OriginRegion (1, 2, 3, ...; the same in every region; 0 when the
+	// broker did not store one). The messages of one batch share it.
+	OriginSeq int64
 }

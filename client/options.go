@@ -357,6 +357,15 @@ type ConsumerOptions struct {
 	// ReceiverQueueSize bounds messages buffered in the client; it is the
 	// flow-control window granted to the broker. Default 1000.
 	ReceiverQueueSize int
+	// Start, when set, positions the subscription when this consumer
+	// creates it (it then replaces InitialPosition): a message ID, a time or
+	// an origin position, resolved per origin region so that it selects the
+	// same messages in every region (see StartPosition). An existing
+	// subscription keeps its position: use Seek to move it.
+	Start *StartPosition
+
+	// nonDurable makes a reader's consumer (NewReader).
+	nonDurable bool
 }
 
 // DefaultConsumerOptions returns ConsumerOptions with defaults.
@@ -376,8 +385,13 @@ func (o ConsumerOptions) Validate() error {
 	if err := ValidateTopicName(o.Topic); err != nil {
 		return err
 	}
-	if o.Subscription == "" {
+	if o.Subscription == "" && !o.nonDurable {
 		return fmt.Errorf("%w: Subscription is required", ErrInvalidArgument)
+	}
+	if o.Start != nil {
+		if err := o.Start.validate("Start"); err != nil {
+			return err
+		}
 	}
 	if len(o.Subscription) > maxNameLen {
 		return fmt.Errorf("%w: Subscription is %d bytes, limit %d", ErrInvalidArgument, len(o.Subscription), maxNameLen)

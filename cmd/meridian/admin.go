@@ -271,6 +271,7 @@ func newAdminCmd() *cobra.Command {
 	)
 
 	topics.AddCommand(newSkipLostCmd(o))
+	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
 
 	// subscriptions
 	var subFrom string

@@ -22,7 +22,7 @@ type consumeFlags struct {
 func newConsumeCmd() *cobra.Command {
 	f := &consumeFlags{}
 	cmd := &cobra.Command{
-		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest] [--count N] [--output text|json]",
+		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest|TIME|ID|origin:R:L:E] [--count N] [--output text|json]",
 		Short: "Receive and acknowledge messages of a subscription",
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
@@ -30,7 +30,14 @@ Exits after --count messages (0 = until interrupted, or until --idle passes
 without a message: exit 0 when at least one message arrived, else 1). With --output json, one line per message:
 {"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",
 "origin_region","origin_id",...}: origin_region is the region where the message was
-produced and origin_id ("L:E:B") its ID there (its own id when produced locally).`,
+produced and origin_id ("L:E:B") its ID there (its own id when produced locally),
+origin_seq its entry's number among that region's (the same in every region).
+
+--from says where a NEW subscription starts (an existing one keeps its position):
+earliest, latest, a message ID L:E of this region, origin:REGION:L:E (the message
+produced in REGION at L:E, found in any region it was replicated to), an RFC 3339 time,
+a relative time such as -10m, or @UNIX_MS. Times and origin positions are resolved per
+origin region, so they select the same messages in every region.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
 	}
@@ -39,7 +46,7 @@ produced and origin_id ("L:E:B") its ID there (its own id when produced locally)
 	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
 	fl.StringVar(&f.sub, "subscription", "", "subscription name (required)")
 	fl.StringVar(&f.typ, "type", "exclusive", "subscription type: exclusive, shared or failover")
-	fl.StringVar(&f.from, "from", "latest", "where a new subscription starts: earliest or latest")
+	fl.StringVar(&f.from, "from", "latest", "where a new subscription starts: earliest, latest, L:E, origin:REGION:L:E, RFC 3339 time, -DURATION or @UNIX_MS")
 	fl.IntVar(&f.count, "count", 0, "exit after this many messages (0 = run until interrupted)")
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	fl.StringVar(&f.name, "consumer-name", "", "consumer name (default: assigned by the broker)")
@@ -67,6 +74,7 @@ type consumedJSON struct {
 	// message produced in this region).
 	OriginRegion    string            `json:"origin_region"`
 	OriginID        string            `json:"origin_id"`
+	OriginSeq       int64             `json:"origin_seq,omitempty"`
 	Properties      map[string]string `json:"properties,omitempty"`
 	RedeliveryCount int32             `json:"redelivery_count,omitempty"`
 	EventTime       string            `json:"event_time,omitempty"`
@@ -75,7 +83,7 @@ type consumedJSON struct {
 func toConsumedJSON(m *client.ReceivedMessage) consumedJSON {
 	j := consumedJSON{
 		ID: m.ID.String(), Key: m.Key, Producer: m.ProducerName, Seq: m.SequenceID,
-		OriginRegion: m.OriginRegion, OriginID: m.OriginID, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
+		OriginRegion: m.OriginRegion, OriginID: m.OriginID, OriginSeq: m.OriginSeq, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
 	}
 	if !m.PublishTime.IsZero() {
 		j.PublishTime = m.PublishTime.UTC().Format(time.RFC3339Nano)
@@ -109,8 +117,8 @@ func (f *consumeFlags) validate() error {
 	if _, err := client.ParseSubscriptionType(f.typ); err != nil {
 		return fmt.Errorf("--type %q: want exclusive, shared or failover", f.typ)
 	}
-	if _, err := client.ParseInitialPosition(f.from); err != nil {
-		return fmt.Errorf("--from %q: want earliest or latest", f.from)
+	if _, err := client.ParseStartPosition(f.from, time.Now()); err != nil {
+		return fmt.Errorf("--from: %w", err)
 	}
 	if f.count < 0 {
 		return fmt.Errorf("--count %d: must be >= 0", f.count)
@@ -129,7 +137,12 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 		return err
 	}
 	typ, _ := client.ParseSubscriptionType(f.typ)
-	from, _ := client.ParseInitialPosition(f.from)
+	start, _ := client.ParseStartPosition(f.from, time.Now())
+	from, initial := start.Initial()
+	var startOpt *client.StartPosition
+	if !initial {
+		startOpt = &start
+	}
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
 	c, err := connect(ctx, f.url, f.timeout, f.verbose)
@@ -139,7 +152,7 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 	defer closeQuietly(c)
 	co, err := c.Subscribe(ctx, client.ConsumerOptions{
 		Topic: f.topic, Subscription: f.sub, Type: typ, InitialPosition: from,
-		Name: f.name, ReceiverQueueSize: f.queue, Replicated: f.replicated,
+		Name: f.name, ReceiverQueueSize: f.queue, Start: startOpt, Replicated: f.replicated,
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe %s on %s: %w", f.sub, f.topic, err)
