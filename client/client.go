@@ -98,7 +98,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 				c.active = ri
 				c.discover(ctx, ri, addr)
 				if c.multiRegion() {
-					c.startFailover()
+					c.startFailover(c.initialTarget(ctx))
 				}
 				return c, nil
 			}
