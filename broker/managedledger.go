@@ -74,7 +74,12 @@ type appendReq struct {
 	// local: produced in this region; the append loop gives it the next
 	// local origin_seq (replication_seq.go).
 	local bool
-	done  func(p pos, err error)
+	// from is the origin-qualified dedup key of a replicated entry's
+	// original producer, with its batch [fromFirst, fromLast]
+	// (failover_dedup.go); "" for none.
+	from                string
+	fromFirst, fromLast int64
+	done                func(p pos, err error)
 }
 
 type cachedEntry struct {
@@ -226,6 +231,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 				if md, _, err := wire.DecodeEntry(e.Data); err == nil {
 					localSeq = observeLocalSeq(localSeq, md)
 					if name, first, hs, ok := dedupKey(md); ok {
+						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
+					}
+					if name, first, hs, ok := originProducerKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 					}
 				}
@@ -427,6 +435,9 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 		ml.lastWrite = time.Now()
 		if r.producer != "" {
 			ml.dedup.stored(r.producer, r.firstSeq, r.lastSeq, p, ml.lastWrite.UnixMilli())
+		}
+		if r.from != "" {
+			ml.dedup.storedFrom(r.from, r.fromFirst, r.fromLast, p, ml.lastWrite.UnixMilli())
 		}
 		ml.cacheLocked(p, r.data)
 		ml.mu.Unlock()

@@ -18,7 +18,7 @@ import (
 const topicPolicyPrefix = "topic-policies/"
 
 // cachedPrefixes are the global-shard prefixes the policy cache mirrors.
-var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, regionPrefix}
+var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, regionPrefix, failoverPrefix}
 
 // Bounds of the policy cache's background work.
 const (
@@ -34,7 +34,7 @@ const (
 )
 
 // policyCache mirrors the policy keys of the global shard (tenants,
-// namespaces, topic overrides, regions) in the broker's memory, so that a
+// namespaces, topic overrides, regions, failover groups) in the broker's memory, so that a
 // region cut off from the global quorum keeps serving with the policies it
 // last saw.
 //

@@ -580,7 +580,9 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		a.wg.Add(1)
 		nmsgs, nbytes := int(md.GetNumMessages()), len(e.payload)
 		start := time.Now()
-		err = t.ml.enqueue(ctx, &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq, done: func(_ pos, err error) {
+		req := &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq}
+		req.from, req.fromFirst, req.fromLast, _ = originProducerKey(md)
+		req.done = func(_ pos, err error) {
 			a.mu.Lock()
 			if err != nil {
 				a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
@@ -598,7 +600,8 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			}
 			t.repl.finish(name, seq, f, err == nil)
 			a.wg.Done()
-		}})
+		}
+		err = t.ml.enqueue(ctx, req)
 		if err != nil {
 			t.replUnpush(name, seq)
 			t.repl.finish(name, seq, f, false)

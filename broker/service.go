@@ -62,6 +62,11 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		return GRPCError(fmt.Errorf("%w: producer_name is %d bytes, limit 256", ErrInvalidArgument, len(pname)))
 	} else if isReplName(pname) {
 		return GRPCError(fmt.Errorf("%w: producer_name %q: names starting with %q are reserved for replication", ErrInvalidArgument, pname, ReplDedupPrefix))
+	} else if isFromName(pname) {
+		return GRPCError(fmt.Errorf("%w: producer_name %q: names starting with %q are reserved for failover dedup", ErrInvalidArgument, pname, FailoverDedupPrefix))
+	}
+	if err := validateFailoverFrom(open.GetFailoverFrom()); err != nil {
+		return GRPCError(err)
 	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {
@@ -87,7 +92,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		t.mu.Unlock()
 	}()
 	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
-		ProducerName: pname, LastSequenceId: t.ml.lastSequence(pname), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
+		ProducerName: pname, LastSequenceId: t.ml.openSequence(pname, b.cfg.Region, open.GetFailoverFrom()), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
 		Region: b.cfg.Region,
 	}}}); err != nil {
 		return err

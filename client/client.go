@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -19,7 +18,8 @@ import (
 // with the broker's limit rather than as a transport error.
 const maxGRPCMessageBytes = 16 << 20
 
-// Client is a connection to a Meridian region. It holds one gRPC
+// Client is a connection to a Meridian region, or to several regions
+// with failover between them (Options.Regions). It holds one gRPC
 // connection per broker, shared by every producer, consumer and lookup.
 // Safe for concurrent use; Close it when done.
 type Client struct {
@@ -28,12 +28,27 @@ type Client struct {
 	metrics *clientMetrics
 
 	// mu guards the fields below.
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn // by broker address
-	known   []string                    // broker addresses to try lookups on, URL's first
-	primary string                      // the URL address that answered first (admin calls)
-	owned   map[closer]struct{}         // open producers and consumers
-	closed  bool
+	mu       sync.Mutex
+	conns    map[string]*grpc.ClientConn // by broker address (before DialRewrite)
+	regions  []*regionState              // one per region; one unnamed for a plain URL
+	active   int                         // index of the region in use
+	gen      uint64                      // incremented by every region switch
+	switchCh chan struct{}               // closed and replaced by every region switch
+	pending  *pendingSwitch              // the last switch, until a stream reconnects
+	primary  string                      // the URL address that answered first (admin calls)
+	owned    map[closer]struct{}         // open producers and consumers
+	closed   bool
+
+	stopFailover context.CancelFunc // ends the failover loop (nil: none)
+	failoverDone chan struct{}      // closed when the failover loop ends
+}
+
+// regionState is one region's broker addresses.
+type regionState struct {
+	name string
+	// known are the broker addresses to try lookups on: the URL's first,
+	// then those learned (bounded).
+	known []string
 }
 
 // closer is a producer or consumer the client closes on Close.
@@ -42,50 +57,68 @@ type closer interface {
 }
 
 // New connects to the broker at opts.URL and returns a Client. It fails
-// when the broker cannot be reached within ConnectTimeout (or ctx).
+// when the broker cannot be reached within ConnectTimeout (or ctx). With
+// several regions it starts in the first one it reaches, in list order.
 func New(ctx context.Context, opts Options) (*Client, error) {
 	opts = opts.withDefaults()
+	if err := opts.resolveRegions(); err != nil {
+		return nil, err
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Client{
-		opts:    opts,
-		log:     opts.Logger,
-		conns:   map[string]*grpc.ClientConn{},
-		owned:   map[closer]struct{}{},
-		metrics: newClientMetrics(opts.Registerer),
+		opts:     opts,
+		log:      opts.Logger,
+		conns:    map[string]*grpc.ClientConn{},
+		owned:    map[closer]struct{}{},
+		metrics:  newClientMetrics(opts.Registerer),
+		switchCh: make(chan struct{}),
 	}
-	for _, a := range strings.Split(opts.URL, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.known = append(c.known, a)
-		}
+	if len(opts.Regions) == 0 {
+		c.regions = []*regionState{{known: splitAddrs(opts.URL)}}
+	}
+	for _, r := range opts.Regions {
+		c.regions = append(c.regions, &regionState{name: r.Name, known: splitAddrs(r.URL)})
 	}
 	// Any one reachable broker is enough.
 	var lastErr error
-	for _, addr := range c.known {
-		cc, err := c.conn(addr)
-		if err != nil {
-			_ = c.closeConns()
-			return nil, err
+	for ri, r := range c.regions {
+		for _, addr := range r.known {
+			cc, err := c.conn(addr)
+			if err != nil {
+				_ = c.closeConns()
+				return nil, err
+			}
+			cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+			err = waitReady(cctx, cc)
+			cancel()
+			if err == nil {
+				c.primary = addr
+				c.active = ri
+				c.discover(ctx, ri, addr)
+				if c.multiRegion() {
+					c.startFailover()
+				}
+				return c, nil
+			}
+			lastErr = fmt.Errorf("%s: %v", addr, err)
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
-		err = waitReady(cctx, cc)
-		cancel()
-		if err == nil {
-			c.primary = addr
-			c.discover(ctx)
-			return c, nil
-		}
-		lastErr = fmt.Errorf("%s: %v", addr, err)
 	}
 	_ = c.closeConns()
-	return nil, fmt.Errorf("%w: cannot reach a broker at %s: %v", ErrUnavailable, opts.URL, lastErr)
+	return nil, fmt.Errorf("%w: cannot reach a broker at %s: %v", ErrUnavailable, opts.describeURL(), lastErr)
 }
 
-// discover learns the region's other brokers (best effort), so lookups
-// still work when the broker named by URL dies.
-func (c *Client) discover(ctx context.Context) {
-	cc, err := c.conn(c.primary)
+// multiRegion reports whether the client fails over between regions.
+func (c *Client) multiRegion() bool { return len(c.regions) > 1 || c.regions[0].name != "" }
+
+// discover learns region ri's other brokers from addr (best effort), so
+// lookups still work when the broker named by URL dies.
+func (c *Client) discover(ctx context.Context, ri int, addr string) {
+	cc, err := c.conn(addr)
 	if err != nil {
 		return
 	}
@@ -98,7 +131,7 @@ func (c *Client) discover(ctx context.Context) {
 	}
 	for _, b := range resp.GetBrokers() {
 		if a := b.GetGrpcAddress(); a != "" {
-			c.learn(a)
+			c.learn(ri, a)
 		}
 	}
 }
@@ -140,7 +173,11 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if kp, ok := keepaliveParams(c.opts); ok {
 		dopts = append(dopts, grpc.WithKeepaliveParams(kp))
 	}
-	cc, err := grpc.NewClient(addr, dopts...)
+	target := addr
+	if c.opts.DialRewrite != nil {
+		target = c.opts.DialRewrite(addr)
+	}
+	cc, err := grpc.NewClient(target, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: broker address %q: %v", ErrInvalidArgument, addr, err)
 	}
@@ -157,18 +194,21 @@ func (c *Client) api(addr string) (clientv1.MeridianClient, error) {
 	return clientv1.NewMeridianClient(cc), nil
 }
 
-// lookup asks a broker which broker owns topic. It tries the service URL
-// first, then every broker address learned so far, so that losing the
-// broker named by URL does not stop a multi-broker region's clients.
-func (c *Client) lookup(ctx context.Context, topic string) (string, error) {
+// lookup asks a broker of the active region which broker owns topic. It
+// tries the region's URL first, then every broker address learned so far,
+// so that losing the broker named by URL does not stop a multi-broker
+// region's clients. It returns the owner and the client's switch
+// generation the answer belongs to.
+func (c *Client) lookup(ctx context.Context, topic string) (string, uint64, error) {
 	c.mu.Lock()
-	cands := append([]string(nil), c.known...)
+	ri, gen := c.active, c.gen
+	cands := append([]string(nil), c.regions[ri].known...)
 	c.mu.Unlock()
 	var last error
 	for _, addr := range cands {
 		api, err := c.api(addr)
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		lctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
 		resp, err := api.Lookup(lctx, &clientv1.LookupRequest{Topic: topic})
@@ -176,49 +216,55 @@ func (c *Client) lookup(ctx context.Context, topic string) (string, error) {
 		if err != nil {
 			err = mapError(err)
 			if !retryable(err) {
-				return "", err
+				return "", 0, err
 			}
 			last = err
+			if ctx.Err() != nil {
+				break
+			}
 			continue
 		}
 		owner := resp.GetBrokerUrl()
 		if owner == "" {
 			owner = addr
 		}
-		c.learn(owner)
-		c.preferForLookup(addr)
-		return owner, nil
+		c.learn(ri, owner)
+		c.preferForLookup(ri, addr)
+		return owner, gen, nil
 	}
 	if ctx.Err() != nil {
-		return "", ctx.Err()
+		return "", 0, ctx.Err()
 	}
-	return "", fmt.Errorf("lookup %s: %w", topic, last)
+	return "", 0, fmt.Errorf("lookup %s: %w", topic, last)
 }
 
-// learn remembers a broker address for later lookups (bounded list).
-func (c *Client) learn(addr string) {
+// learn remembers a broker address of region ri for later lookups
+// (bounded list).
+func (c *Client) learn(ri int, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, a := range c.known {
+	r := c.regions[ri]
+	for _, a := range r.known {
 		if a == addr {
 			return
 		}
 	}
-	if len(c.known) < 64 {
-		c.known = append(c.known, addr)
+	if len(r.known) < 64 {
+		r.known = append(r.known, addr)
 	}
 }
 
-// preferForLookup moves addr to the front of the lookup list: the broker
-// that answered last is tried first next time, so a dead (or blackholed)
-// broker costs one failed attempt, not one per lookup.
-func (c *Client) preferForLookup(addr string) {
+// preferForLookup moves addr to the front of region ri's lookup list: the
+// broker that answered last is tried first next time, so a dead (or
+// blackholed) broker costs one failed attempt, not one per lookup.
+func (c *Client) preferForLookup(ri int, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, a := range c.known {
+	known := c.regions[ri].known
+	for i, a := range known {
 		if a == addr {
-			copy(c.known[1:i+1], c.known[:i])
-			c.known[0] = addr
+			copy(known[1:i+1], known[:i])
+			known[0] = addr
 			return
 		}
 	}
@@ -269,7 +315,12 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.closed = true
+	stop, done := c.stopFailover, c.failoverDone
 	c.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 	return c.closeConns()
 }
 

@@ -57,6 +57,12 @@ type Consumer struct {
 	lastEntry MessageID               // last entry delivered on this stream
 	flowDue   uint32                  // entries fully received since the last Flow
 	fatal     error
+	// gen is the client's switch generation of the stream; deliveredGen
+	// (multi-region clients only) is the generation each unacknowledged
+	// entry was last delivered in: an ack of an entry delivered by a region
+	// the client has left is dropped, never sent to another region.
+	gen          uint64
+	deliveredGen map[entryKey]uint64
 }
 
 // delivery is one entry split into messages.
@@ -141,16 +147,24 @@ func (co *Consumer) connectRetry(ctx context.Context, first bool) (clientv1.Meri
 	bo := newBackoff(co.c.opts.InitialBackoff, co.c.opts.MaxBackoff)
 	var last error
 	for attempt := 0; ; attempt++ {
-		stream, err := co.connect(ctx)
+		actx, cancel := co.c.attemptCtx(ctx)
+		stream, err := co.connect(actx)
+		switched := actx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err == nil {
 			return stream, nil
+		}
+		if switched {
+			// A region switch cut the attempt short: go again at once.
+			bo.reset()
+			continue
 		}
 		if !retryable(err) && (first || !transientAfterOpen(err)) {
 			return nil, err
 		}
 		last = err
 		co.log.Debug("consumer connect failed; retrying", "attempt", attempt, "err", err)
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := co.c.waitRetry(ctx, bo); werr != nil {
 			return nil, fmt.Errorf("%w: subscribe %s on %s: %v (last error: %v)", ErrUnavailable, co.opts.Subscription, co.opts.Topic, werr, last)
 		}
 		if co.ctx.Err() != nil {
@@ -179,7 +193,7 @@ func positionToProto(p InitialPosition) clientv1.InitialPosition {
 // connect does one lookup + subscribe; on success the stream is returned
 // with the subscribe answered (permits are granted by run).
 func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClient, error) {
-	addr, err := co.c.lookup(ctx, co.opts.Topic)
+	addr, gen, err := co.c.lookup(ctx, co.opts.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +239,13 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 	if co.name == "" {
 		co.name = sub.GetConsumerName()
 	}
+	if gen != co.gen {
+		// Another region: partial batch acks refer to the old one's entries.
+		co.batches = map[entryKey]*batchAcks{}
+		co.gen = gen
+	}
 	co.mu.Unlock()
+	co.c.connectedIn(gen)
 	co.log.Debug("consumer connected", "broker", addr, "created", sub.GetCreated())
 	return &cancelConsume{Meridian_ConsumeClient: stream, cancel: cancel}, nil
 }
@@ -273,6 +293,13 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 		}
 		break
 	}
+	co.mu.Lock()
+	gen := co.gen
+	co.mu.Unlock()
+	// A region switch ends the stream; the run loop resubscribes in the
+	// new region.
+	endWatch := co.c.watchSwitch(gen, stream.(*cancelConsume).cancel)
+	defer endWatch()
 	co.mu.Lock()
 	co.epoch++
 	co.stream = stream
@@ -383,6 +410,22 @@ func (co *Consumer) noteDelivered(id MessageID, n int) {
 	if co.lastEntry.LedgerID < 0 || co.lastEntry.Compare(entry) < 0 {
 		co.lastEntry = entry
 	}
+	if co.c.multiRegion() {
+		if co.deliveredGen == nil {
+			co.deliveredGen = map[entryKey]uint64{}
+		}
+		if len(co.deliveredGen) >= maxTrackedBatches {
+			// Bounded: forget everything of older generations first.
+			for k, g := range co.deliveredGen {
+				if g != co.gen {
+					delete(co.deliveredGen, k)
+				}
+			}
+		}
+		if len(co.deliveredGen) < maxTrackedBatches {
+			co.deliveredGen[entryKey{id.LedgerID, id.EntryID}] = co.gen
+		}
+	}
 	if n <= 1 {
 		return
 	}
@@ -478,10 +521,15 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
+	gen, stale := co.ackGen(id)
+	if stale {
+		return nil // delivered by a region the client has left: redelivered here
+	}
 	if !co.individualTarget(id) {
 		return nil
 	}
-	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
+	co.forgetDelivered(id, false)
+	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
 }
 
 // AckCumulative acknowledges every message up to and including id. It is
@@ -495,11 +543,16 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 	if co.opts.Type == Shared {
 		return fmt.Errorf("%w: cumulative ack on Shared subscription %q", ErrNotAllowed, co.opts.Subscription)
 	}
+	gen, stale := co.ackGen(id)
+	if stale {
+		return nil // delivered by a region the client has left: redelivered here
+	}
 	target, send := co.cumulativeTarget(id)
 	if !send {
 		return nil
 	}
-	return co.sendAck(ctx, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
+	co.forgetDelivered(target, true)
+	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
 }
 
 // cumulativeTarget records a cumulative ack of id locally and returns the
@@ -554,13 +607,64 @@ func (co *Consumer) individualTarget(id MessageID) bool {
 	return true
 }
 
+// ackGen returns the switch generation id's entry was delivered in and
+// whether the client has left that region since (then the ack must not be
+// sent: the position means nothing in the new region).
+func (co *Consumer) ackGen(id MessageID) (gen uint64, stale bool) {
+	co.mu.Lock()
+	gen, ok := co.deliveredGen[entryKey{id.LedgerID, id.EntryID}]
+	if !ok {
+		gen = co.gen
+	}
+	co.mu.Unlock()
+	return gen, co.c.isStale(gen)
+}
+
+// forgetDelivered drops the delivery generation of id's entry (and with
+// upTo of every entry before it: a cumulative ack, pruned only once many
+// are tracked, as that walks the map).
+func (co *Consumer) forgetDelivered(id MessageID, upTo bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if len(co.deliveredGen) == 0 {
+		return
+	}
+	k := entryKey{id.LedgerID, id.EntryID}
+	if !upTo {
+		delete(co.deliveredGen, k)
+		return
+	}
+	if len(co.deliveredGen) < 4*co.opts.ReceiverQueueSize {
+		return
+	}
+	for dk, g := range co.deliveredGen {
+		if g == co.gen && (MessageID{LedgerID: dk.ledger, EntryID: dk.entry}).Compare(id) <= 0 {
+			delete(co.deliveredGen, dk)
+		}
+	}
+}
+
 // sendAck sends ack with a request ID and waits for the broker's answer,
-// resending on the next stream when the current one breaks first.
-func (co *Consumer) sendAck(ctx context.Context, ack *clientv1.Ack) error {
+// resending on the next stream when the current one breaks first. An ack
+// of switch generation gen is dropped once the client left that region.
+func (co *Consumer) sendAck(ctx context.Context, gen uint64, ack *clientv1.Ack) error {
 	for {
 		stream, err := co.waitStream(ctx)
 		if err != nil {
 			return err
+		}
+		co.mu.Lock()
+		streamGen := co.gen
+		co.mu.Unlock()
+		if co.c.isStale(gen) || streamGen != gen {
+			if co.c.isStale(gen) {
+				return nil
+			}
+			// The stream is an older region's, about to end: wait for the next.
+			if werr := sleepCtx(ctx, 10*time.Millisecond); werr != nil {
+				return werr
+			}
+			continue
 		}
 		req := co.nextReq.Add(1)
 		ch := make(chan error, 1)

@@ -18,6 +18,10 @@ type clientMetrics struct {
 	duplicates prometheus.Counter
 	reconnects *prometheus.CounterVec
 	stalls     prometheus.Counter
+
+	failovers     *prometheus.CounterVec
+	switchSeconds prometheus.Histogram
+	regionUp      *prometheus.GaugeVec
 }
 
 func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
@@ -41,6 +45,16 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Name: "meridian_client_reconnects_total", Help: "Successful reconnections after a broken stream."}, []string{"kind"}),
 		stalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_client_producer_stalls_total", Help: "Produce streams dropped after repeated send timeouts (the producer then looks the topic up again)."}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_client_failovers_total", Help: "Region switches of multi-region clients."}, []string{"from", "to"}),
+		// Buckets 50 ms .. ~100 s doubling: a controlled switch takes a
+		// probe interval plus a reconnect, an automatic one several failed
+		// probes; the target is under 10 s.
+		switchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meridian_client_failover_switch_seconds", Help: "Time from a failover's cause (first failed probe, operator change) to the first stream reconnected in the new region.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		regionUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meridian_client_region_up", Help: "1 when the last probe of the region succeeded (automatic failover)."}, []string{"region"}),
 	}
 	if reg != nil {
 		m.sent = register(reg, m.sent)
@@ -51,6 +65,9 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		m.duplicates = register(reg, m.duplicates)
 		m.reconnects = register(reg, m.reconnects)
 		m.stalls = register(reg, m.stalls)
+		m.failovers = register(reg, m.failovers)
+		m.switchSeconds = register(reg, m.switchSeconds)
+		m.regionUp = register(reg, m.regionUp)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,6 +148,48 @@ type Options struct {
 	// KeepaliveTimeout is how long the client waits for a ping's answer
 	// before it drops the connection. Default 5s.
 	KeepaliveTimeout time.Duration
+	// Regions makes a multi-region client: the first region is the
+	// primary, the others where it fails over to (see Failover). A URL
+	// "a=host:port,b=host:port" sets it too. Exclusive with a plain URL.
+	Regions []RegionURL
+	// Failover is the multi-region policy (ignored with one plain URL).
+	Failover FailoverOptions
+	// OnFailover, if set, is called after every region switch, once a
+	// producer or consumer of the client reconnected in the new region
+	// (at once when the client has none). It must not block.
+	OnFailover func(FailoverEvent)
+	// DialRewrite, if set, maps every broker address the client dials
+	// (URL addresses and the owners lookups return) to the address to
+	// connect to: tests and drills route a region through a proxy.
+	DialRewrite func(addr string) string
+}
+
+// resolveRegions parses a multi-region URL into Regions.
+func (o *Options) resolveRegions() error {
+	rs, err := ParseRegionURLs(o.URL)
+	if err != nil {
+		return err
+	}
+	if rs == nil {
+		return nil
+	}
+	if len(o.Regions) > 0 {
+		return fmt.Errorf("%w: URL %q names regions and Regions is set too; use one", ErrInvalidArgument, o.URL)
+	}
+	o.Regions, o.URL = rs, ""
+	return nil
+}
+
+// describeURL names what the client connects to, for errors.
+func (o Options) describeURL() string {
+	if len(o.Regions) == 0 {
+		return o.URL
+	}
+	parts := make([]string, len(o.Regions))
+	for i, r := range o.Regions {
+		parts[i] = r.Name + "=" + r.URL
+	}
+	return strings.Join(parts, ",")
 }
 
 // MinKeepaliveTime is the smallest KeepaliveTime: gRPC raises anything
@@ -189,13 +232,24 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.Failover = o.Failover.withDefaults()
 	return o
 }
 
 // Validate reports the first invalid field.
 func (o Options) Validate() error {
-	if o.URL == "" {
-		return fmt.Errorf("%w: URL is required (host:port of a broker)", ErrInvalidArgument)
+	if len(o.Regions) > 0 {
+		if o.URL != "" {
+			return fmt.Errorf("%w: URL and Regions are exclusive (URL %q)", ErrInvalidArgument, o.URL)
+		}
+		if err := validateRegions(o.Regions); err != nil {
+			return err
+		}
+		if err := o.Failover.withDefaults().validate(); err != nil {
+			return err
+		}
+	} else if o.URL == "" {
+		return fmt.Errorf("%w: URL is required (host:port of a broker, or region=host:port,...)", ErrInvalidArgument)
 	}
 	if o.ConnectTimeout < 0 || o.OperationTimeout < 0 || o.InitialBackoff < 0 || o.MaxBackoff < 0 {
 		return fmt.Errorf("%w: timeouts and backoffs must be >= 0", ErrInvalidArgument)

@@ -92,15 +92,15 @@ func TestParsers(t *testing.T) {
 }
 
 func TestPreferForLookupMovesToFront(t *testing.T) {
-	c := &Client{known: []string{"a", "b", "c"}}
-	c.preferForLookup("c")
-	if got := c.known; got[0] != "c" || got[1] != "a" || got[2] != "b" {
+	c := &Client{regions: []*regionState{{known: []string{"a", "b", "c"}}}}
+	c.preferForLookup(0, "c")
+	if got := c.regions[0].known; got[0] != "c" || got[1] != "a" || got[2] != "b" {
 		t.Fatalf("known = %v", got)
 	}
-	c.preferForLookup("c")
-	c.learn("d")
-	c.preferForLookup("zz") // unknown: no change
-	if got := c.known; len(got) != 4 || got[0] != "c" || got[3] != "d" {
+	c.preferForLookup(0, "c")
+	c.learn(0, "d")
+	c.preferForLookup(0, "zz") // unknown: no change
+	if got := c.regions[0].known; len(got) != 4 || got[0] != "c" || got[3] != "d" {
 		t.Fatalf("known = %v", got)
 	}
 }

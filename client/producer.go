@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,8 @@ type Producer struct {
 	stallCh  chan struct{} // signalled when stalled reaches StallTimeouts
 	maxBytes int64         // broker's max entry payload
 	region   string        // the owner's region (ProducerOpened.region)
+	used     []string      // regions the producer opened in (failover_from)
+	gen      uint64        // the client's switch generation of the stream
 	// lastErr is the last retryable error a receipt reported (a quota, an
 	// unavailable topic); a send timeout names it.
 	lastErr error
@@ -466,16 +469,24 @@ func (p *Producer) connectRetry(ctx context.Context, first bool) (clientv1.Merid
 	bo := newBackoff(p.c.opts.InitialBackoff, p.c.opts.MaxBackoff)
 	var last error
 	for attempt := 0; ; attempt++ {
-		stream, err := p.connect(ctx, first)
+		actx, cancel := p.c.attemptCtx(ctx)
+		stream, err := p.connect(actx, first)
+		switched := actx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err == nil {
 			return stream, nil
+		}
+		if switched {
+			// A region switch cut the attempt short: go again at once.
+			bo.reset()
+			continue
 		}
 		if !retryable(err) && (first || !transientAfterOpen(err)) {
 			return nil, err
 		}
 		last = err
 		p.log.Debug("producer connect failed; retrying", "attempt", attempt, "err", err)
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := p.c.waitRetry(ctx, bo); werr != nil {
 			return nil, fmt.Errorf("%w: open producer on %s: %v (last error: %v)", ErrUnavailable, p.opts.Topic, werr, last)
 		}
 		if p.ctx.Err() != nil {
@@ -486,7 +497,7 @@ func (p *Producer) connectRetry(ctx context.Context, first bool) (clientv1.Merid
 
 // connect does one lookup + open.
 func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_ProduceClient, error) {
-	addr, err := p.c.lookup(ctx, p.opts.Topic)
+	addr, gen, err := p.c.lookup(ctx, p.opts.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -502,9 +513,10 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 	}
 	p.mu.Lock()
 	name := p.name
+	from := p.c.failoverFrom(p.used)
 	p.mu.Unlock()
 	if err := stream.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{
-		Topic: p.opts.Topic, ProducerName: name,
+		Topic: p.opts.Topic, ProducerName: name, FailoverFrom: from,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)
@@ -532,7 +544,12 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 	}
 	p.maxBytes = opened.GetMaxMessageBytes()
 	p.region = opened.GetRegion()
+	if r := p.region; r != "" && !slices.Contains(p.used, r) && len(p.used) < MaxRegions {
+		p.used = append(p.used, r)
+	}
+	p.gen = gen
 	p.mu.Unlock()
+	p.c.connectedIn(gen)
 	p.log.Debug("producer connected", "broker", addr, "last_sequence_id", opened.GetLastSequenceId())
 	return &cancelOnEnd{Meridian_ProduceClient: stream, cancel: cancel}, nil
 }
@@ -608,6 +625,13 @@ func (p *Producer) serve(stream clientv1.Meridian_ProduceClient) error {
 	default:
 	}
 
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	_, sw := p.c.switchSignal()
+	if p.c.isStale(gen) {
+		return errRegionSwitch // connected just before a switch
+	}
 	errc := make(chan error, 2)
 	stop := make(chan struct{})
 	go func() { errc <- p.writeLoop(stream, stop) }()
@@ -621,6 +645,8 @@ func (p *Producer) serve(stream clientv1.Meridian_ProduceClient) error {
 		err = fmt.Errorf("%w: %d sends in a row not acknowledged within %v; dropping the stream to look the topic up again",
 			ErrSendTimeout, p.opts.StallTimeouts, p.opts.SendTimeout)
 		p.c.metrics.stalls.Inc()
+	case <-sw:
+		err = errRegionSwitch
 	}
 	close(stop)
 	if c, ok := stream.(*cancelOnEnd); ok {
