@@ -306,6 +306,8 @@ type Bucket struct {
 	// in the interval, per second.
 	AckedPerSec     float64
 	DeliveredPerSec float64
+	// DuplicatesPerSec: deliveries of messages delivered before.
+	DuplicatesPerSec float64
 	// NotInTo: messages acknowledged by region From before the interval's
 	// end that the observer had not seen in To by then (the replication
 	// backlog the drill can see).
@@ -331,13 +333,18 @@ func Timeline(h History, step time.Duration) []Bucket {
 		i := int(t.Sub(h.Start) / step)
 		return max(0, min(i, n-1))
 	}
+	sec := step.Seconds()
 	first := map[MsgID]time.Time{}
 	for _, d := range h.Deliveries {
 		if t, ok := first[d.ID]; !ok || d.At.Before(t) {
+			if ok {
+				out[idx(t)].DuplicatesPerSec += 1 / sec
+			}
 			first[d.ID] = d.At
+		} else {
+			out[idx(d.At)].DuplicatesPerSec += 1 / sec
 		}
 	}
-	sec := step.Seconds()
 	// Differences per bucket, summed into running levels: +1 when a
 	// message enters a backlog, -1 in the bucket it leaves it.
 	notIn := make([]int, n+1)

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html/template"
 	"io"
@@ -25,6 +26,8 @@ const (
 	chartTop    = 24.0
 	maxBuckets  = 600 // bounds the SVG's size for long drills
 	minBucketMs = 100
+	// maxLabelRows bounds the rows of marker labels under the chart.
+	maxLabelRows = 5
 )
 
 type series struct {
@@ -87,6 +90,20 @@ func markerStyle(k EventKind) (color, label string, ok bool) {
 	return "", "", false
 }
 
+// movingAvg averages each value with the win-1 before it.
+func movingAvg(v []float64, win int) []float64 {
+	out := make([]float64, len(v))
+	sum := 0.0
+	for i, x := range v {
+		sum += x
+		if i >= win {
+			sum -= v[i-win]
+		}
+		out[i] = sum / float64(min(i+1, win))
+	}
+	return out
+}
+
 // svgTimeline draws the panels over the drill's span with the event
 // markers.
 func svgTimeline(h History, rep *Report) string {
@@ -96,17 +113,22 @@ func svgTimeline(h History, rep *Report) string {
 	}
 	step := timelineStep(span)
 	bk := Timeline(h, step)
-	var ack, del, notIn, undel []float64
+	var ack, del, dup, notIn, undel []float64
 	for _, b := range bk {
 		ack = append(ack, b.AckedPerSec)
 		del = append(del, b.DeliveredPerSec)
+		dup = append(dup, b.DuplicatesPerSec)
 		notIn = append(notIn, float64(b.NotInTo))
 		undel = append(undel, float64(b.Undelivered))
 	}
+	// Rates are averaged over about a second: per-bucket counts at a low
+	// rate alias into a sawtooth.
+	win := max(1, int(time.Second/step))
 	panels := []panel{
-		{Title: "throughput", Unit: "msg/s", Series: []series{
-			{Name: "acknowledged", Color: "#1f77b4", Values: ack},
-			{Name: "delivered (first time)", Color: "#2ca02c", Values: del},
+		{Title: "throughput", Unit: "msg/s, 1s average", Series: []series{
+			{Name: "acknowledged", Color: "#1f77b4", Values: movingAvg(ack, win)},
+			{Name: "delivered (first time)", Color: "#2ca02c", Values: movingAvg(del, win)},
+			{Name: "delivered again (duplicates)", Color: "#d62728", Values: movingAvg(dup, win)},
 		}},
 		{Title: "lag", Unit: "messages", Series: []series{
 			{Name: fmt.Sprintf("acknowledged in %s, not yet seen in %s", h.From, h.To), Color: "#ff7f0e", Values: notIn},
@@ -149,7 +171,8 @@ func svgTimeline(h History, rep *Report) string {
 	}
 
 	plotW := chartW - chartLeft - chartRight
-	height := chartTop + float64(len(panels))*(panelH+panelGap) + 40
+	// Room under the axis for up to maxLabelRows rows of marker labels.
+	height := chartTop + float64(len(panels))*(panelH+panelGap) - panelGap + 30 + maxLabelRows*13 + 8
 	x := func(ms float64) float64 { return chartLeft + plotW*ms/float64(span.Milliseconds()) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`, chartW, height, chartW, height)
@@ -181,9 +204,9 @@ func svgTimeline(h History, rep *Report) string {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(bk[i].StartMs+float64(step.Milliseconds())/2), y(v)))
 			}
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, s.Color, strings.Join(pts, " "))
-			lx := chartLeft + 260*float64(si)
+			lx := chartLeft + 230*float64(si)
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="10" height="3" fill="%s"/><text x="%.1f" y="%.1f">%s</text>`,
-				lx+160, top-12, s.Color, lx+174, top-8, template.HTMLEscapeString(s.Name))
+				lx+150, top-12, s.Color, lx+164, top-8, template.HTMLEscapeString(s.Name))
 		}
 	}
 	// X axis under the last panel.
@@ -219,7 +242,9 @@ func svgTimeline(h History, rep *Report) string {
 			ms = append(ms, marker{ms: *rep.FaultAtMs + *rep.RTODeliverMs, color: "#555", label: "first delivery in " + h.To, dash: true})
 		}
 	}
-	for i, m := range ms {
+	slices.SortStableFunc(ms, func(a, b marker) int { return cmp.Compare(a.ms, b.ms) })
+	var rowEnd []float64 // right end of the last label of each row
+	for _, m := range ms {
 		dash := ""
 		if m.dash {
 			dash = ` stroke-dasharray="4 3"`
@@ -227,8 +252,29 @@ func svgTimeline(h History, rep *Report) string {
 		mx := x(m.ms)
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="1.2"%s><title>%s at %.2fs</title></line>`,
 			mx, mx, chartTop, bottom, m.color, dash, template.HTMLEscapeString(m.label), m.ms/1000)
-		// Labels alternate rows so that close markers stay readable.
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`, mx+3, bottom+28+float64(i%2)*12, m.color, template.HTMLEscapeString(m.label))
+		// Each label goes to the first row where it does not overlap the
+		// previous one (about 6 units per character); near the right edge
+		// it ends at its marker.
+		w := 6.2 * float64(len([]rune(m.label)))
+		lx, anchor := mx+3, "start"
+		if lx+w > chartW {
+			lx, anchor = mx-3, "end"
+		}
+		left := lx
+		if anchor == "end" {
+			left = lx - w
+		}
+		row := 0
+		for row < len(rowEnd) && rowEnd[row] > left {
+			row++
+		}
+		if row == maxLabelRows {
+			row = maxLabelRows - 1 // crowded: overlap on the last row
+		} else if row == len(rowEnd) {
+			rowEnd = append(rowEnd, 0)
+		}
+		rowEnd[row] = left + w + 4
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s" text-anchor="%s">%s</text>`, lx, bottom+30+float64(row)*13, m.color, anchor, template.HTMLEscapeString(m.label))
 	}
 	b.WriteString(`</svg>`)
 	return b.String()

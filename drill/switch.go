@@ -4,6 +4,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,9 @@ func (r *run) prepareSubscriptions(ctx context.Context, adminFrom, adminTo *clie
 		name string
 		a    *client.Admin
 	}{{cfg.From, adminFrom}, {cfg.To, adminTo}} {
+		if err := x.a.CreateTopic(ctx, r.topic); err != nil && !errors.Is(err, client.ErrAlreadyExists) {
+			return "", fmt.Errorf("create topic %s in %s: %w", r.topic, x.name, err)
+		}
 		if err := x.a.CreateSubscription(ctx, r.topic, r.sub, client.Latest); err != nil {
 			return "", fmt.Errorf("create subscription %s on %s in %s: %w", r.sub, r.topic, x.name, err)
 		}
