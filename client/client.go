@@ -98,7 +98,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 				c.active = ri
 				c.discover(ctx, ri, addr)
 				if c.multiRegion() {
-					c.startFailover()
+					c.startFailover(c.initialTarget(ctx))
 				}
 				return c, nil
 			}
@@ -112,8 +112,11 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	return nil, fmt.Errorf("%w: cannot reach a broker at %s: %v", ErrUnavailable, opts.describeURL(), lastErr)
 }
 
-// multiRegion reports whether the client fails over between regions.
-func (c *Client) multiRegion() bool { return len(c.regions) > 1 || c.regions[0].name != "" }
+// multiRegion reports whether the client fails over between regions
+// (false for a nil client: unit tests build bare consumers).
+func (c *Client) multiRegion() bool {
+	return c != nil && (len(c.regions) > 1 || len(c.regions) == 1 && c.regions[0].name != "")
+}
 
 // discover learns region ri's other brokers from addr (best effort), so
 // lookups still work when the broker named by URL dies.

@@ -226,8 +226,30 @@ func (c *Client) failoverFrom(used []string) []string {
 	return out
 }
 
-// startFailover starts the policy loop of a multi-region client.
-func (c *Client) startFailover() {
+// initialTarget makes a controlled client start in its group's target
+// region when the target is readable now (bounded by ProbeTimeout per
+// broker tried). It returns the target version seen (0: none).
+func (c *Client) initialTarget(ctx context.Context) int64 {
+	if c.opts.Failover.Mode != FailoverControlled {
+		return 0
+	}
+	tgt, err := c.readTarget(ctx)
+	if err != nil {
+		return 0
+	}
+	for i, r := range c.regions {
+		if r.name == tgt.GetRegion() {
+			c.mu.Lock()
+			c.active = i
+			c.mu.Unlock()
+		}
+	}
+	return tgt.GetVersion()
+}
+
+// startFailover starts the policy loop of a multi-region client; seen is
+// the failover group target version already applied (controlled).
+func (c *Client) startFailover(seen int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	c.mu.Lock()
@@ -236,7 +258,7 @@ func (c *Client) startFailover() {
 	go func() {
 		defer close(done)
 		if c.opts.Failover.Mode == FailoverControlled {
-			c.controlledLoop(ctx)
+			c.controlledLoop(ctx, seen)
 		} else {
 			c.autoLoop(ctx)
 		}
@@ -318,11 +340,10 @@ func (c *Client) probe(ctx context.Context, ri int) bool {
 // controlledLoop follows the failover group's target: every ProbeInterval
 // it reads it from the active region, else the others in order, and
 // switches when its version changes to a region other than the active one.
-func (c *Client) controlledLoop(ctx context.Context) {
+func (c *Client) controlledLoop(ctx context.Context, seen int64) {
 	fo := c.opts.Failover
 	t := time.NewTicker(fo.ProbeInterval)
 	defer t.Stop()
-	var seen int64
 	warned := ""
 	for {
 		tgt, err := c.readTarget(ctx)

@@ -340,6 +340,7 @@ func newAdminCmd() *cobra.Command {
 	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
 	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
 	addReplicationCmds(o, root, tenants, namespaces, topics)
+	root.AddCommand(newFailoverAdminCmd(o))
 	return root
 }
 

@@ -17,6 +17,7 @@ type consumeFlags struct {
 	count, queue                             int
 	idle, timeout                            time.Duration
 	verbose                                  bool
+	fo                                       failoverFlags
 }
 
 func newConsumeCmd() *cobra.Command {
@@ -35,7 +36,8 @@ produced and origin_id ("L:E:B") its ID there (its own id when produced locally)
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", defaultURL, "broker gRPC address (host:port)")
+	fl.StringVar(&f.url, "url", defaultURL, `broker gRPC address (host:port), or regions "a=HOST:P,b=HOST:P" (first = primary) for client failover`)
+	addFailoverFlags(fl, &f.fo)
 	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
 	fl.StringVar(&f.sub, "subscription", "", "subscription name (required)")
 	fl.StringVar(&f.typ, "type", "exclusive", "subscription type: exclusive, shared or failover")
@@ -131,7 +133,7 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 	from, _ := client.ParseInitialPosition(f.from)
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
-	c, err := connect(ctx, f.url, f.timeout, f.verbose)
+	c, err := connectFailover(ctx, f.url, f.timeout, f.verbose, &f.fo)
 	if err != nil {
 		return err
 	}

@@ -133,6 +133,7 @@ type produceFlags struct {
 	batchDelay, sendTimeout, timeout                    time.Duration
 	verbose, noReplication                              bool
 	replicateTo                                         []string
+	fo                                                  failoverFlags
 }
 
 func newProduceCmd() *cobra.Command {
@@ -160,7 +161,8 @@ warning on stderr: its messages would be deleted.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", defaultURL, "broker gRPC address (host:port)")
+	fl.StringVar(&f.url, "url", defaultURL, `broker gRPC address (host:port), or regions "a=HOST:P,b=HOST:P" (first = primary) for client failover`)
+	addFailoverFlags(fl, &f.fo)
 	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
 	fl.IntVar(&f.count, "count", 0, "number of messages (default: 1, or every stdin line)")
 	fl.IntVar(&f.size, "size", 100, "payload size in bytes of generated messages")
@@ -314,7 +316,7 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 	comp, _ := client.ParseCompression(f.compression)
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
-	c, err := connect(ctx, f.url, f.timeout, f.verbose)
+	c, err := connectFailover(ctx, f.url, f.timeout, f.verbose, &f.fo)
 	if err != nil {
 		return err
 	}
