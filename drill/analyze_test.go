@@ -243,7 +243,7 @@ func TestReportRender(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"RTO         first publish in b 1.08 s, first delivery in b 1.13 s", "RPO         2 messages", "after heal 1 of 2 arrived", "lost        1 (p0-5)", "FAIL: 1 acknowledged messages lost", "switch      a → b at 1.50 s, took 980.0 ms (3 failed probes)"} {
+	for _, want := range []string{"RTO         first publish in b 1.08 s, first delivery in b 1.13 s", "RPO         2 messages", "by the end 1 of 2 arrived", "lost        1 (p0-5)", "FAIL: 1 acknowledged messages lost", "switch      a → b at 1.50 s, took 980.0 ms (3 failed probes)"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text summary lacks %q:\n%s", want, text.String())
 		}

@@ -62,11 +62,14 @@ type run struct {
 	brokers map[string][]string
 	// proxies: the clients' path to From's brokers (cut-links), by broker
 	// address.
-	net     *chaos.Network
-	proxies map[string]string
-	start   time.Time // the workload's start
-	notes   []string
-	mu      sync.Mutex // guards notes
+	// adminFrom, adminTo: admin clients of each region (setup, probes,
+	// the operator's switch).
+	adminFrom, adminTo *client.Admin
+	net                *chaos.Network
+	proxies            map[string]string
+	start              time.Time // the workload's start
+	notes              []string
+	mu                 sync.Mutex // guards notes
 }
 
 func (r *run) note(format string, args ...any) {
@@ -246,6 +249,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.adminFrom, r.adminTo = adminFrom, adminTo
 	defer func() {
 		_ = adminFrom.Close(context.Background())
 		_ = adminTo.Close(context.Background())
@@ -311,7 +315,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	clientDesc := map[string]string{
-		ModeClient:    fmt.Sprintf("client failover (%s)", map[string]string{KindFailover: fmt.Sprintf("automatic: probe every %v, switch after %d failed probes", cfg.ProbeInterval, cfg.FailedProbes), KindSwitchback: "controlled: Client.SwitchTo"}[cfg.Kind]),
+		ModeClient:    fmt.Sprintf("client failover (%s)", map[string]string{KindFailover: fmt.Sprintf("automatic: probe every %v, switch after %d failed probes", cfg.ProbeInterval, cfg.FailedProbes), KindSwitchback: fmt.Sprintf("controlled: failover group drill-%s, target set by an admin call, polled every %v", cfg.ID, cfg.ProbeInterval)}[cfg.Kind]),
 		ModeReconnect: fmt.Sprintf("drill-managed reconnect (%s)", map[string]string{KindFailover: fmt.Sprintf("the drill probes %s every %v and after %d failed probes closes the clients and opens new ones in %s", cfg.From, cfg.ProbeInterval, cfg.FailedProbes, cfg.To), KindSwitchback: "the drill closes the clients and opens new ones"}[cfg.Kind]),
 	}[cfg.Mode]
 

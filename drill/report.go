@@ -49,14 +49,20 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  client failover: %s; subscription: %s\n", r.ClientFailover, r.Subscription)
 	fmt.Fprintf(&b, "  sent %d, acknowledged %d (by %s %d, by %s %d), never acknowledged %d\n",
 		r.Sent, r.Acked, r.From, r.AckedInFrom, r.To, r.AckedInTo, r.FailedSends)
-	fmt.Fprintf(&b, "  fault at %s, heal at %s\n", fmtMs(r.FaultAtMs), fmtMs(r.HealAtMs))
+	moment := "the fault"
+	if r.Kind == KindSwitchback {
+		moment = "the switch command"
+		fmt.Fprintf(&b, "  switch command at %s\n", fmtMs(r.FaultAtMs))
+	} else {
+		fmt.Fprintf(&b, "  fault at %s, heal at %s\n", fmtMs(r.FaultAtMs), fmtMs(r.HealAtMs))
+	}
 	fmt.Fprintf(&b, "  RTO         first publish in %s %s, first delivery in %s %s\n", r.To, fmtMs(r.RTOPublishMs), r.To, fmtMs(r.RTODeliverMs))
-	fmt.Fprintf(&b, "  RPO         %d messages acknowledged in %s and not in %s at the fault", r.RPOMessages, r.From, r.To)
+	fmt.Fprintf(&b, "  RPO         %d messages acknowledged in %s and not in %s at %s", r.RPOMessages, r.From, r.To, moment)
 	if r.RPOWindowMs != nil {
 		fmt.Fprintf(&b, " (oldest %s before it)", fmtMs(r.RPOWindowMs))
 	}
-	fmt.Fprintf(&b, "; after heal %d of %d arrived\n", r.RPORecovered, r.RPOMessages)
-	fmt.Fprintf(&b, "  duplicates  %d (%d after the fault) over %d messages\n", r.Duplicates, r.DuplicatesAfterFault, r.DuplicateMessages)
+	fmt.Fprintf(&b, "; by the end %d of %d arrived\n", r.RPORecovered, r.RPOMessages)
+	fmt.Fprintf(&b, "  duplicates  %d (%d after %s) over %d messages\n", r.Duplicates, r.DuplicatesAfterFault, moment, r.DuplicateMessages)
 	fmt.Fprintf(&b, "  lost        %d", r.Lost)
 	if len(r.LostIDs) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(r.LostIDs, " "))

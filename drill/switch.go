@@ -110,7 +110,9 @@ func (r *run) switchTo(ctx context.Context, w *workload, spec workloadSpec, reas
 	now := time.Now()
 	r.rec.Event(Event{Kind: EventSwitch, At: now, From: r.cfg.From, To: to, Reason: reason, Took: now.Sub(started)})
 	r.progress("[drill] workload moved %s → %s (%s) in %v", r.cfg.From, to, reason, now.Sub(started).Round(time.Millisecond))
-	go old.close(2 * time.Second)
+	// From is dead or cut off: do not wait long for its flush; what it
+	// does not acknowledge fails and is resent in To.
+	go old.close(500 * time.Millisecond)
 	return nil
 }
 
@@ -119,8 +121,11 @@ func (r *run) switchCommand(ctx context.Context, w *workload, spec workloadSpec)
 	if r.cfg.Mode == ModeReconnect {
 		return r.switchTo(ctx, w, spec, "operator command (drill-managed)", time.Now())
 	}
-	if err := w.side().c.SwitchTo(r.cfg.To); err != nil {
-		return fmt.Errorf("switch to %s: %w", r.cfg.To, err)
+	// The operator's admin call: the clients of the group follow its
+	// target (they poll it every probe interval).
+	group := "drill-" + r.cfg.ID
+	if _, err := r.adminTo.SetFailoverTarget(ctx, group, r.cfg.To); err != nil {
+		return fmt.Errorf("set failover target of group %s to %s: %w", group, r.cfg.To, err)
 	}
 	return nil
 }
