@@ -142,3 +142,28 @@ func TestDrillFailover(t *testing.T) {
 		t.Fatalf("drill switchback report: %+v", rep)
 	}
 }
+
+// TestDrillFailoverLong is the full-size variant (MERIDIAN_LONG=1, `make
+// test-long`): `meridian dev --regions a,b --wan-latency 40ms` with three
+// bookies and two brokers per region, 500 msg/s, each fault in turn; every
+// drill must lose nothing.
+func TestDrillFailoverLong(t *testing.T) {
+	if os.Getenv("MERIDIAN_LONG") == "" {
+		t.Skip("MERIDIAN_LONG not set (make test-long)")
+	}
+	dir := t.TempDir()
+	cliBinary(t)
+	startDev(t, dir, "--regions", "a,b", "--wan-latency", "40ms")
+	cluster := filepath.Join(dir, "cluster.json")
+	for _, fault := range drill.Faults {
+		t.Run(fault, func(t *testing.T) {
+			report := filepath.Join(dir, "report-"+fault)
+			rep, code, stderr := runDrill(t, 6*time.Minute, "failover", "--cluster", cluster, "--fault", fault,
+				"--rate", "500", "--duration", "40s", "--drain-timeout", "2m", "--report", report)
+			checkDrill(t, rep, code, stderr, report)
+			rep, code, stderr = runDrill(t, 4*time.Minute, "switchback", "--cluster", cluster, "--from", "b", "--to", "a",
+				"--rate", "500", "--duration", "20s", "--report", report+"-back")
+			checkDrill(t, rep, code, stderr, report+"-back")
+		})
+	}
+}
