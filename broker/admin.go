@@ -352,11 +352,13 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
 		ss.Blocked = s.blockedStatsLocked()
+		ss.Replicated = s.cov.replicated
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
 				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority})
 		}
 		s.mu.Unlock()
+		ss.AckReplication = t.ackReplicationStats(s)
 		st.BacklogEntries = max(st.BacklogEntries, ss.BacklogEntries)
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
@@ -443,7 +445,10 @@ func (a *adminService) CreateSubscription(ctx context.Context, r *clientv1.Creat
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	if _, _, err := t.getOrCreateSub(ctx, r.GetSubscription(), r.GetInitialPosition(), true); err != nil {
+	if isReplName(r.GetSubscription()) {
+		return nil, GRPCError(fmt.Errorf("%w: subscription %q: names starting with %q are the replicators' cursors", ErrInvalidArgument, r.GetSubscription(), ReplicatorCursorPrefix))
+	}
+	if _, _, err := t.getOrCreateSubOpts(ctx, r.GetSubscription(), subCreate{initial: r.GetInitialPosition(), mustCreate: true, replicated: r.GetReplicated()}); err != nil {
 		return nil, GRPCError(err)
 	}
 	return &clientv1.CreateSubscriptionResponse{}, nil
@@ -485,7 +490,19 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	s.reset(md)
+	if s.isReplicated() {
+		// A replicated subscription is reset in every region: the position
+		// becomes a vector (origin terms) shipped with a new reset epoch.
+		// replay: resolve the StartPosition here (resolveStart) instead,
+		// so time and origin positions mean the same in every region.
+		v, err := t.vectorAt(ctx, md)
+		if err != nil {
+			return nil, GRPCError(err)
+		}
+		s.seekVector(v, md)
+	} else {
+		s.reset(md)
+	}
 	if err := s.persist(ctx, true); err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}

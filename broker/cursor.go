@@ -13,13 +13,95 @@ type cursorRecord struct {
 	MarkDelete [2]int64   `json:"md"`
 	Acked      [][3]int64 `json:"acked,omitempty"`
 	CreatedMs  int64      `json:"created_ms"`
+	cursorExt
+}
+
+// cursorExt holds the cover-vector and replicated-subscription fields of
+// a cursor record (subcover.go, subsync.go). Records written before they
+// existed decode with every field zero: not replicated, no cover.
+type cursorExt struct {
+	// Replicated marks a replicated subscription.
+	Replicated bool `json:"replicated,omitempty"`
+	// Cover is the cover vector (for a replicated subscription: its whole
+	// acknowledgement vector), per origin: mark-delete seq and ranges.
+	Cover map[string]coverOrigin `json:"cover,omitempty"`
+	// ResetEpoch/ResetRegion order the subscription's resets across
+	// regions (SubscriptionUpdate.reset_epoch/reset_region).
+	ResetEpoch  int64  `json:"reset_epoch,omitempty"`
+	ResetRegion string `json:"reset_region,omitempty"`
+	// VFront is the position up to which the local mark-delete has been
+	// translated into the vector (unset: the mark-delete).
+	VFront *[2]int64 `json:"vfront,omitempty"`
+	// Type is the subscription type last connected (shipped to the other
+	// regions so a subscription created there has the same type).
+	Type int32 `json:"type,omitempty"`
+}
+
+// coverOrigin is one origin of a stored cover vector.
+type coverOrigin struct {
+	MD     int64      `json:"md"`
+	Ranges [][2]int64 `json:"r,omitempty"`
+}
+
+// vectorToRecord converts v for a cursor record, keeping at most maxRanges
+// ranges per origin (the lowest: dropping the others only makes their
+// entries count unacknowledged again after a restart — redelivered, never
+// lost).
+func vectorToRecord(v ackVector, maxRanges int) map[string]coverOrigin {
+	if v == nil {
+		return nil
+	}
+	out := make(map[string]coverOrigin, len(v))
+	for origin, o := range v {
+		c := coverOrigin{MD: o.MD}
+		for i, r := range o.Ranges {
+			if i >= maxRanges {
+				break
+			}
+			c.Ranges = append(c.Ranges, [2]int64{r.First, r.Last})
+		}
+		out[origin] = c
+	}
+	return out
+}
+
+// vectorFromRecord converts a stored cover vector (nil stays nil).
+func vectorFromRecord(m map[string]coverOrigin) ackVector {
+	if m == nil {
+		return nil
+	}
+	v := ackVector{}
+	for origin, c := range m {
+		v.setMD(origin, c.MD)
+		if v[origin] == nil {
+			v[origin] = &originAcks{}
+		}
+		for _, r := range c.Ranges {
+			v.add(origin, r[0], r[1])
+		}
+	}
+	return v
 }
 
 func encodeCursor(md pos, acked map[pos]struct{}, createdMs int64, maxAcks int) []byte {
-	rec := cursorRecord{MarkDelete: [2]int64{md.L, md.E}, CreatedMs: createdMs}
+	return encodeCursorExt(md, acked, createdMs, maxAcks, cursorExt{})
+}
+
+// encodeCursorExt encodes a cursor record with its extension fields.
+func encodeCursorExt(md pos, acked map[pos]struct{}, createdMs int64, maxAcks int, ext cursorExt) []byte {
+	rec := cursorRecord{MarkDelete: [2]int64{md.L, md.E}, CreatedMs: createdMs, cursorExt: ext}
 	rec.Acked = ackRanges(acked, maxAcks)
 	b, _ := json.Marshal(&rec)
 	return b
+}
+
+// decodeCursorExt returns the extension fields of a cursor record.
+func decodeCursorExt(b []byte) (cursorExt, error) {
+	var rec cursorRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return cursorExt{}, fmt.Errorf("broker: cursor record corrupt: %v", err)
+	}
+	return rec.cursorExt, nil
 }
 
 // ackRanges collapses acknowledged positions into per-ledger ranges. Only

@@ -57,7 +57,7 @@ func (s *subscription) persist(ctx context.Context, force bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	val := encodeCursor(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks)
+	val := encodeCursorExt(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks, s.coverExtLocked(s.t.b.cfg.MaxIndividualAcks))
 	version := s.version
 	s.dirty = false
 	s.mu.Unlock()

@@ -144,6 +144,9 @@ func newReplManager(s *Server) (*replManager, error) {
 		if err := s.cfg.Registerer.Register(&replCollector{s: s}); err != nil {
 			return nil, err
 		}
+		if err := s.cfg.Registerer.Register(&subSyncCollector{s: s}); err != nil {
+			return nil, err
+		}
 	}
 	return rm, nil
 }
@@ -258,6 +261,7 @@ func (m *replManager) sync(t *topic) {
 			t.log.Warn("start replicator", "remote", remote, "err", err)
 		}
 	}
+	m.syncSubSenders(t, want)
 }
 
 // startOne creates (or reuses) the cursor and starts the replicator.

@@ -311,7 +311,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if err != nil {
 		return GRPCError(err)
 	}
-	s, created, err := t.getOrCreateSub(ctx, sub.GetSubscription(), sub.GetInitialPosition(), false)
+	s, created, err := t.getOrCreateSubOpts(ctx, sub.GetSubscription(), subCreate{initial: sub.GetInitialPosition(), replicated: sub.GetReplicated()})
 	if err != nil {
 		return GRPCError(err)
 	}

@@ -82,6 +82,7 @@ type subscription struct {
 	deleted     bool
 	readEpoch   int64
 	blocked     *blockedRead // dispatch cannot read its next entry (see lost.go)
+	cov         coverState   // cover vector and replicated-subscription state (subcover.go)
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {
@@ -129,6 +130,7 @@ func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) e
 		}
 	}
 	s.typ = typ
+	s.cov.typ = typ
 	s.consumers = append(s.consumers, c)
 	s.updateActiveLocked()
 	s.kick()
@@ -262,6 +264,7 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 			}
 		} else {
 			s.acked[p] = struct{}{}
+			s.cov.noteAck(p)
 			if c, ok := s.pending[p]; ok {
 				delete(s.pending, p)
 				c.pending--
@@ -272,6 +275,7 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 	}
 	s.compactLocked()
 	s.dirty = true
+	s.afterAckLocked()
 	return nil
 }
 
@@ -308,6 +312,7 @@ func (s *subscription) reset(md pos) {
 	}
 	s.readEpoch++
 	s.dirty = true
+	s.cov.resetLocked(md)
 	ml.mu.Unlock()
 	s.mu.Unlock()
 	s.kick()
@@ -333,6 +338,9 @@ func (s *subscription) dispatchLoop() {
 		case <-s.wake:
 		}
 		for {
+			if err := s.coverWork(); err != nil {
+				s.log.Debug("cover vector work", "err", err)
+			}
 			progressed, err := s.dispatchOnce()
 			if err != nil {
 				// Logged at a bounded rate; retried with backoff, or at once
@@ -443,6 +451,9 @@ func (s *subscription) dispatchOnce() (bool, error) {
 				break
 			}
 			delete(s.redeliver, p)
+			if s.coverEntryLocked(e) {
+				continue // acknowledged by the cover vector meanwhile
+			}
 			s.redelivers[p]++
 			s.deliverLocked(c, e, s.redelivers[p])
 			sent = true
@@ -498,6 +509,9 @@ func (s *subscription) dispatchOnce() (bool, error) {
 		ml.mu.Unlock()
 		if _, acked := s.acked[p]; acked || done {
 			continue
+		}
+		if s.coverEntryLocked(e) {
+			continue // acknowledged by the cover vector: not delivered
 		}
 		s.deliverLocked(c, e, 0)
 	}

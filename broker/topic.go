@@ -67,6 +67,8 @@ type topic struct {
 	replicators topicRepl
 	// repl is the replication receiving state (replapply.go).
 	repl replState
+	// subsync ships the replicated subscriptions (subsync.go).
+	subsync subSync
 
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
@@ -129,7 +131,10 @@ func (t *topic) load(ctx context.Context, create bool) error {
 				t.log.Error("cursor skipped", "subscription", name, "err", err)
 				continue
 			}
-			t.subs[name] = newSubscription(t, name, md, acked, created, fenced.Version)
+			ext, _ := decodeCursorExt(fenced.Value)
+			sub := newSubscription(t, name, md, acked, created, fenced.Version)
+			sub.restoreCover(ext)
+			t.subs[name] = sub
 		}
 		if !res.More || len(res.KVs) == 0 {
 			break
@@ -280,7 +285,7 @@ func (t *topic) runRetention(ctx context.Context) error {
 	t.mu.Unlock()
 	mds := make([]pos, 0, len(subs))
 	for _, s := range subs {
-		mds = append(mds, s.markDeletePos())
+		mds = append(mds, s.retainPos())
 	}
 	retTime := time.Duration(pol.GetRetentionTimeSeconds()) * time.Second
 	retSize := pol.GetRetentionSizeBytes()
@@ -371,6 +376,31 @@ func (t *topic) runRetention(ctx context.Context) error {
 // getOrCreateSub returns the subscription, creating it at the initial
 // position when absent.
 func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv1.InitialPosition, mustCreate bool) (*subscription, bool, error) {
+	return t.getOrCreateSubOpts(ctx, name, subCreate{initial: initial, mustCreate: mustCreate})
+}
+
+// subCreate says how getOrCreateSubOpts creates a subscription.
+type subCreate struct {
+	initial    clientv1.InitialPosition
+	mustCreate bool
+	// replicated asks for a replicated subscription (the namespace policy
+	// replicate_subscriptions makes every one replicated; never the
+	// replicators' cursors).
+	replicated bool
+	// cover, when set, makes the subscription start at the earliest entry
+	// with this cover vector (a subscription created from another
+	// region's update), with the reset epoch/region given.
+	cover      ackVector
+	epoch      int64
+	region     string
+	typ        clientv1.SubscriptionType
+	fromRemote bool
+}
+
+// getOrCreateSubOpts is getOrCreateSub with the replicated-subscription
+// options.
+func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate) (*subscription, bool, error) {
+	initial, mustCreate := o.initial, o.mustCreate
 	// One creation at a time per topic, so two consumers subscribing to a
 	// new subscription at once both get it.
 	t.subCreateMu.Lock()
@@ -384,17 +414,34 @@ func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv
 		return s, false, nil
 	}
 	t.mu.Unlock()
+	replicated := !isReplName(name) && (o.replicated || o.fromRemote || t.currentPolicies().GetReplicateSubscriptions())
+	var cov ackVector
 	t.ml.mu.Lock()
 	var md pos
-	if initial == clientv1.InitialPosition_INITIAL_POSITION_EARLIEST {
+	switch {
+	case o.fromRemote:
 		md = t.ml.beforeFirstLocked()
-	} else {
+		cov = o.cover.clone()
+	case initial == clientv1.InitialPosition_INITIAL_POSITION_EARLIEST:
+		md = t.ml.beforeFirstLocked()
+		if replicated {
+			cov = ackVector{}
+		}
+	default:
 		md = t.ml.lastPosLocked()
+		if replicated {
+			cov = t.ml.latestVectorLocked(t.b.cfg.Region)
+		}
 	}
 	t.ml.mu.Unlock()
 	created := time.Now().UnixMilli()
 	key := cursorPrefix + t.name.String() + "/" + name
-	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursor(md, nil, created, 1), metadata.MustNotExist, 0)
+	ext := cursorExt{Replicated: replicated, ResetEpoch: o.epoch, ResetRegion: o.region, Type: int32(o.typ)}
+	if cov != nil {
+		ext.Cover = vectorToRecord(cov, t.b.cfg.MaxIndividualAcks)
+		ext.VFront = &[2]int64{md.L, md.E}
+	}
+	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursorExt(md, nil, created, 1, ext), metadata.MustNotExist, 0)
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return nil, false, fmt.Errorf("%w: a cursor for subscription %s already exists in metadata but is not loaded; unload the topic and retry", ErrUnavailable, name)
@@ -407,6 +454,20 @@ func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv
 		return nil, false, ErrTopicNotOwned
 	}
 	s := newSubscription(t, name, md, nil, created, kv.Version)
+	if replicated && !o.fromRemote {
+		t.subsync.removeTomb(name)
+	}
+	if replicated {
+		// Start the subscription senders now rather than at the next
+		// reconciliation.
+		t.b.repl.topicLoaded(t)
+	}
+	if cov != nil {
+		s.restoreCover(ext)
+		s.mu.Lock()
+		s.cov.v = cov
+		s.mu.Unlock()
+	}
 	t.subs[name] = s
 	t.b.metrics.subscriptions.WithLabelValues(t.name.NamespaceName()).Inc()
 	return s, true, nil
@@ -441,6 +502,13 @@ func (t *topic) deleteSub(ctx context.Context, name string, force bool) error {
 		}
 		return err
 	}
+	s.mu.Lock()
+	repl, typ := s.cov.replicated, s.cov.typ
+	s.mu.Unlock()
+	if repl {
+		// Deleted in every region: the senders ship the deletion.
+		t.subsync.addTomb(name, typ)
+	}
 	t.mu.Lock()
 	delete(t.subs, name)
 	t.mu.Unlock()
@@ -464,6 +532,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	t.mu.Unlock()
 	close(t.stop)
 	t.replicators.stopAll()
+	t.subsync.stopAll()
 	for _, p := range prods {
 		p.close()
 	}

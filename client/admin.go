@@ -220,6 +220,16 @@ func (a *Admin) CreateSubscription(ctx context.Context, topic, sub string, pos I
 	})
 }
 
+// CreateReplicatedSubscription creates a replicated subscription at pos:
+// its acknowledgements are replicated to every region of the namespace
+// (see ConsumerOptions.Replicated).
+func (a *Admin) CreateReplicatedSubscription(ctx context.Context, topic, sub string, pos InitialPosition) error {
+	return write(ctx, a, "create subscription "+sub, func(ctx context.Context) error {
+		_, err := a.api.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: sub, InitialPosition: positionToProto(pos), Replicated: true})
+		return err
+	})
+}
+
 // DeleteSubscription deletes a subscription; force disconnects its
 // consumers first.
 func (a *Admin) DeleteSubscription(ctx context.Context, topic, sub string, force bool) error {

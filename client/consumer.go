@@ -217,6 +217,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		InitialPosition: positionToProto(co.opts.InitialPosition),
 		ConsumerName:    name,
 		Priority:        co.opts.Priority,
+		Replicated:      co.opts.Replicated,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)

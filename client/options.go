@@ -401,6 +401,13 @@ type ConsumerOptions struct {
 	Name string
 	// Priority orders Failover consumers: lower is preferred. Default 0.
 	Priority int32
+	// Replicated makes the subscription, when this consumer creates it, a
+	// replicated subscription: its acknowledgements are replicated to every
+	// region of the namespace, so a consumer can move to another region
+	// and resume there (duplicates limited to the acknowledgements not yet
+	// replicated). A namespace with replicate_subscriptions makes every
+	// subscription replicated. Default false.
+	Replicated bool
 	// ReceiverQueueSize bounds messages buffered in the client; it is the
 	// flow-control window granted to the broker. Default 1000.
 	ReceiverQueueSize int

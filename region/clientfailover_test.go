@@ -570,3 +570,52 @@ func rawProduce(t *testing.T, owner, topic, name string, from []string, seq int6
 	_ = st.CloseSend()
 	return opened.GetLastSequenceId(), r.GetReceipt()
 }
+
+// TestClientFailoverLong is the long variant (MERIDIAN_LONG=1, run by
+// make test-long with -run TestClientFailoverLong): default probe timings,
+// 40 ms between the regions and on the client's path to a, a cut and a
+// kill in turn, more traffic on each side of every move.
+func TestClientFailoverLong(t *testing.T) {
+	if os.Getenv("MERIDIAN_LONG") == "" {
+		t.Skip("long variant: set MERIDIAN_LONG=1")
+	}
+	fo := client.DefaultFailoverOptions()
+	fo.SwitchBackDelay = 10 * time.Second
+	for _, fault := range []string{"cut", "kill"} {
+		t.Run(fault, func(t *testing.T) {
+			g, topic := foSetup(t)
+			if err := g.net.SetLatency("a", "b", 40*time.Millisecond, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.net.SetLatency("client", "a", 40*time.Millisecond, 0); err != nil {
+				t.Fatal(err)
+			}
+			w := startWorkload(t, g, topic, fo, proxyClientPath(t, g, "a"))
+			w.waitProgress("a", 1000, 60*time.Second)
+			brokers := len(g.m.Region("a").Addrs())
+			fault0 := time.Now()
+			if fault == "cut" {
+				g.net.Cut("client", "a", false)
+			} else {
+				for i := range brokers {
+					g.kill("a", i)
+				}
+			}
+			seen := w.waitSwitch("b", fault0, foSwitchBound(fo))
+			t.Logf("%s: switched to b %v after the fault (bound %v); event %+v", fault, seen.Sub(fault0), foSwitchBound(fo), w.lastEvent())
+			w.waitProgress("b", 1000, 60*time.Second)
+			heal := time.Now()
+			if fault == "cut" {
+				g.net.Heal("client", "a")
+			} else {
+				for i := range brokers {
+					g.restart("a", i)
+				}
+			}
+			back := w.waitSwitch("a", heal, fo.SwitchBackDelay+foSwitchBound(fo)+30*time.Second)
+			t.Logf("%s: switched back to a %v after the heal", fault, back.Sub(heal))
+			w.waitProgress("a", 1000, 60*time.Second)
+			w.checkNoLoss(2 * geoConverge)
+		})
+	}
+}

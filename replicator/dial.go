@@ -111,18 +111,28 @@ type Dialer struct {
 // maxRedirects bounds the TOPIC_NOT_OWNED redirects one Connect follows.
 const maxRedirects = 4
 
-// Connect implements Connector.
-func (d *Dialer) Connect(ctx context.Context) (Conn, *clientv1.ReplicateOpened, error) {
+// Opener opens a stream on the connection cc to the broker believed to
+// own the topic, within timeout for its first answer. An error carrying
+// TOPIC_NOT_OWNED with a redirect URL makes Dial try the broker named.
+// The stream must live until the ctx given to Dial ends.
+type Opener func(ctx context.Context, cc grpc.ClientConnInterface, timeout time.Duration) error
+
+// Dial finds the owner of the topic in the remote region (a Lookup through
+// any of its endpoints, then following up to maxRedirects redirects) and
+// runs open there. Both the Replicate stream (Connect) and the
+// replicated-subscription stream use it, so they share the lookup,
+// redirect and connection pooling.
+func (d *Dialer) Dial(ctx context.Context, open Opener) error {
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
 	eps, err := d.Endpoints(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replicator: endpoints of region %s: %w", d.Target, err)
+		return fmt.Errorf("replicator: endpoints of region %s: %w", d.Target, err)
 	}
 	if len(eps) == 0 {
-		return nil, nil, fmt.Errorf("replicator: region %s has no registered broker", d.Target)
+		return fmt.Errorf("replicator: region %s has no registered broker", d.Target)
 	}
 	var errs []error
 	for _, ep := range eps {
@@ -132,10 +142,14 @@ func (d *Dialer) Connect(ctx context.Context) (Conn, *clientv1.ReplicateOpened, 
 			continue
 		}
 		for range maxRedirects {
-			conn, opened, redirect, err := d.open(ctx, owner, timeout)
+			c, err := d.Pool.Get(owner)
 			if err == nil {
-				return conn, opened, nil
+				err = open(ctx, c, timeout)
 			}
+			if err == nil {
+				return nil
+			}
+			redirect := redirectOf(err)
 			if redirect == "" || redirect == owner {
 				errs = append(errs, fmt.Errorf("open at %s: %w", owner, err))
 				break
@@ -146,7 +160,22 @@ func (d *Dialer) Connect(ctx context.Context) (Conn, *clientv1.ReplicateOpened, 
 			break
 		}
 	}
-	return nil, nil, fmt.Errorf("replicator: connect to region %s for %s: %w", d.Target, d.Topic, errors.Join(errs...))
+	return fmt.Errorf("replicator: connect to region %s for %s: %w", d.Target, d.Topic, errors.Join(errs...))
+}
+
+// Connect implements Connector.
+func (d *Dialer) Connect(ctx context.Context) (Conn, *clientv1.ReplicateOpened, error) {
+	var conn Conn
+	var opened *clientv1.ReplicateOpened
+	err := d.Dial(ctx, func(ctx context.Context, cc grpc.ClientConnInterface, timeout time.Duration) error {
+		var err error
+		conn, opened, err = d.open(ctx, cc, timeout)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, opened, nil
 }
 
 func (d *Dialer) lookup(ctx context.Context, ep string, timeout time.Duration) (string, error) {
@@ -166,48 +195,49 @@ func (d *Dialer) lookup(ctx context.Context, ep string, timeout time.Duration) (
 	return resp.GetBrokerUrl(), nil
 }
 
-// open starts the stream at owner; redirect is set when the broker there
-// does not own the topic and names the one that does.
-func (d *Dialer) open(ctx context.Context, owner string, timeout time.Duration) (Conn, *clientv1.ReplicateOpened, string, error) {
-	c, err := d.Pool.Get(owner)
+// open starts the Replicate stream on cc.
+func (d *Dialer) open(ctx context.Context, cc grpc.ClientConnInterface, timeout time.Duration) (Conn, *clientv1.ReplicateOpened, error) {
+	st, err := clientv1.NewReplicationClient(cc).Replicate(ctx)
 	if err != nil {
-		return nil, nil, "", err
-	}
-	st, err := clientv1.NewReplicationClient(c).Replicate(ctx)
-	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, err
 	}
 	if err := st.Send(&clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Open{Open: &clientv1.ReplicateOpen{
 		Topic: d.Topic, SourceRegion: d.Source, TargetRegion: d.Target}}}); err != nil {
-		return nil, nil, "", err
+		return nil, nil, err
 	}
-	// The first answer must come within the timeout; a stream that never
-	// answers (a link cut after the dial) is abandoned by the caller's ctx.
+	r, err := RecvWithin(ctx, timeout, st.Recv)
+	if err != nil {
+		return nil, nil, err
+	}
+	opened := r.GetOpened()
+	if opened == nil {
+		return nil, nil, fmt.Errorf("%w: first answer is not opened", ErrProtocol)
+	}
+	return st, opened, nil
+}
+
+// RecvWithin waits for a stream's first answer: it must come within
+// timeout; a stream that never answers (a link cut after the dial) is
+// abandoned to the caller's ctx, which ends it.
+func RecvWithin[T any](ctx context.Context, timeout time.Duration, recv func() (T, error)) (T, error) {
 	type first struct {
-		r   *clientv1.ReplicateResponse
+		r   T
 		err error
 	}
 	ch := make(chan first, 1)
 	go func() {
-		r, err := st.Recv()
+		r, err := recv()
 		ch <- first{r, err}
 	}()
-	var f first
+	var zero T
 	select {
-	case f = <-ch:
+	case f := <-ch:
+		return f.r, f.err
 	case <-time.After(timeout):
-		return nil, nil, "", fmt.Errorf("no answer to open within %v", timeout)
+		return zero, fmt.Errorf("no answer to open within %v", timeout)
 	case <-ctx.Done():
-		return nil, nil, "", ctx.Err()
+		return zero, ctx.Err()
 	}
-	if f.err != nil {
-		return nil, nil, redirectOf(f.err), f.err
-	}
-	opened := f.r.GetOpened()
-	if opened == nil {
-		return nil, nil, "", fmt.Errorf("%w: first answer is not opened", ErrProtocol)
-	}
-	return st, opened, "", nil
 }
 
 // redirectOf returns the owner named by a TOPIC_NOT_OWNED status.

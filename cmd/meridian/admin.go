@@ -274,19 +274,25 @@ func newAdminCmd() *cobra.Command {
 
 	// subscriptions
 	var subFrom string
-	var subForce bool
+	var subForce, subReplicated bool
 	create := leaf("create TOPIC SUBSCRIPTION", "Create a subscription", 2, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 		pos, err := client.ParseInitialPosition(subFrom)
 		if err != nil {
 			return fmt.Errorf("--from %q: want earliest or latest", subFrom)
 		}
-		if err := a.CreateSubscription(ctx, args[0], args[1], pos); err != nil {
+		if subReplicated {
+			err = a.CreateReplicatedSubscription(ctx, args[0], args[1], pos)
+		} else {
+			err = a.CreateSubscription(ctx, args[0], args[1], pos)
+		}
+		if err != nil {
 			return err
 		}
 		out.done("created subscription", args[0]+" "+args[1])
 		return nil
 	})
 	create.Flags().StringVar(&subFrom, "from", "latest", "start position: earliest or latest")
+	create.Flags().BoolVar(&subReplicated, "replicated", false, "replicate the subscription's acknowledgements to every region of the namespace")
 	sdel := leaf("delete TOPIC SUBSCRIPTION", "Delete a subscription", 2, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 		if err := a.DeleteSubscription(ctx, args[0], args[1], subForce); err != nil {
 			return err
@@ -500,6 +506,7 @@ type policyFlags struct {
 	retentionSize     int64
 	e, qw, qa         int32
 	replicationRegion []string
+	replicateSubs     bool
 	cmd               *cobra.Command
 }
 
@@ -512,6 +519,7 @@ func (p *policyFlags) register(cmd *cobra.Command) {
 	f.Int32Var(&p.qw, "write-quorum", 0, "write quorum Qw (<= E)")
 	f.Int32Var(&p.qa, "ack-quorum", 0, "ack quorum Qa (<= Qw)")
 	f.StringSliceVar(&p.replicationRegion, "replication-regions", nil, "regions to replicate to (comma-separated)")
+	f.BoolVar(&p.replicateSubs, "replicate-subscriptions", false, "make every subscription of the namespace a replicated subscription (--replicate-subscriptions=false to stop)")
 }
 
 // apply overwrites the fields whose flags were given; the broker
@@ -545,6 +553,9 @@ func (p *policyFlags) apply(cur *client.NamespacePolicies) error {
 	}
 	if fl.Changed("replication-regions") {
 		cur.ReplicationRegions = p.replicationRegion
+	}
+	if fl.Changed("replicate-subscriptions") {
+		cur.ReplicateSubscriptions = p.replicateSubs
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ type consumeFlags struct {
 	url, topic, sub, typ, from, output, name string
 	count, queue                             int
 	idle, timeout                            time.Duration
-	verbose                                  bool
+	verbose, replicated                      bool
 	fo                                       failoverFlags
 }
 
@@ -49,6 +49,7 @@ produced and origin_id ("L:E:B") its ID there (its own id when produced locally)
 	fl.DurationVar(&f.idle, "idle", 0, "exit when no message arrives for this long (0 = wait forever): with 0 if at least one message arrived and --count is 0, else with an error")
 	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
+	fl.BoolVar(&f.replicated, "replicated", false, "create the subscription as a replicated subscription (its acknowledgements replicate to every region, so it can resume in another one)")
 	return cmd
 }
 
@@ -140,7 +141,7 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 	defer closeQuietly(c)
 	co, err := c.Subscribe(ctx, client.ConsumerOptions{
 		Topic: f.topic, Subscription: f.sub, Type: typ, InitialPosition: from,
-		Name: f.name, ReceiverQueueSize: f.queue,
+		Name: f.name, ReceiverQueueSize: f.queue, Replicated: f.replicated,
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe %s on %s: %w", f.sub, f.topic, err)
