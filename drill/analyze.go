@@ -52,8 +52,12 @@ type Report struct {
 	RTOPublishMs *float64 `json:"rto_publish_ms"`
 	RTODeliverMs *float64 `json:"rto_deliver_ms"`
 
+	// FaultTookMs is how long the injection took (the kill requests, the
+	// cuts): From may still acknowledge messages meanwhile.
+	FaultTookMs *float64 `json:"fault_took_ms"`
+
 	// RPOMessages: messages acknowledged by region From before the fault
-	// that the observer had not seen in region To at the fault.
+	// was complete that the observer had not seen in region To by then.
 	// RPOWindowMs: how long before the fault the oldest of them was
 	// acknowledged (the time-based RPO). RPORecovered: how many of them
 	// reached To by the end (after heal); RPOMissing lists up to 20 that
@@ -77,6 +81,16 @@ type Report struct {
 	LostIDs []string `json:"lost_ids,omitempty"`
 	// NotInTo: acknowledged messages the observer never saw in region To.
 	NotInTo int `json:"not_in_to"`
+
+	// AckPendingAtFault and AckLagAtFaultMs are the source broker's last
+	// readings before the fault of the replicated subscription's
+	// acknowledgements not yet confirmed by To, and of their age: the
+	// bound on the duplicates the move may cause (nil: not read, e.g. no
+	// replicated subscription). DeliveredLast100ms counts the deliveries
+	// (each acknowledged at once) in the 100ms before the fault.
+	AckPendingAtFault  *float64 `json:"ack_pending_at_fault"`
+	AckLagAtFaultMs    *float64 `json:"ack_lag_at_fault_ms"`
+	DeliveredLast100ms int      `json:"delivered_last_100ms"`
 
 	// Latency by phase: before the fault, during (sent between the fault
 	// and the first publish acknowledged in To), after.
@@ -150,8 +164,14 @@ func (h *History) faultTime() (time.Time, bool) {
 func Analyze(h History) Report {
 	rep := Report{From: h.From, To: h.To}
 	faultAt, hasFault := h.faultTime()
+	// faultEnd is when the fault was complete: the RPO cut-off.
+	faultEnd := faultAt
 	if hasFault {
 		rep.FaultAtMs = msp(faultAt.Sub(h.Start))
+		if e, ok := h.firstEvent(EventFault); ok && e.Took > 0 {
+			rep.FaultTookMs = msp(e.Took)
+			faultEnd = faultAt.Add(e.Took)
+		}
 	}
 	if e, ok := h.firstEvent(EventHeal); ok {
 		rep.HealAtMs = msp(e.At.Sub(h.Start))
@@ -237,7 +257,7 @@ func Analyze(h History) Report {
 		if !seen {
 			rep.NotInTo++
 		}
-		if hasFault && s.AckRegion == h.From && s.Acked.Before(faultAt) && (!seen || obs.After(faultAt)) {
+		if hasFault && s.AckRegion == h.From && s.Acked.Before(faultEnd) && (!seen || obs.After(faultEnd)) {
 			rep.RPOMessages++
 			if oldest.IsZero() || s.Acked.Before(oldest) {
 				oldest = s.Acked
@@ -260,11 +280,20 @@ func Analyze(h History) Report {
 		}
 	}
 	if !oldest.IsZero() {
-		rep.RPOWindowMs = msp(faultAt.Sub(oldest))
+		rep.RPOWindowMs = msp(faultEnd.Sub(oldest))
 	}
 	rep.PublishLatency = LatencyPhases{Before: summarize(pub[0]), During: summarize(pub[1]), After: summarize(pub[2])}
 	rep.EndToEnd = LatencyPhases{Before: summarize(e2e[0]), During: summarize(e2e[1]), After: summarize(e2e[2])}
 
+	if hasFault {
+		rep.AckPendingAtFault = h.lastSample(SamplePendingAcks, faultAt)
+		rep.AckLagAtFaultMs = h.lastSample(SampleAckLag, faultAt)
+		for _, d := range h.Deliveries {
+			if d.At.Before(faultAt) && !d.At.Before(faultAt.Add(-100*time.Millisecond)) {
+				rep.DeliveredLast100ms++
+			}
+		}
+	}
 	for _, e := range h.Events {
 		if e.Kind != EventSwitch {
 			continue
@@ -276,6 +305,20 @@ func Analyze(h History) Report {
 		rep.Switches = append(rep.Switches, sw)
 	}
 	return rep
+}
+
+// lastSample returns the value of the last sample named name taken at or
+// before t (nil if none).
+func (h *History) lastSample(name string, t time.Time) *float64 {
+	var v *float64
+	var at time.Time
+	for _, s := range h.Samples {
+		if s.Name == name && !s.At.After(t) && (v == nil || !s.At.Before(at)) {
+			x := s.Value
+			v, at = &x, s.At
+		}
+	}
+	return v
 }
 
 // summarize returns the count and p50/p99/max of ds (nearest rank).

@@ -110,6 +110,20 @@ func TestAnalyzeOutage(t *testing.T) {
 	eqMs("switch took", rep.Switches[0].TookMs, 980)
 	eq("switch at", rep.Switches[0].AtMs, 1500.0)
 	eq("passed", rep.Passed(), false)
+	eq("delivered in the last 100ms before the fault", rep.DeliveredLast100ms, 0) // the last, p0-3, at 320ms
+	if rep.AckPendingAtFault != nil || rep.AckLagAtFaultMs != nil {
+		t.Errorf("ack readings %v %v without samples, want null", rep.AckPendingAtFault, rep.AckLagAtFaultMs)
+	}
+	// The readings taken last before the fault are the ones reported.
+	h := outageHistory()
+	h.Samples = []Sample{
+		{At: at(300), Name: SamplePendingAcks, Value: 1}, {At: at(500), Name: SamplePendingAcks, Value: 7},
+		{At: at(600), Name: SamplePendingAcks, Value: 99}, {At: at(510), Name: SampleAckLag, Value: 42},
+	}
+	rep = Analyze(h)
+	if rep.AckPendingAtFault == nil || *rep.AckPendingAtFault != 7 || rep.AckLagAtFaultMs == nil || *rep.AckLagAtFaultMs != 42 {
+		t.Errorf("ack readings at the fault %v %v, want 7 and 42", fmtMs(rep.AckPendingAtFault), fmtMs(rep.AckLagAtFaultMs))
+	}
 }
 
 // A clean drill: everything replicated before the fault, every message
@@ -133,6 +147,10 @@ func TestAnalyzeClean(t *testing.T) {
 	rep := Analyze(r.History(at(1000)))
 	if rep.RPOMessages != 0 || rep.RPOWindowMs != nil || rep.Duplicates != 0 || rep.Lost != 0 || rep.NotInTo != 0 || !rep.Passed() {
 		t.Fatalf("clean drill: %+v", rep)
+	}
+	// p0-39..48 were delivered (at i*10+8ms) in the 100ms before the fault at 496ms.
+	if rep.DeliveredLast100ms != 10 {
+		t.Fatalf("delivered in the last 100ms before the fault: %d, want 10", rep.DeliveredLast100ms)
 	}
 	// The first acknowledgement by b after the fault (496ms) is p0-50's at 502ms.
 	if rep.RTOPublishMs == nil || *rep.RTOPublishMs != 6 || rep.RTODeliverMs == nil || *rep.RTODeliverMs != 12 {
@@ -163,6 +181,24 @@ func TestAnalyzeNoRecovery(t *testing.T) {
 	}
 	if !strings.Contains(js.String(), `"rto_publish_ms":null`) || strings.Count(js.String(), "\n") != 1 {
 		t.Fatalf("JSON line: %s", js.String())
+	}
+}
+
+// A message acknowledged by the source while the fault was being injected
+// (the kill requests take a few ms) counts in the RPO: the cut-off is the
+// end of the injection.
+func TestAnalyzeRPODuringInjection(t *testing.T) {
+	r := NewRecorder(t0, "a", "b")
+	r.Sent(id(0), at(0))
+	r.Acked(id(0), at(5), "a", false)
+	r.Observed(id(0), at(8))
+	r.Sent(id(1), at(98))
+	r.Acked(id(1), at(103), "a", false) // during the injection (100..110ms)
+	r.Event(Event{Kind: EventFault, At: at(100), Took: 10 * time.Millisecond})
+	r.Observed(id(1), at(900)) // after the heal
+	rep := Analyze(r.History(at(1000)))
+	if rep.RPOMessages != 1 || rep.RPORecovered != 1 || rep.RPOWindowMs == nil || *rep.RPOWindowMs != 7 || rep.FaultTookMs == nil || *rep.FaultTookMs != 10 {
+		t.Fatalf("RPO %d recovered %d window %v fault took %v; want 1, 1, 7ms, 10ms", rep.RPOMessages, rep.RPORecovered, fmtMs(rep.RPOWindowMs), fmtMs(rep.FaultTookMs))
 	}
 }
 
@@ -235,7 +271,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 
 func TestReportRender(t *testing.T) {
 	h := outageHistory()
-	h.Samples = []Sample{{At: at(500), Name: "ack_replication_lag_seconds", Value: 0.2}, {At: at(1500), Name: "ack_replication_lag_seconds", Value: 1}}
+	h.Samples = []Sample{{At: at(500), Name: SampleAckLag, Unit: "ms", Value: 20}, {At: at(1500), Name: SampleAckLag, Unit: "ms", Value: 1000}}
 	rep := Analyze(h)
 	rep.Drill, rep.Kind, rep.Fault, rep.Rate = "t1", "failover", "kill-region", 10
 	rep.ClientFailover, rep.Subscription = "client (auto)", "replicated"
@@ -259,7 +295,7 @@ func TestReportRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := html.String()
-	for _, want := range []string{"<svg", "<polyline", ">fault<", "switch a→b", ">heal<", "first publish in b", "ack_replication_lag_seconds", "FAIL"} {
+	for _, want := range []string{"<svg", "<polyline", ">fault<", "switch a→b", ">heal<", "first publish in b", SampleAckLag, "FAIL"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -80,6 +80,11 @@ type Config struct {
 	// Mode is ModeClient or ModeReconnect (default: ModeClient when the
 	// client supports failover between regions).
 	Mode string
+	// PerRegionSubscription makes the workload's subscription an ordinary
+	// one, created in both regions, instead of a replicated subscription:
+	// nothing is lost, and the consumers receive again in To everything
+	// they acknowledged in From (for comparison).
+	PerRegionSubscription bool
 	// ProbeInterval and FailedProbes drive the automatic failover
 	// (defaults 500ms and 3).
 	ProbeInterval time.Duration

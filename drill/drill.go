@@ -339,6 +339,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	progCtx, stopProg := context.WithCancel(ctx)
 	defer stopProg()
 	go r.progressLoop(progCtx, w)
+	go r.sampleLoop(progCtx, 250*time.Millisecond)
 
 	// Wait for the workload to flow end to end before the fault: a drill
 	// whose replication never started measures nothing.
@@ -355,8 +356,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if cfg.Kind == KindFailover {
 		r.progress("[drill %s] injecting %s in %s", cfg.ID, cfg.Fault, cfg.From)
 		faultAt := time.Now()
-		r.rec.Event(Event{Kind: EventFault, At: faultAt, Reason: cfg.Fault})
-		if err := f.inject(ctx); err != nil {
+		err := f.inject(ctx)
+		r.rec.Event(Event{Kind: EventFault, At: faultAt, Took: time.Since(faultAt), Reason: cfg.Fault})
+		if err != nil {
 			// Undo what was done before giving up.
 			hctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			_ = f.heal(hctx)

@@ -85,7 +85,7 @@ type EventKind string
 // Events of a drill.
 const (
 	// EventFault: the fault was injected (At = when the injection
-	// started).
+	// started, Took = how long it took).
 	EventFault EventKind = "fault"
 	// EventSwitch: a client moved its producers and consumers to another
 	// region (From, To; Took = from detection to reconnection when known).
@@ -115,10 +115,26 @@ type Event struct {
 // not hold (for example the acknowledgement replication lag a broker
 // reports).
 type Sample struct {
-	At    time.Time
-	Name  string
+	At   time.Time
+	Name string
+	// Unit groups samples on the chart (one panel per unit).
+	Unit  string
 	Value float64
 }
+
+// Samples the drill reads from the source region's broker (topic stats)
+// while it can reach it.
+const (
+	// SampleAckLag: age of the oldest acknowledgement of the workload's
+	// replicated subscription not yet confirmed by the target region.
+	SampleAckLag = "ack replication lag"
+	// SamplePendingAcks: acknowledgements of that subscription the target
+	// region has not confirmed.
+	SamplePendingAcks = "unreplicated acks"
+	// SampleMsgLag: age of the oldest message not yet replicated to the
+	// target region.
+	SampleMsgLag = "message replication lag"
+)
 
 // History is everything a drill recorded. It is plain data: Analyze reads
 // it, tests build it by hand.

@@ -54,7 +54,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		moment = "the switch command"
 		fmt.Fprintf(&b, "  switch command at %s\n", fmtMs(r.FaultAtMs))
 	} else {
-		fmt.Fprintf(&b, "  fault at %s, heal at %s\n", fmtMs(r.FaultAtMs), fmtMs(r.HealAtMs))
+		fmt.Fprintf(&b, "  fault at %s (injected in %s), heal at %s\n", fmtMs(r.FaultAtMs), fmtMs(r.FaultTookMs), fmtMs(r.HealAtMs))
 	}
 	fmt.Fprintf(&b, "  RTO         first publish in %s %s, first delivery in %s %s\n", r.To, fmtMs(r.RTOPublishMs), r.To, fmtMs(r.RTODeliverMs))
 	fmt.Fprintf(&b, "  RPO         %d messages acknowledged in %s and not in %s at %s", r.RPOMessages, r.From, r.To, moment)
@@ -62,7 +62,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " (oldest %s before it)", fmtMs(r.RPOWindowMs))
 	}
 	fmt.Fprintf(&b, "; by the end %d of %d arrived\n", r.RPORecovered, r.RPOMessages)
-	fmt.Fprintf(&b, "  duplicates  %d (%d after %s) over %d messages\n", r.Duplicates, r.DuplicatesAfterFault, moment, r.DuplicateMessages)
+	fmt.Fprintf(&b, "  duplicates  %d (%d after %s) over %d messages", r.Duplicates, r.DuplicatesAfterFault, moment, r.DuplicateMessages)
+	if r.AckPendingAtFault != nil {
+		fmt.Fprintf(&b, "; at %s %.0f acknowledgements not yet replicated to %s (lag %s)", moment, *r.AckPendingAtFault, r.To, fmtMs(r.AckLagAtFaultMs))
+	}
+	fmt.Fprintf(&b, "; %d delivered in the last 100 ms before it\n", r.DeliveredLast100ms)
 	fmt.Fprintf(&b, "  lost        %d", r.Lost)
 	if len(r.LostIDs) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(r.LostIDs, " "))

@@ -135,17 +135,23 @@ func svgTimeline(h History, rep *Report) string {
 			{Name: "acknowledged, not yet delivered", Color: "#9467bd", Values: undel},
 		}},
 	}
-	// Samples (for example the brokers' acknowledgement replication lag)
-	// get a panel of their own, one series per name, held between readings.
-	if len(h.Samples) > 0 {
+	// Samples (the brokers' replication lags) get one panel per unit, one
+	// series per name, each value held until the next reading.
+	var units []string
+	for _, s := range h.Samples {
+		if !slices.Contains(units, s.Unit) {
+			units = append(units, s.Unit)
+		}
+	}
+	colors := []string{"#8c564b", "#e377c2", "#17becf", "#bcbd22"}
+	for _, u := range units {
 		var names []string
 		for _, s := range h.Samples {
-			if !slices.Contains(names, s.Name) {
+			if s.Unit == u && !slices.Contains(names, s.Name) {
 				names = append(names, s.Name)
 			}
 		}
-		colors := []string{"#8c564b", "#e377c2", "#17becf", "#bcbd22"}
-		p := panel{Title: "broker readings", Unit: "value"}
+		p := panel{Title: "broker readings", Unit: u}
 		for i, n := range names {
 			vals := make([]float64, len(bk))
 			for j := range vals {
@@ -157,12 +163,17 @@ func svgTimeline(h History, rep *Report) string {
 					vals[j] = s.Value
 				}
 			}
-			last := math.NaN()
+			// Hold a reading for up to 2s: past that the broker did not
+			// answer (a dead or cut region) and the line breaks.
+			hold := max(1, int(2*time.Second/step))
+			last, age := math.NaN(), 0
 			for j := range vals {
 				if math.IsNaN(vals[j]) {
-					vals[j] = last
+					if age++; age <= hold {
+						vals[j] = last
+					}
 				} else {
-					last = vals[j]
+					last, age = vals[j], 0
 				}
 			}
 			p.Series = append(p.Series, series{Name: n, Color: colors[i%len(colors)], Values: vals})
@@ -195,18 +206,29 @@ func svgTimeline(h History, rep *Report) string {
 			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`,
 				chartLeft, chartLeft+plotW, y(v), y(v), chartLeft-6, y(v)+4, fmtTick(v))
 		}
-		for si, s := range p.Series {
+		legendX := chartLeft + 7*float64(len([]rune(p.Title+p.Unit))+3) + 20
+		for _, s := range p.Series {
+			// One polyline per run of readings: a gap (NaN) breaks the line.
 			var pts []string
+			flush := func() {
+				if len(pts) > 0 {
+					fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, s.Color, strings.Join(pts, " "))
+				}
+				pts = pts[:0]
+			}
 			for i, v := range s.Values {
 				if math.IsNaN(v) {
+					flush()
 					continue
 				}
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(bk[i].StartMs+float64(step.Milliseconds())/2), y(v)))
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, s.Color, strings.Join(pts, " "))
-			lx := chartLeft + 230*float64(si)
+			flush()
+			// Legend entries follow the title (about 6.5 units per
+			// character at this font size).
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="10" height="3" fill="%s"/><text x="%.1f" y="%.1f">%s</text>`,
-				lx+150, top-12, s.Color, lx+164, top-8, template.HTMLEscapeString(s.Name))
+				legendX, top-12, s.Color, legendX+14, top-8, template.HTMLEscapeString(s.Name))
+			legendX += 14 + 6.5*float64(len([]rune(s.Name))) + 18
 		}
 	}
 	// X axis under the last panel.
@@ -280,7 +302,7 @@ func svgTimeline(h History, rep *Report) string {
 	return b.String()
 }
 
-var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"ms": fmtMs, "lat": fmtLat}).Parse(`<!DOCTYPE html>
+var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"ms": fmtMs, "lat": fmtLat, "deref": func(v *float64) float64 { return *v }}).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>meridian drill {{.R.Kind}} {{.R.Drill}}: {{.R.From}} → {{.R.To}}</title>
 <style>
@@ -307,6 +329,7 @@ by the observer in {{.R.To}} (replication backlog), and acknowledged but not yet
 <tr><td>RPO</td><td>{{.R.RPOMessages}} messages{{if .R.RPOWindowMs}}, oldest {{ms .R.RPOWindowMs}} before the fault{{end}}</td><td>acknowledged by {{.R.From}} before the fault, not seen in {{.R.To}} by the observer at the fault</td></tr>
 <tr><td>RPO after heal</td><td>{{.R.RPORecovered}} of {{.R.RPOMessages}} arrived</td><td>of those, seen in {{.R.To}} by the end</td></tr>
 <tr><td>duplicates</td><td>{{.R.Duplicates}} ({{.R.DuplicatesAfterFault}} after the fault)</td><td>deliveries beyond the first of each message</td></tr>
+<tr><td>unreplicated acknowledgements</td><td>{{if .R.AckPendingAtFault}}{{printf "%.0f" (deref .R.AckPendingAtFault)}} (lag {{ms .R.AckLagAtFaultMs}}){{else}}n/a{{end}}</td><td>the replicated subscription's acknowledgements {{.R.To}} had not confirmed, last reading of {{.R.From}}'s broker before the fault; {{.R.DeliveredLast100ms}} messages were delivered in the last 100 ms before it</td></tr>
 <tr><td>lost</td><td>{{.R.Lost}}</td><td>acknowledged, never delivered to a consumer</td></tr>
 <tr><td>sent / acknowledged / never acknowledged</td><td>{{.R.Sent}} / {{.R.Acked}} / {{.R.FailedSends}}</td><td>by {{.R.From}}: {{.R.AckedInFrom}}, by {{.R.To}}: {{.R.AckedInTo}}</td></tr>
 </table>

@@ -58,7 +58,7 @@ type workloadSpec struct {
 	topic      string
 	sub        string
 	subType    client.SubscriptionType
-	replicated bool
+	replicated bool // the workload's subscription is replicated
 	producers  int
 	consumers  int
 	rate       float64

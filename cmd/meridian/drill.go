@@ -135,6 +135,7 @@ func drillCmd(kind, from, to string) *cobra.Command {
 	f.IntVar(&cfg.Size, "size", cfg.Size, "payload size in bytes")
 	f.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "namespace of the drill's topic (created if missing, replicated between --from and --to)")
 	f.StringVar(&cfg.Mode, "mode", drill.ModeClient, "how the workload moves: client (the client's own failover) or reconnect (the drill reopens the clients in --to)")
+	f.BoolVar(&cfg.PerRegionSubscription, "per-region-subscription", false, "use an ordinary subscription created in both regions instead of a replicated one (for comparison: every acknowledged message is delivered again after the move)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "failover probe interval")
 	f.IntVar(&cfg.FailedProbes, "failed-probes", cfg.FailedProbes, "failed probes in a row before switching")
 	f.StringVar(&cfg.ID, "id", "", "drill ID (topic drill-<id>; default random)")

@@ -74,7 +74,7 @@ func checkDrill(t *testing.T, rep drill.Report, code int, stderr, reportDir stri
 	if rep.Delivered != rep.Acked {
 		t.Fatalf("drill: %d acknowledged, %d delivered", rep.Acked, rep.Delivered)
 	}
-	t.Logf("duplicates: %d (%d after the move)", rep.Duplicates, rep.DuplicatesAfterFault)
+	t.Logf("duplicates: %d (%d after the move); acknowledgements not replicated at the move: %v", rep.Duplicates, rep.DuplicatesAfterFault, rep.AckPendingAtFault)
 	for _, f := range []string{"report.html", "report.json", "report.txt"} {
 		b, err := os.ReadFile(filepath.Join(reportDir, f))
 		if err != nil || len(b) == 0 {
