@@ -3,8 +3,11 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +205,21 @@ func repSubMovePaced(t *testing.T, g *geoCluster, topic string, typ client.Subsc
 	waitCond(t, 30*time.Second, "b's subscription has no backlog", func() bool {
 		s := g.subStats("b", topic, sub)
 		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == 0
+	})
+	// a's broker exports the ack replication towards b.
+	owner := g.ownerIndex("a", topic)
+	if owner < 0 {
+		t.Fatal("no owner of the topic in a")
+	}
+	waitCond(t, 30*time.Second, "a's /metrics has the ack replication lag towards b", func() bool {
+		resp, err := http.Get("http://" + g.broker("a", owner).HTTPAddr() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `meridian_subscription_ack_replication_lag_seconds{remote="b"}`) &&
+			strings.Contains(string(body), `meridian_subscription_ack_replication_pending_acks{remote="b"}`)
 	})
 }
 
