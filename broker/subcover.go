@@ -65,6 +65,15 @@ type coverState struct {
 	gen, scanned int64
 	// due asks the dispatch loop for cover work (translation or scan).
 	due bool
+	// more asks the scan to go on over entries appended since it last
+	// ran (set while the subscription has no consumer: the dispatcher
+	// covers entries itself when it has one); scanPos is where it stopped
+	// (valid with scanValid, for generation scanned).
+	more      bool
+	scanPos   pos
+	scanValid bool
+	// appended is set by the topic on every append (cheap, no lock).
+	appended atomic.Bool
 	// origins holds the origin keys of entries read, by position (zero key:
 	// the entry has none); entries at or before min(mark-delete, vfront)
 	// are pruned.
@@ -157,6 +166,7 @@ func lagSince(marks []verMark, conf int64) time.Time {
 func (c *coverState) resetLocked(md pos) {
 	c.newAcks = nil
 	c.vfront = md
+	c.scanValid = false
 	if !c.replicated {
 		c.v = nil
 		c.origins = nil
@@ -247,6 +257,12 @@ func (s *subscription) ackByCoverLocked(p pos) {
 // work remains (read budget, or a read failed) it asks for another round.
 func (s *subscription) coverWork() error {
 	s.mu.Lock()
+	if s.cov.appended.Swap(false) && s.cov.on() && len(s.consumers) == 0 && s.cov.scanValid {
+		// New entries and no consumer to read them: the scan covers them,
+		// so backlog and retention follow without a consumer.
+		s.cov.more = true
+		s.cov.due = true
+	}
 	if !s.cov.on() || !s.cov.due {
 		s.mu.Unlock()
 		return nil
@@ -394,21 +410,26 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 // cover covers is acknowledged.
 func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 	s.mu.Lock()
-	if s.cov.gen == s.cov.scanned {
+	if s.cov.gen == s.cov.scanned && !s.cov.more {
 		s.mu.Unlock()
 		return nil
 	}
+	s.cov.more = false
 	gen, epoch := s.cov.gen, s.readEpoch
 	s.mu.Unlock()
+	w := &scanWalk{epoch: epoch, gen: gen}
 	for *budget > 0 {
-		need, done := s.scanLocked(epoch)
+		need, done, yield := s.scanStep(w)
 		if done {
 			s.mu.Lock()
-			if s.readEpoch == epoch && s.cov.scanned < gen {
-				s.cov.scanned = gen
+			if s.readEpoch == w.epoch && s.cov.scanned < w.gen {
+				s.cov.scanned = w.gen
 			}
 			s.mu.Unlock()
 			return nil
+		}
+		if yield {
+			continue // the locks were released between chunks
 		}
 		if err := s.readOrigins(ctx, need, maxReadBatch, budget); err != nil {
 			if errors.Is(err, errNotYet) {
@@ -416,53 +437,82 @@ func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 			}
 			return err
 		}
-		s.mu.Lock()
-		if s.readEpoch != epoch { // a seek meanwhile: start over
-			epoch, gen = s.readEpoch, s.cov.gen
-		}
-		s.mu.Unlock()
 	}
 	return nil
 }
 
-// scanLocked walks the window with the keys known; it returns a position
-// whose key must be read, or done.
-func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
+// scanChunk bounds the entries one scan step walks while holding the
+// subscription's and the managed ledger's locks (appends wait on the
+// latter), so a large window is walked in slices.
+const scanChunk = 2000
+
+// scanWalk is an apply scan in progress.
+type scanWalk struct {
+	epoch, gen int64
+	started    bool
+	cur        pos
+	gap        int
+}
+
+// scanStep walks up to scanChunk entries of the window with the keys
+// known: it returns a position whose key must be read (need), done, or
+// yield (a chunk walked: call again). A scan for the cover generation
+// already fully scanned (new entries appended) goes on from where the last
+// one stopped; any other starts at the mark-delete.
+func (s *subscription) scanStep(w *scanWalk) (need pos, done, yield bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readEpoch != epoch || !s.cov.on() {
-		return pos{}, true
+	if !s.cov.on() {
+		return pos{}, true, false
+	}
+	if s.readEpoch != w.epoch { // a seek meanwhile: start over
+		*w = scanWalk{epoch: s.readEpoch, gen: s.cov.gen}
 	}
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	cur := s.markDelete
-	gap := 0
-	for gap < coverScanWindow {
-		n, ok := ml.nextLocked(cur)
-		if !ok {
-			s.afterAckLocked()
-			return pos{}, true
+	c := &s.cov
+	if !w.started {
+		w.started = true
+		w.cur, w.gap = s.markDelete, 0
+		if c.scanValid && c.scanned == w.gen && w.gen == c.gen {
+			if _, ok := ml.seqOf[c.scanPos.L]; ok && ml.lessLocked(w.cur, c.scanPos) {
+				w.gap = int(ml.countAfterLocked(w.cur) - ml.countAfterLocked(c.scanPos))
+				w.cur = c.scanPos
+			}
 		}
-		k, known := s.cov.origins[n]
+	} else if _, ok := ml.seqOf[w.cur.L]; !ok || !ml.lessLocked(s.markDelete, w.cur) {
+		w.cur, w.gap = s.markDelete, 0 // the mark-delete passed it (or it was trimmed)
+	}
+	defer func() {
+		c.scanPos, c.scanValid = w.cur, true
+		s.afterAckLocked()
+	}()
+	for steps := 0; w.gap < coverScanWindow; steps++ {
+		if steps >= scanChunk {
+			return pos{}, false, true
+		}
+		n, ok := ml.nextLocked(w.cur)
+		if !ok {
+			return pos{}, true, false
+		}
+		k, known := c.origins[n]
 		if !known {
 			if _, acked := s.acked[n]; !acked {
-				s.afterAckLocked()
-				return n, false
+				return n, false, false
 			}
-		} else if k.Region != "" && s.cov.v.covers(k.Region, k.Seq) {
+		} else if k.Region != "" && c.v.covers(k.Region, k.Seq) {
 			s.ackByCoverLocked(n)
 			s.compactLocked()
 		}
-		cur = n
-		if ml.lessLocked(s.markDelete, cur) {
-			gap++
+		w.cur = n
+		if ml.lessLocked(s.markDelete, w.cur) {
+			w.gap++
 		} else {
-			gap = 0
+			w.gap = 0
 		}
 	}
-	s.afterAckLocked()
-	return pos{}, true
+	return pos{}, true, false
 }
 
 // seekVector restarts the cursor: every entry counts unacknowledged except
@@ -512,6 +562,7 @@ func (s *subscription) seekVectorEpoch(v ackVector, floor pos, epoch int64, regi
 	c.epoch, c.region = epoch, region
 	c.gen++
 	c.due = true
+	c.scanValid = false
 	c.changed()
 	// Keys already known stay valid (a position's origin never changes);
 	// those at or before the floor are dropped.

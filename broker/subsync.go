@@ -616,15 +616,35 @@ func (t *topic) ackReplicationStats(s *subscription) []*clientv1.AckReplicationS
 	s.mu.Unlock()
 	var out []*clientv1.AckReplicationStats
 	minConf := int64(-1)
-	for i, x := range t.subsync.senderList() {
+	senders := t.subsync.senderList()
+	have := map[string]bool{}
+	for i, x := range senders {
 		st, conf := x.stats(s.name, v, epoch, region, marks)
 		// Acknowledgements not yet in the vector are not replicated either.
 		st.PendingAcks += untranslated
 		out = append(out, st)
+		have[x.remote] = true
 		if i == 0 || conf < minConf {
 			minConf = conf
 		}
 	}
+	// A remote whose sender has not started yet (the topic's replicators
+	// run, its subscription sender follows at the next reconciliation) has
+	// nothing.
+	for _, r := range t.replicators.remotes() {
+		if have[r] {
+			continue
+		}
+		st := &clientv1.AckReplicationStats{Region: r, LastError: "subscription sender not started yet"}
+		st.PendingRanges, st.PendingAcks = v.missingFrom(nil)
+		st.PendingAcks += untranslated
+		if at := lagSince(marks, 0); !at.IsZero() {
+			st.LagSeconds = time.Since(at).Seconds()
+		}
+		out = append(out, st)
+		minConf = 0
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
 	if minConf > 0 {
 		s.mu.Lock()
 		s.cov.pruneMarks(minConf)

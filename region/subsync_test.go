@@ -3,12 +3,16 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/client"
 )
 
@@ -201,6 +205,21 @@ func repSubMovePaced(t *testing.T, g *geoCluster, topic string, typ client.Subsc
 	waitCond(t, 30*time.Second, "b's subscription has no backlog", func() bool {
 		s := g.subStats("b", topic, sub)
 		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == 0
+	})
+	// a's broker exports the ack replication towards b.
+	owner := g.ownerIndex("a", topic)
+	if owner < 0 {
+		t.Fatal("no owner of the topic in a")
+	}
+	waitCond(t, 30*time.Second, "a's /metrics has the ack replication lag towards b", func() bool {
+		resp, err := http.Get("http://" + g.broker("a", owner).HTTPAddr() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `meridian_subscription_ack_replication_lag_seconds{remote="b"}`) &&
+			strings.Contains(string(body), `meridian_subscription_ack_replication_pending_acks{remote="b"}`)
 	})
 }
 
@@ -478,4 +497,65 @@ func TestReplicatedSubscriptionMoveWAN(t *testing.T) {
 			repSubMovePaced(t, g, repSubNamespace+"/wan-"+typ.String(), typ, count, time.Millisecond)
 		})
 	}
+}
+
+// TestReplicatedSubscriptionReceiverCrash: b's broker crashes before it
+// persisted the vector it received (its cursors persist only hourly here);
+// once it is back, a ships everything again on its new stream, so b's
+// subscription recovers a's acknowledgements: a consumer moving to b gets
+// exactly the messages a left unacknowledged (no loss, no duplicate).
+func TestReplicatedSubscriptionReceiverCrash(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{broker: func(region string, _ int, cfg *broker.Config) {
+		if region == "b" {
+			cfg.CursorPersistInterval = time.Hour
+		}
+	}})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/crash"
+	const count, sub = 60, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []int
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if n%2 == 1 {
+			rest = append(rest, n)
+			continue
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogIn := func(region string, want int) {
+		t.Helper()
+		waitCond(t, 90*time.Second, fmt.Sprintf("the backlog of %s in %s is %d", sub, region, want), func() bool {
+			s := g.subStats(region, topic, sub)
+			return s != nil && s.GetReplicated() && s.GetBacklogEntries() == int64(want)
+		})
+	}
+	backlogIn("b", len(rest))
+	g.kill("b", 0)
+	g.restart("b", 0)
+	// Loaded again from a cursor without a's acknowledgements; a's new
+	// stream ships them again.
+	backlogIn("b", len(rest))
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close(context.Background())
+	receiveN(t, cb, rest)
 }

@@ -47,6 +47,9 @@ func TestCLIReplicatedSubscriptions(t *testing.T) {
 	if !replicated("c1") || !replicated("s1") || replicated("plain") {
 		t.Fatalf("replicated: c1 %v, s1 %v, plain %v; want true, true, false", replicated("c1"), replicated("s1"), replicated("plain"))
 	}
+	if r := ok("admin", "--url", url, "topics", "stats", topic); !strings.Contains(r.stdout, "ack replication") || !strings.Contains(r.stdout, "s1") {
+		t.Fatalf("text stats without the ack replication of the replicated subscriptions: %q", r.stdout)
+	}
 	ok("admin", "--url", url, "namespaces", "set-policies", "public/default", "--replicate-subscriptions")
 	r := ok("admin", "--url", url, "namespaces", "policies", "public/default", "--output", "json")
 	if !strings.Contains(r.stdout, `"replicateSubscriptions":true`) {
