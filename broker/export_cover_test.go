@@ -1,5 +1,11 @@
 package broker
 
+import (
+	"context"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
 // coverForTesting builds a vector of this region's own entries.
 func coverForTesting(s *Server, ranges [][2]int64) ackVector {
 	v := ackVector{}
@@ -42,3 +48,40 @@ func JoinCoverForTesting(s *Server, topic, sub string, ranges [][2]int64) error 
 	x.joinCover(coverForTesting(s, ranges))
 	return nil
 }
+
+// VectorForTesting returns a subscription's cover vector as origin ->
+// [mark-delete, then ranges as first,last pairs], and whether it is
+// replicated.
+func VectorForTesting(s *Server, topic, sub string) (map[string][]int64, bool, error) {
+	x, err := subForTesting(s, topic, sub)
+	if err != nil {
+		return nil, false, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.cov.v == nil {
+		return nil, x.cov.replicated, nil
+	}
+	out := map[string][]int64{}
+	for origin, o := range x.cov.v {
+		r := []int64{o.MD}
+		for _, g := range o.Ranges {
+			r = append(r, g.First, g.Last)
+		}
+		out[origin] = r
+	}
+	return out, x.cov.replicated, nil
+}
+
+// ApplySubUpdateForTesting applies a SubscriptionUpdate as if received
+// from region source on the topic loaded on s.
+func ApplySubUpdateForTesting(s *Server, topic, source string, u *clientv1.SubscriptionUpdate) error {
+	t := loadedTopicForTesting(s, topic)
+	if t == nil {
+		return ErrNotFound
+	}
+	return t.applySubUpdate(context.Background(), source, "update", u)
+}
+
+// RegionForTesting returns s's region.
+func RegionForTesting(s *Server) string { return s.cfg.Region }

@@ -279,17 +279,7 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 	}
 	s.compactLocked()
 	s.dirty = true
-	if s.cov.replicated {
-		// Translate what is known now; the dispatch loop reads the rest.
-		changed := false
-		if _, more := s.translateHeldLocked(&changed); more {
-			s.cov.due = true
-			s.kick()
-		}
-		if changed {
-			s.t.subsync.notify()
-		}
-	}
+	s.afterAckLocked()
 	return nil
 }
 

@@ -443,7 +443,10 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 	var items []sentItem
 	var ups []*clientv1.SubscriptionUpdate
 	ranges := 0
-	for _, s := range x.t.subList() {
+	subs := x.t.subList()
+	tombs := x.t.subsync.liveTombs()
+	x.forget(subs, tombs)
+	for _, s := range subs {
 		if len(items) >= subSyncMaxUpdates || len(items) > 0 && ranges >= subSyncMaxRanges {
 			break
 		}
@@ -490,7 +493,7 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		items = append(items, sentItem{name: s.name, ver: ver, v: v, epoch: epoch, region: region})
 		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: s.name, Type: typ, Vector: v.toProto(), ResetEpoch: epoch, ResetRegion: region})
 	}
-	for name, tb := range x.t.subsync.liveTombs() {
+	for name, tb := range tombs {
 		if len(items) >= subSyncMaxUpdates {
 			break
 		}
@@ -510,6 +513,25 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: name, Type: tb.typ, Deleted: true, Vector: &clientv1.AckVector{}})
 	}
 	return items, ups
+}
+
+// forget drops the state of subscriptions that are neither loaded nor
+// recently deleted (bounded memory).
+func (x *subSender) forget(subs []*subscription, tombs map[string]tomb) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.subs) <= len(subs)+len(tombs) {
+		return
+	}
+	live := make(map[string]bool, len(subs))
+	for _, s := range subs {
+		live[s.name] = true
+	}
+	for name := range x.subs {
+		if _, ok := tombs[name]; !ok && !live[name] {
+			delete(x.subs, name)
+		}
+	}
 }
 
 // confirm records the remote's answer to a request.

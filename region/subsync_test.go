@@ -3,6 +3,7 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -81,8 +82,14 @@ func ackRepl(s *clientv1.SubscriptionStats, remote string) *clientv1.AckReplicat
 // consumer in b must receive every message not acknowledged in a (no
 // loss), and at most as many acknowledged ones as a had not replicated at
 // the move (duplicates, asserted and logged).
-func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType) {
-	const count = 100
+func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType, count int) {
+	repSubMovePaced(t, g, topic, typ, count, 0)
+}
+
+// repSubMovePaced is repSubMove with the consumer in a acknowledging at
+// most one message per pace, after a's stream to b is open (pace 0: as
+// fast as it can, right after subscribing).
+func repSubMovePaced(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType, count int, pace time.Duration) {
 	const sub = "rs"
 	repSubProduce(t, g, "a", topic, count)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -92,8 +99,18 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 	if err != nil {
 		t.Fatal(err)
 	}
+	if pace > 0 {
+		waitCond(t, 60*time.Second, "a's subscription stream to b is open", func() bool {
+			a := ackRepl(g.subStats("a", topic, sub), "b")
+			return a != nil && a.GetConnected()
+		})
+	}
 	acked := map[int]bool{}
+	var ackTimes []time.Time
 	for range count / 2 {
+		if pace > 0 {
+			time.Sleep(pace)
+		}
 		m, err := ca.Receive(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -104,6 +121,14 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 				t.Fatal(err)
 			}
 			acked[n] = true
+			ackTimes = append(ackTimes, time.Now())
+		}
+	}
+	moved := time.Now()
+	recent := 0
+	for _, at := range ackTimes {
+		if moved.Sub(at) <= 100*time.Millisecond {
+			recent++
 		}
 	}
 	if err := ca.Close(ctx); err != nil {
@@ -167,8 +192,8 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 		}
 		_ = cb.Ack(ctx, m.ID)
 	}
-	t.Logf("%s: moved a -> b: %d delivered in b, 0 lost, %d duplicates (bound: %d acknowledgements not replicated at the move)",
-		typ, len(seen), dups, pending)
+	t.Logf("%s: moved a -> b: %d delivered in b, 0 lost, %d duplicates (bound: %d acknowledgements not replicated at the move; %d acknowledgements made in the last 100 ms)",
+		typ, len(seen), dups, pending, recent)
 	if int64(dups) > pending {
 		t.Errorf("%s: %d duplicates in b, more than the %d acknowledgements not replicated at the move", typ, dups, pending)
 	}
@@ -201,7 +226,7 @@ func TestReplicatedSubscriptionMove(t *testing.T) {
 	g.createNamespace(repSubNamespace, "a", "b")
 	for _, typ := range repSubTypes {
 		t.Run(typ.String(), func(t *testing.T) {
-			repSubMove(t, g, repSubNamespace+"/move-"+typ.String(), typ)
+			repSubMove(t, g, repSubNamespace+"/move-"+typ.String(), typ, 100)
 		})
 	}
 }
@@ -215,7 +240,242 @@ func TestReplicatedSubscriptionMoveThirdRegionDown(t *testing.T) {
 	g.createNamespace(repSubNamespace, "a", "b", "c")
 	for _, typ := range repSubTypes {
 		t.Run(typ.String(), func(t *testing.T) {
-			repSubMove(t, g, repSubNamespace+"/down-"+typ.String(), typ)
+			repSubMove(t, g, repSubNamespace+"/down-"+typ.String(), typ, 100)
+		})
+	}
+}
+
+// repSubAdmin returns an admin client of region.
+func repSubAdmin(t *testing.T, g *geoCluster, region string) *client.Admin {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := client.NewAdmin(ctx, g.url(region))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Close(context.Background()) })
+	return adm
+}
+
+// receiveN receives exactly the messages numbered want (in any order) and
+// then nothing more for a while; it acknowledges them.
+func receiveN(t *testing.T, co *client.Consumer, want []int) {
+	t.Helper()
+	left := map[int]bool{}
+	for _, n := range want {
+		left[n] = true
+	}
+	got := 0
+	for {
+		timeout := 60 * time.Second
+		if len(left) == 0 {
+			timeout = time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		m, err := co.Receive(ctx)
+		cancel()
+		if err != nil {
+			if len(left) == 0 {
+				return
+			}
+			t.Fatalf("%d of %d messages not delivered (lost): %v", len(left), len(want), err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if !left[n] {
+			t.Fatalf("delivered message %d, not one of the %d expected (%d received so far)", n, len(want), got)
+		}
+		delete(left, n)
+		got++
+		if err := co.Ack(context.Background(), m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func nums(from, to int) []int {
+	var out []int
+	for n := from; n < to; n++ {
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestReplicatedSubscriptionResetAllRegions: resetting a replicated
+// subscription (admin reset-cursor, by message ID, then to the earliest)
+// in one region applies in every region, whatever region it is made in.
+func TestReplicatedSubscriptionResetAllRegions(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/reset"
+	const count, sub = 40, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := repSubAdmin(t, g, "a").CreateReplicatedSubscription(ctx, topic, sub, client.Earliest); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Exclusive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resetID client.MessageID
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Properties["n"] == "25" {
+			resetID = m.ID
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogs := func(want int64) {
+		t.Helper()
+		for _, r := range []string{"a", "b"} {
+			waitCond(t, 60*time.Second, fmt.Sprintf("backlog of %s in %s is %d", sub, r, want), func() bool {
+				s := g.subStats(r, topic, sub)
+				return s != nil && s.GetReplicated() && s.GetBacklogEntries() == want
+			})
+		}
+	}
+	backlogs(0)
+	// Reset in a to message 25 (a's message ID): in b too, messages 25..39
+	// are delivered again, and only they.
+	if err := repSubAdmin(t, g, "a").ResetSubscription(ctx, topic, sub, client.ResetPosition{MessageID: &resetID}); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(count - 25)
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Exclusive, Replicated: true}
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, cb, nums(25, count))
+	if err := cb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(0)
+	// Reset in b to the earliest: a delivers everything again.
+	if err := repSubAdmin(t, g, "b").ResetSubscription(ctx, topic, sub, client.ResetPosition{Initial: client.Earliest}); err != nil {
+		t.Fatal(err)
+	}
+	backlogs(count)
+	ca2, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca2.Close(context.Background())
+	receiveN(t, ca2, nums(0, count))
+}
+
+// TestReplicatedSubscriptionRelay: with the link a-c cut (b reaching
+// both), acknowledgements made in a reach c through b (every region ships
+// its joined vector), so a consumer moving from a to c gets no duplicate.
+func TestReplicatedSubscriptionRelay(t *testing.T) {
+	g := startGeo(t, []string{"a", "b", "c"}, geoOptions{})
+	g.net.Cut("a", "c", false)
+	g.createNamespace(repSubNamespace, "a", "b", "c")
+	topic := repSubNamespace + "/relay"
+	const count, sub = 60, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Shared, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []int
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if n%3 == 0 {
+			rest = append(rest, n) // left unacknowledged
+			continue
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// c has every entry (relayed by b) and a's acknowledgements (relayed by
+	// b): its backlog is what a left.
+	waitCond(t, 60*time.Second, "c's subscription has a's acknowledgements (relayed by b)", func() bool {
+		s := g.subStats("c", topic, sub)
+		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == int64(len(rest))
+	})
+	if a := ackRepl(g.subStats("a", topic, sub), "c"); a == nil || a.GetConnected() {
+		t.Fatalf("a's stream to c: %v, want it not connected (link cut)", a)
+	}
+	cc, err := repSubClient(t, g, "c").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close(context.Background())
+	receiveN(t, cc, rest)
+}
+
+// TestReplicatedSubscriptionDelete: deleting a replicated subscription in
+// one region deletes it in the others.
+func TestReplicatedSubscriptionDelete(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/delete"
+	repSubProduce(t, g, "a", topic, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := repSubAdmin(t, g, "a").CreateReplicatedSubscription(ctx, topic, "rs", client.Earliest); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 60*time.Second, "the subscription exists in b", func() bool {
+		s := g.subStats("b", topic, "rs")
+		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == 5
+	})
+	if err := repSubAdmin(t, g, "a").DeleteSubscription(ctx, topic, "rs", false); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, 60*time.Second, "the subscription is deleted in b", func() bool {
+		st, err := g.stats("b", topic)
+		if err != nil {
+			return false
+		}
+		for _, s := range st.GetSubscriptions() {
+			if s.GetName() == "rs" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestReplicatedSubscriptionMoveWAN: the move with 40 ms of latency each
+// way between the regions, the consumer acknowledging steadily and
+// leaving a while its last acknowledgements are still being replicated. With MERIDIAN_LONG set
+// (make test-long) it moves 3000 messages per type instead of 300.
+func TestReplicatedSubscriptionMoveWAN(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	if err := g.net.SetLatency("a", "b", 40*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	g.createNamespace(repSubNamespace, "a", "b")
+	count, types := 300, []client.SubscriptionType{client.Shared}
+	if os.Getenv("MERIDIAN_LONG") != "" {
+		count, types = 3000, repSubTypes
+	}
+	for _, typ := range types {
+		t.Run(typ.String(), func(t *testing.T) {
+			repSubMovePaced(t, g, repSubNamespace+"/wan-"+typ.String(), typ, count, time.Millisecond)
 		})
 	}
 }
