@@ -31,7 +31,7 @@ import (
 //   - message_id: a local position, resolved to the entry's origin key and
 //     then handled as an origin position.
 //   - initial EARLIEST: nothing; LATEST: per origin the highest origin_seq
-//     stored (or queued) here.
+//     stored here.
 //
 // Cost: time, origin and message-ID positions scan the retained log from
 // its first entry to its last (through the managed ledger, in batches of
@@ -56,8 +56,8 @@ type seekResolution struct {
 	initial bool
 }
 
-// resolveStart resolves sp against t's log (see the package comment above):
-// the vector of the messages before the start and the floor.
+// resolveStart resolves sp against t's log (see the comment at the top of
+// this file): the vector of the messages before the start and the floor.
 func (t *topic) resolveStart(ctx context.Context, sp *clientv1.StartPosition) (ackVector, pos, error) {
 	r, err := t.resolve(ctx, "start", sp)
 	if err != nil {

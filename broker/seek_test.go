@@ -313,3 +313,26 @@ func TestSeekBadInput(t *testing.T) {
 		t.Fatal("no scanned entries counted (the unknown-origin searches scan the log)")
 	}
 }
+
+// TestSeekSharedDisconnectsOthers: a seek on a Shared subscription
+// disconnects its other consumers (what they hold predates the seek), as
+// Pulsar does; the seeking consumer keeps its stream and receives from the
+// new position.
+func TestSeekSharedDisconnectsOthers(t *testing.T) {
+	cli, _, topic, ids, _, _, _ := seekTopic(t, 10, -1)
+	shared := clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED
+	c1 := subscribe(t, cli, topic, "sh", shared)
+	c2 := subscribe(t, cli, topic, "sh", shared)
+	if e := c1.seekOn(startAtID(ids[6])); e != nil {
+		t.Fatal(e)
+	}
+	for {
+		r, err := c2.st.Recv()
+		if err != nil {
+			t.Logf("other consumer disconnected: %v", err)
+			break
+		}
+		_ = r // messages sent to it before the seek
+	}
+	expectPayloads(t, c1, 6, 9)
+}

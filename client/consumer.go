@@ -33,6 +33,8 @@ type Consumer struct {
 	doneCh  chan struct{}  // closed when the run loop exits
 	nextReq atomic.Uint64
 	active  atomic.Bool
+	// restarting: Seek ends the current stream on purpose (reader.go).
+	restarting atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -276,7 +278,12 @@ func (co *Consumer) run(stream clientv1.Meridian_ConsumeClient) {
 		if co.ctx.Err() != nil {
 			return
 		}
-		co.log.Info("consumer stream broken; reconnecting", "err", err)
+		restart := co.restarting.Swap(false) // a Seek ended the stream (reader.go)
+		if restart {
+			co.log.Debug("consumer stream restarted after a seek")
+		} else {
+			co.log.Info("consumer stream broken; reconnecting", "err", err)
+		}
 		var cerr error
 		stream, cerr = co.connectRetry(co.ctx, false)
 		if cerr != nil {
@@ -289,7 +296,9 @@ func (co *Consumer) run(stream clientv1.Meridian_ConsumeClient) {
 			co.mu.Unlock()
 			return
 		}
-		co.c.metrics.reconnects.WithLabelValues("consumer").Inc()
+		if !restart {
+			co.c.metrics.reconnects.WithLabelValues("consumer").Inc()
+		}
 	}
 }
 

@@ -208,6 +208,7 @@ func (co *Consumer) Seek(ctx context.Context, sp StartPosition) error {
 // received before is handed out (Receive drops older deliveries).
 func (co *Consumer) restartStream(ctx context.Context, stream clientv1.Meridian_ConsumeClient, old uint64) error {
 	if cs, ok := stream.(*cancelConsume); ok {
+		co.restarting.Store(true)
 		cs.cancel()
 	}
 	for {

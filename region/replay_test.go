@@ -364,4 +364,51 @@ func TestReplayResetReplicatedSubscription(t *testing.T) {
 	if len(want) == 0 || len(want) == total {
 		t.Fatalf("the time selects %d of %d messages: nothing or everything", len(want), total)
 	}
+
+	// A consumer's Seek in b, to the origin position of a message produced
+	// in a early on (before the time: a larger set), moves the
+	// subscription in a too.
+	target := msgKey{"a", prods[0].next / 4}
+	readers[0].mu.Lock()
+	id, ok := readers[0].seen[target]
+	readers[0].mu.Unlock()
+	if !ok {
+		t.Fatalf("region a never saw %v", target)
+	}
+	sp := client.StartAtOrigin(client.OriginPosition{Region: "a", LedgerID: id.LedgerID, EntryID: id.EntryID})
+	r, err = cb.NewReader(ctx, client.ReaderOptions{Topic: topic, Start: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want2 := collectReplay(t, "reader in b from "+sp.String(), 0, r.Next, nil)
+	_ = r.Close(ctx)
+	entries := map[replayKey]bool{}
+	for k := range want2 {
+		entries[replayKey{k.origin, k.seq, 0}] = true
+	}
+	if len(want2) <= len(want) {
+		t.Fatalf("origin position %s selects %d messages, the later time %d", sp, len(want2), len(want))
+	}
+	co, err = cb.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "rs", Replicated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := co.Seek(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	got := collectReplay(t, "replicated subscription in b after Seek", len(want2), co.Receive, nil)
+	if err := co.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the seek applied in a", func() bool {
+		s := g.subStats("a", topic, "rs")
+		return s != nil && s.GetBacklogEntries() == int64(len(entries))
+	})
+	co, err = ca.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "rs", Replicated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotA := collectReplay(t, "replicated subscription in a after the Seek in b", len(want2), co.Receive, nil)
+	_ = co.Close(ctx)
+	sameSets(t, "Seek in b to "+sp.String()+": b, a and a reader", []string{"b", "a", "reader"}, []map[replayKey]bool{got, gotA, want2})
 }
