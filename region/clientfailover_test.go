@@ -206,6 +206,9 @@ func (w *foWorkload) consume() {
 	defer w.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-w.stop; cancel() }()
+	sem := make(chan struct{}, 64)
+	var acks sync.WaitGroup
+	defer acks.Wait()
 	for {
 		m, err := w.co.Receive(ctx)
 		if err != nil {
@@ -221,9 +224,21 @@ func (w *foWorkload) consume() {
 			w.byOrigin[m.OriginRegion+"/"+m.OriginID]++
 			w.mu.Unlock()
 		}
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		_ = w.co.Ack(actx, m.ID)
-		acancel()
+		// Acks run concurrently (at most 64 in flight): one at a time, a
+		// WAN round trip each would cap consumption far below production.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		acks.Add(1)
+		go func(id client.MessageID) {
+			defer acks.Done()
+			defer func() { <-sem }()
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = w.co.Ack(actx, id)
+			acancel()
+		}(m.ID)
 	}
 }
 
