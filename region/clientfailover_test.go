@@ -25,7 +25,7 @@ import (
 // foTimings are the failover options of these tests: small, so that the
 // tests are short, and the bound a switch must meet.
 var foTimings = client.FailoverOptions{
-	Mode: client.FailoverAuto, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond,
+	Mode: client.FailoverAuto, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second,
 	FailedProbes: 3, SwitchBackDelay: 2 * time.Second,
 }
 
