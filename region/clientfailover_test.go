@@ -14,6 +14,7 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/client"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -25,7 +26,7 @@ import (
 // foTimings are the failover options of these tests: small, so that the
 // tests are short, and the bound a switch must meet.
 var foTimings = client.FailoverOptions{
-	Mode: client.FailoverAuto, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond,
+	Mode: client.FailoverAuto, ProbeInterval: 200 * time.Millisecond, ProbeTimeout: time.Second,
 	FailedProbes: 3, SwitchBackDelay: 2 * time.Second,
 }
 
@@ -77,6 +78,7 @@ type foWorkload struct {
 	// to a) has two copies; a copy delivered twice is a redelivery.
 	byOrigin map[string]int
 	events   []client.FailoverEvent
+	reg      *prometheus.Registry // the client's metrics
 
 	stop     chan struct{} // ends consuming (and producing)
 	prodStop chan struct{} // ends producing
@@ -129,7 +131,7 @@ func startWorkload(t *testing.T, g *geoCluster, topic string, fo client.Failover
 // set here).
 func startWorkloadSub(t *testing.T, g *geoCluster, topic string, fo client.FailoverOptions, rewrite func(string) string, copts client.ConsumerOptions) *foWorkload {
 	t.Helper()
-	w := &foWorkload{t: t, acked: map[int]string{}, received: map[int]int{}, byOrigin: map[string]int{}, stop: make(chan struct{}), prodStop: make(chan struct{})}
+	w := &foWorkload{t: t, acked: map[int]string{}, reg: prometheus.NewRegistry(), received: map[int]int{}, byOrigin: map[string]int{}, stop: make(chan struct{}), prodStop: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := client.New(ctx, client.Options{
@@ -138,6 +140,7 @@ func startWorkloadSub(t *testing.T, g *geoCluster, topic string, fo client.Failo
 		DialRewrite: rewrite,
 		MaxBackoff:  500 * time.Millisecond,
 		Logger:      foLogger(t),
+		Registerer:  w.reg,
 		OnFailover: func(ev client.FailoverEvent) {
 			w.mu.Lock()
 			w.events = append(w.events, ev)
@@ -206,6 +209,9 @@ func (w *foWorkload) consume() {
 	defer w.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-w.stop; cancel() }()
+	sem := make(chan struct{}, 64)
+	var acks sync.WaitGroup
+	defer acks.Wait()
 	for {
 		m, err := w.co.Receive(ctx)
 		if err != nil {
@@ -221,9 +227,21 @@ func (w *foWorkload) consume() {
 			w.byOrigin[m.OriginRegion+"/"+m.OriginID]++
 			w.mu.Unlock()
 		}
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		_ = w.co.Ack(actx, m.ID)
-		acancel()
+		// Acks run concurrently (at most 64 in flight): one at a time, a
+		// WAN round trip each would cap consumption far below production.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		acks.Add(1)
+		go func(id client.MessageID) {
+			defer acks.Done()
+			defer func() { <-sem }()
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = w.co.Ack(actx, id)
+			acancel()
+		}(m.ID)
 	}
 }
 
@@ -323,6 +341,35 @@ func (w *foWorkload) waitProgress(region string, n int, timeout time.Duration) {
 	})
 }
 
+// checkMetrics asserts the client's failover metrics: one switch a→b and
+// one b→a, and two switch times observed.
+func (w *foWorkload) checkMetrics() {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	switches := map[string]float64{}
+	var observed uint64
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "meridian_client_failovers_total":
+			for _, m := range mf.GetMetric() {
+				lbl := map[string]string{}
+				for _, l := range m.GetLabel() {
+					lbl[l.GetName()] = l.GetValue()
+				}
+				switches[lbl["from"]+"->"+lbl["to"]] = m.GetCounter().GetValue()
+			}
+		case "meridian_client_failover_switch_seconds":
+			observed = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if switches["a->b"] != 1 || switches["b->a"] != 1 || observed != 2 {
+		w.t.Fatalf("failover metrics: switches %v, %d switch times observed; want a->b 1, b->a 1, 2", switches, observed)
+	}
+}
+
 func (w *foWorkload) lastEvent() client.FailoverEvent {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -377,6 +424,7 @@ func TestClientFailoverAutoCut(t *testing.T) {
 	t.Logf("switched back to a %v after the heal", back.Sub(heal))
 	w.waitProgress("a", 100, 30*time.Second)
 	w.checkNoLoss(geoConverge)
+	w.checkMetrics()
 }
 
 // TestClientFailoverAutoKill: every broker of region a is killed while
