@@ -269,6 +269,27 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 }
 
+func TestHistoryJSON(t *testing.T) {
+	h := outageHistory()
+	b, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back History
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if a, z := Analyze(h), Analyze(back); a.Lost != z.Lost || a.RPOMessages != z.RPOMessages || *a.RTOPublishMs != *z.RTOPublishMs || len(back.Observed) != len(h.Observed) {
+		t.Fatalf("history through JSON: %+v vs %+v", a, z)
+	}
+	var id MsgID
+	for _, bad := range []string{"", "p", "p1", "x1-2", "p1-x"} {
+		if id.UnmarshalText([]byte(bad)) == nil {
+			t.Errorf("MsgID %q accepted", bad)
+		}
+	}
+}
+
 func TestReportRender(t *testing.T) {
 	h := outageHistory()
 	h.Samples = []Sample{{At: at(500), Name: SampleAckLag, Unit: "ms", Value: 20}, {At: at(1500), Name: SampleAckLag, Unit: "ms", Value: 1000}}

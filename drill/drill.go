@@ -355,6 +355,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	var probeStop func()
 	if cfg.Kind == KindFailover {
 		r.progress("[drill %s] injecting %s in %s", cfg.ID, cfg.Fault, cfg.From)
+		// A reading of the acknowledgements not yet replicated right
+		// before the fault: the bound on the duplicates of the move.
+		r.sampleOnce(ctx, time.Second)
 		faultAt := time.Now()
 		err := f.inject(ctx)
 		r.rec.Event(Event{Kind: EventFault, At: faultAt, Took: time.Since(faultAt), Reason: cfg.Fault})
@@ -373,6 +376,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}()
 	} else {
 		r.progress("[drill %s] switching %s → %s", cfg.ID, cfg.From, cfg.To)
+		r.sampleOnce(ctx, time.Second)
 		r.rec.Event(Event{Kind: EventSwitchCommand, At: time.Now(), From: cfg.From, To: cfg.To})
 		if err := r.switchCommand(ctx, w, spec); err != nil {
 			return nil, err
