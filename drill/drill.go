@@ -351,6 +351,20 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 
 	f := &fault{kind: cfg.Fault, region: cfg.From, ctl: r.ctl, log: r.log, net: r.net}
+	// The fault is healed once, by whoever comes first: the heal at
+	// --heal-after, or the drill's early end (an error, Ctrl-C). A drill
+	// never leaves its fault behind.
+	healOnce := sync.OnceValue(func() error {
+		r.progress("[drill %s] healing %s in %s", cfg.ID, f.kind, f.region)
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := f.heal(hctx); err != nil {
+			return err
+		}
+		r.rec.Event(Event{Kind: EventHeal, At: time.Now(), Reason: f.kind})
+		r.progress("[drill %s] healed", cfg.ID)
+		return nil
+	})
 	healed := make(chan error, 1)
 	var probeStop func()
 	if cfg.Kind == KindFailover {
@@ -361,18 +375,20 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		faultAt := time.Now()
 		err := f.inject(ctx)
 		r.rec.Event(Event{Kind: EventFault, At: faultAt, Took: time.Since(faultAt), Reason: cfg.Fault})
+		defer func() { _ = healOnce() }()
 		if err != nil {
-			// Undo what was done before giving up.
-			hctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			_ = f.heal(hctx)
-			cancel()
 			return nil, fmt.Errorf("inject %s: %w", cfg.Fault, err)
 		}
 		if cfg.Mode == ModeReconnect {
 			probeStop = r.probeAndSwitch(w, adminFrom, spec)
+			defer probeStop()
 		}
 		go func() {
-			healed <- r.healAt(ctx, f, start.Add(cfg.HealAfter))
+			if sleepUntil(ctx, start.Add(cfg.HealAfter)) != nil {
+				healed <- ctx.Err() // the deferred heal does it
+				return
+			}
+			healed <- healOnce()
 		}()
 	} else {
 		r.progress("[drill %s] switching %s → %s", cfg.ID, cfg.From, cfg.To)
@@ -397,7 +413,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	if probeStop != nil {
-		probeStop()
+		probeStop() // idempotent: deferred too
 	}
 	if healErr != nil {
 		r.note("heal failed: %v (the cluster may need `meridian dev start`)", healErr)
@@ -437,22 +453,6 @@ func (r *run) waitFlowing(ctx context.Context, start time.Time) error {
 			return err
 		}
 	}
-}
-
-// healAt heals f at t and records when it was done.
-func (r *run) healAt(ctx context.Context, f *fault, t time.Time) error {
-	if err := sleepUntil(ctx, t); err != nil {
-		return err
-	}
-	r.progress("[drill %s] healing %s in %s", r.cfg.ID, f.kind, f.region)
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := f.heal(hctx); err != nil {
-		return err
-	}
-	r.rec.Event(Event{Kind: EventHeal, At: time.Now(), Reason: f.kind})
-	r.progress("[drill %s] healed", r.cfg.ID)
-	return nil
 }
 
 // drain waits until every acknowledged message was delivered and seen in
