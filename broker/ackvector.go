@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -107,19 +108,58 @@ func (v ackVector) setMD(origin string, md int64) bool {
 }
 
 // join adds every acknowledgement of w to v; it reports whether v changed.
+// It merges each origin's sorted ranges in one pass (linear in the ranges
+// of both): a replicated subscription joins whole received vectors often.
 func (v ackVector) join(w ackVector) bool {
 	changed := false
 	for origin, o := range w {
-		if v.setMD(origin, o.MD) {
-			changed = true
+		if o == nil || o.MD <= 0 && len(o.Ranges) == 0 {
+			continue
 		}
-		for _, r := range o.Ranges {
-			if v.add(origin, r.First, r.Last) {
-				changed = true
-			}
+		cur := v[origin]
+		if cur == nil {
+			cur = &originAcks{}
+		}
+		merged := mergeOriginAcks(cur, o)
+		if merged.MD != cur.MD || !slices.Equal(merged.Ranges, cur.Ranges) || v[origin] == nil {
+			v[origin] = merged
+			changed = true
 		}
 	}
 	return changed
+}
+
+// mergeOriginAcks returns the union of a and b (both normalized: ranges
+// sorted, disjoint, not adjacent, above MD+1) in normalized form.
+func mergeOriginAcks(a, b *originAcks) *originAcks {
+	out := &originAcks{MD: max(a.MD, b.MD)}
+	rs := make([]seqRange, 0, len(a.Ranges)+len(b.Ranges))
+	push := func(r seqRange) {
+		if r.Last <= out.MD {
+			return
+		}
+		if r.First <= out.MD+1 && len(rs) == 0 {
+			out.MD = r.Last
+			return
+		}
+		if n := len(rs); n > 0 && r.First <= rs[n-1].Last+1 {
+			rs[n-1].Last = max(rs[n-1].Last, r.Last)
+			return
+		}
+		rs = append(rs, r)
+	}
+	i, j := 0, 0
+	for i < len(a.Ranges) || j < len(b.Ranges) {
+		if j >= len(b.Ranges) || i < len(a.Ranges) && a.Ranges[i].First <= b.Ranges[j].First {
+			push(a.Ranges[i])
+			i++
+		} else {
+			push(b.Ranges[j])
+			j++
+		}
+	}
+	out.Ranges = rs
+	return out
 }
 
 // contains reports whether v acknowledges everything w does.

@@ -65,6 +65,15 @@ type coverState struct {
 	gen, scanned int64
 	// due asks the dispatch loop for cover work (translation or scan).
 	due bool
+	// more asks the scan to go on over entries appended since it last
+	// ran (set while the subscription has no consumer: the dispatcher
+	// covers entries itself when it has one); scanPos is where it stopped
+	// (valid with scanValid, for generation scanned).
+	more      bool
+	scanPos   pos
+	scanValid bool
+	// appended is set by the topic on every append (cheap, no lock).
+	appended atomic.Bool
 	// origins holds the origin keys of entries read, by position (zero key:
 	// the entry has none); entries at or before min(mark-delete, vfront)
 	// are pruned.
@@ -157,6 +166,7 @@ func lagSince(marks []verMark, conf int64) time.Time {
 func (c *coverState) resetLocked(md pos) {
 	c.newAcks = nil
 	c.vfront = md
+	c.scanValid = false
 	if !c.replicated {
 		c.v = nil
 		c.origins = nil
@@ -247,6 +257,12 @@ func (s *subscription) ackByCoverLocked(p pos) {
 // work remains (read budget, or a read failed) it asks for another round.
 func (s *subscription) coverWork() error {
 	s.mu.Lock()
+	if s.cov.appended.Swap(false) && s.cov.on() && len(s.consumers) == 0 && s.cov.scanValid {
+		// New entries and no consumer to read them: the scan covers them,
+		// so backlog and retention follow without a consumer.
+		s.cov.more = true
+		s.cov.due = true
+	}
 	if !s.cov.on() || !s.cov.due {
 		s.mu.Unlock()
 		return nil
@@ -394,14 +410,15 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 // cover covers is acknowledged.
 func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 	s.mu.Lock()
-	if s.cov.gen == s.cov.scanned {
+	if s.cov.gen == s.cov.scanned && !s.cov.more {
 		s.mu.Unlock()
 		return nil
 	}
+	s.cov.more = false
 	gen, epoch := s.cov.gen, s.readEpoch
 	s.mu.Unlock()
 	for *budget > 0 {
-		need, done := s.scanLocked(epoch)
+		need, done := s.scanLocked(epoch, gen)
 		if done {
 			s.mu.Lock()
 			if s.readEpoch == epoch && s.cov.scanned < gen {
@@ -426,8 +443,10 @@ func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 }
 
 // scanLocked walks the window with the keys known; it returns a position
-// whose key must be read, or done.
-func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
+// whose key must be read, or done. A scan for the cover generation already
+// fully scanned (new entries appended) goes on from where the last one
+// stopped; any other starts at the mark-delete.
+func (s *subscription) scanLocked(epoch, gen int64) (need pos, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.readEpoch != epoch || !s.cov.on() {
@@ -436,21 +455,30 @@ func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
+	c := &s.cov
 	cur := s.markDelete
 	gap := 0
+	if c.scanValid && c.scanned == gen && gen == c.gen {
+		if _, ok := ml.seqOf[c.scanPos.L]; ok && ml.lessLocked(cur, c.scanPos) {
+			gap = int(ml.countAfterLocked(cur) - ml.countAfterLocked(c.scanPos))
+			cur = c.scanPos
+		}
+	}
+	defer func() {
+		c.scanPos, c.scanValid = cur, true
+		s.afterAckLocked()
+	}()
 	for gap < coverScanWindow {
 		n, ok := ml.nextLocked(cur)
 		if !ok {
-			s.afterAckLocked()
 			return pos{}, true
 		}
-		k, known := s.cov.origins[n]
+		k, known := c.origins[n]
 		if !known {
 			if _, acked := s.acked[n]; !acked {
-				s.afterAckLocked()
 				return n, false
 			}
-		} else if k.Region != "" && s.cov.v.covers(k.Region, k.Seq) {
+		} else if k.Region != "" && c.v.covers(k.Region, k.Seq) {
 			s.ackByCoverLocked(n)
 			s.compactLocked()
 		}
@@ -461,7 +489,6 @@ func (s *subscription) scanLocked(epoch int64) (need pos, done bool) {
 			gap = 0
 		}
 	}
-	s.afterAckLocked()
 	return pos{}, true
 }
 
@@ -512,6 +539,7 @@ func (s *subscription) seekVectorEpoch(v ackVector, floor pos, epoch int64, regi
 	c.epoch, c.region = epoch, region
 	c.gen++
 	c.due = true
+	c.scanValid = false
 	c.changed()
 	// Keys already known stay valid (a position's origin never changes);
 	// those at or before the floor are dropped.

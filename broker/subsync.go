@@ -443,7 +443,10 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 	var items []sentItem
 	var ups []*clientv1.SubscriptionUpdate
 	ranges := 0
-	for _, s := range x.t.subList() {
+	subs := x.t.subList()
+	tombs := x.t.subsync.liveTombs()
+	x.forget(subs, tombs)
+	for _, s := range subs {
 		if len(items) >= subSyncMaxUpdates || len(items) > 0 && ranges >= subSyncMaxRanges {
 			break
 		}
@@ -490,7 +493,7 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		items = append(items, sentItem{name: s.name, ver: ver, v: v, epoch: epoch, region: region})
 		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: s.name, Type: typ, Vector: v.toProto(), ResetEpoch: epoch, ResetRegion: region})
 	}
-	for name, tb := range x.t.subsync.liveTombs() {
+	for name, tb := range tombs {
 		if len(items) >= subSyncMaxUpdates {
 			break
 		}
@@ -510,6 +513,25 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: name, Type: tb.typ, Deleted: true, Vector: &clientv1.AckVector{}})
 	}
 	return items, ups
+}
+
+// forget drops the state of subscriptions that are neither loaded nor
+// recently deleted (bounded memory).
+func (x *subSender) forget(subs []*subscription, tombs map[string]tomb) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.subs) <= len(subs)+len(tombs) {
+		return
+	}
+	live := make(map[string]bool, len(subs))
+	for _, s := range subs {
+		live[s.name] = true
+	}
+	for name := range x.subs {
+		if _, ok := tombs[name]; !ok && !live[name] {
+			delete(x.subs, name)
+		}
+	}
 }
 
 // confirm records the remote's answer to a request.
@@ -594,15 +616,35 @@ func (t *topic) ackReplicationStats(s *subscription) []*clientv1.AckReplicationS
 	s.mu.Unlock()
 	var out []*clientv1.AckReplicationStats
 	minConf := int64(-1)
-	for i, x := range t.subsync.senderList() {
+	senders := t.subsync.senderList()
+	have := map[string]bool{}
+	for i, x := range senders {
 		st, conf := x.stats(s.name, v, epoch, region, marks)
 		// Acknowledgements not yet in the vector are not replicated either.
 		st.PendingAcks += untranslated
 		out = append(out, st)
+		have[x.remote] = true
 		if i == 0 || conf < minConf {
 			minConf = conf
 		}
 	}
+	// A remote whose sender has not started yet (the topic's replicators
+	// run, its subscription sender follows at the next reconciliation) has
+	// nothing.
+	for _, r := range t.replicators.remotes() {
+		if have[r] {
+			continue
+		}
+		st := &clientv1.AckReplicationStats{Region: r, LastError: "subscription sender not started yet"}
+		st.PendingRanges, st.PendingAcks = v.missingFrom(nil)
+		st.PendingAcks += untranslated
+		if at := lagSince(marks, 0); !at.IsZero() {
+			st.LagSeconds = time.Since(at).Seconds()
+		}
+		out = append(out, st)
+		minConf = 0
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
 	if minConf > 0 {
 		s.mu.Lock()
 		s.cov.pruneMarks(minConf)

@@ -222,3 +222,28 @@ func TestSubscriptionUpdateEpochRules(t *testing.T) {
 		t.Fatalf("a late update recreated the deleted subscription: %v", st.GetSubscriptions())
 	}
 }
+
+// TestCoverAppliesToLaterEntries: a vector received before the entries it
+// covers (acknowledgements replicated faster than the entries) applies to
+// them when they are stored, with no consumer: the backlog follows.
+func TestCoverAppliesToLaterEntries(t *testing.T) {
+	cli, adm, rc := oneBroker(t, nil)
+	srv := rc.Broker(0)
+	region := broker.RegionForTesting(srv)
+	topic := "public/default/later"
+	p, _ := openProducer(t, cli, topic, "p")
+	p.sendOK(0) // seq 1
+	if err := broker.ApplySubUpdateForTesting(srv, topic, "x", &clientv1.SubscriptionUpdate{Subscription: "r",
+		Vector: &clientv1.AckVector{Origins: map[string]*clientv1.OriginAcks{region: {MarkDeleteSeq: 10}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "backlog 0", func() bool { return subBacklog(t, adm, topic, "r") == 0 })
+	for i := range int64(11) {
+		p.sendOK(i + 1) // seqs 2..12
+	}
+	waitFor(t, "backlog 2 (seqs 11 and 12) without a consumer", func() bool { return subBacklog(t, adm, topic, "r") == 2 })
+	c := subscribeWith(t, cli, &clientv1.Subscribe{Topic: topic, Subscription: "r"}, 10)
+	if _, m := c.next(); m != "m10" {
+		t.Fatalf("first delivery %s, want m10 (seq 11)", m)
+	}
+}

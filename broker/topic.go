@@ -163,6 +163,7 @@ func (t *topic) notify() {
 	}
 	t.mu.Unlock()
 	for _, s := range subs {
+		s.cov.appended.Store(true)
 		s.kick()
 	}
 	t.replicators.kick()

@@ -3,11 +3,16 @@ package region_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/client"
 )
 
@@ -81,8 +86,14 @@ func ackRepl(s *clientv1.SubscriptionStats, remote string) *clientv1.AckReplicat
 // consumer in b must receive every message not acknowledged in a (no
 // loss), and at most as many acknowledged ones as a had not replicated at
 // the move (duplicates, asserted and logged).
-func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType) {
-	const count = 100
+func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType, count int) {
+	repSubMovePaced(t, g, topic, typ, count, 0)
+}
+
+// repSubMovePaced is repSubMove with the consumer in a acknowledging at
+// most one message per pace, after a's stream to b is open (pace 0: as
+// fast as it can, right after subscribing).
+func repSubMovePaced(t *testing.T, g *geoCluster, topic string, typ client.SubscriptionType, count int, pace time.Duration) {
 	const sub = "rs"
 	repSubProduce(t, g, "a", topic, count)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -92,8 +103,18 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 	if err != nil {
 		t.Fatal(err)
 	}
+	if pace > 0 {
+		waitCond(t, 60*time.Second, "a's subscription stream to b is open", func() bool {
+			a := ackRepl(g.subStats("a", topic, sub), "b")
+			return a != nil && a.GetConnected()
+		})
+	}
 	acked := map[int]bool{}
+	var ackTimes []time.Time
 	for range count / 2 {
+		if pace > 0 {
+			time.Sleep(pace)
+		}
 		m, err := ca.Receive(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -104,6 +125,14 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 				t.Fatal(err)
 			}
 			acked[n] = true
+			ackTimes = append(ackTimes, time.Now())
+		}
+	}
+	moved := time.Now()
+	recent := 0
+	for _, at := range ackTimes {
+		if moved.Sub(at) <= 100*time.Millisecond {
+			recent++
 		}
 	}
 	if err := ca.Close(ctx); err != nil {
@@ -167,8 +196,8 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 		}
 		_ = cb.Ack(ctx, m.ID)
 	}
-	t.Logf("%s: moved a -> b: %d delivered in b, 0 lost, %d duplicates (bound: %d acknowledgements not replicated at the move)",
-		typ, len(seen), dups, pending)
+	t.Logf("%s: moved a -> b: %d delivered in b, 0 lost, %d duplicates (bound: %d acknowledgements not replicated at the move; %d acknowledgements made in the last 100 ms)",
+		typ, len(seen), dups, pending, recent)
 	if int64(dups) > pending {
 		t.Errorf("%s: %d duplicates in b, more than the %d acknowledgements not replicated at the move", typ, dups, pending)
 	}
@@ -176,6 +205,21 @@ func repSubMove(t *testing.T, g *geoCluster, topic string, typ client.Subscripti
 	waitCond(t, 30*time.Second, "b's subscription has no backlog", func() bool {
 		s := g.subStats("b", topic, sub)
 		return s != nil && s.GetReplicated() && s.GetBacklogEntries() == 0
+	})
+	// a's broker exports the ack replication towards b.
+	owner := g.ownerIndex("a", topic)
+	if owner < 0 {
+		t.Fatal("no owner of the topic in a")
+	}
+	waitCond(t, 30*time.Second, "a's /metrics has the ack replication lag towards b", func() bool {
+		resp, err := http.Get("http://" + g.broker("a", owner).HTTPAddr() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `meridian_subscription_ack_replication_lag_seconds{remote="b"}`) &&
+			strings.Contains(string(body), `meridian_subscription_ack_replication_pending_acks{remote="b"}`)
 	})
 }
 
@@ -201,7 +245,7 @@ func TestReplicatedSubscriptionMove(t *testing.T) {
 	g.createNamespace(repSubNamespace, "a", "b")
 	for _, typ := range repSubTypes {
 		t.Run(typ.String(), func(t *testing.T) {
-			repSubMove(t, g, repSubNamespace+"/move-"+typ.String(), typ)
+			repSubMove(t, g, repSubNamespace+"/move-"+typ.String(), typ, 100)
 		})
 	}
 }
@@ -215,7 +259,7 @@ func TestReplicatedSubscriptionMoveThirdRegionDown(t *testing.T) {
 	g.createNamespace(repSubNamespace, "a", "b", "c")
 	for _, typ := range repSubTypes {
 		t.Run(typ.String(), func(t *testing.T) {
-			repSubMove(t, g, repSubNamespace+"/down-"+typ.String(), typ)
+			repSubMove(t, g, repSubNamespace+"/down-"+typ.String(), typ, 100)
 		})
 	}
 }
@@ -432,4 +476,86 @@ func TestReplicatedSubscriptionDelete(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestReplicatedSubscriptionMoveWAN: the move with 40 ms of latency each
+// way between the regions, the consumer acknowledging steadily and
+// leaving a while its last acknowledgements are still being replicated. With MERIDIAN_LONG set
+// (make test-long) it moves 3000 messages per type instead of 300.
+func TestReplicatedSubscriptionMoveWAN(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	if err := g.net.SetLatency("a", "b", 40*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	g.createNamespace(repSubNamespace, "a", "b")
+	count, types := 300, []client.SubscriptionType{client.Shared}
+	if os.Getenv("MERIDIAN_LONG") != "" {
+		count, types = 3000, repSubTypes
+	}
+	for _, typ := range types {
+		t.Run(typ.String(), func(t *testing.T) {
+			repSubMovePaced(t, g, repSubNamespace+"/wan-"+typ.String(), typ, count, time.Millisecond)
+		})
+	}
+}
+
+// TestReplicatedSubscriptionReceiverCrash: b's broker crashes before it
+// persisted the vector it received (its cursors persist only hourly here);
+// once it is back, a ships everything again on its new stream, so b's
+// subscription recovers a's acknowledgements: a consumer moving to b gets
+// exactly the messages a left unacknowledged (no loss, no duplicate).
+func TestReplicatedSubscriptionReceiverCrash(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{broker: func(region string, _ int, cfg *broker.Config) {
+		if region == "b" {
+			cfg.CursorPersistInterval = time.Hour
+		}
+	}})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/crash"
+	const count, sub = 60, "rs"
+	repSubProduce(t, g, "a", topic, count)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []int
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(m.Properties["n"])
+		if n%2 == 1 {
+			rest = append(rest, n)
+			continue
+		}
+		if err := ca.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlogIn := func(region string, want int) {
+		t.Helper()
+		waitCond(t, 90*time.Second, fmt.Sprintf("the backlog of %s in %s is %d", sub, region, want), func() bool {
+			s := g.subStats(region, topic, sub)
+			return s != nil && s.GetReplicated() && s.GetBacklogEntries() == int64(want)
+		})
+	}
+	backlogIn("b", len(rest))
+	g.kill("b", 0)
+	g.restart("b", 0)
+	// Loaded again from a cursor without a's acknowledgements; a's new
+	// stream ships them again.
+	backlogIn("b", len(rest))
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close(context.Background())
+	receiveN(t, cb, rest)
 }

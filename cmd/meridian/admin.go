@@ -247,6 +247,7 @@ func newAdminCmd() *cobra.Command {
 				out.message(s)
 				if !out.json {
 					printReplicators(out.w, s)
+					printAckReplication(out.w, s)
 				}
 				if s.GetRetainsNothing() && !out.json {
 					fmt.Fprintln(out.w, "note: "+retainsNothingNote(args[0]))
