@@ -289,35 +289,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 
 	// The workload's clients.
-	var cur *side
-	switch cfg.Mode {
-	case ModeClient:
-		c, err := client.New(ctx, r.clientOptions())
-		if err != nil {
-			return nil, fmt.Errorf("workload client: %w", err)
-		}
-		if got := c.ActiveRegion(); got != cfg.From {
-			closeClient(c)
-			return nil, fmt.Errorf("workload client started in region %s, not --from %s", got, cfg.From)
-		}
-		if cur, err = openSide(ctx, c, spec, ""); err != nil {
-			closeClient(c)
-			return nil, err
-		}
-	case ModeReconnect:
-		c, err := client.New(ctx, r.regionOptions(cfg.From))
-		if err != nil {
-			return nil, fmt.Errorf("workload client in %s: %w", cfg.From, err)
-		}
-		if cur, err = openSide(ctx, c, spec, cfg.From); err != nil {
-			closeClient(c)
-			return nil, err
-		}
+	cur, err := r.openWorkload(ctx, spec)
+	if err != nil {
+		return nil, err
 	}
-	clientDesc := map[string]string{
-		ModeClient:    fmt.Sprintf("client failover (%s)", map[string]string{KindFailover: fmt.Sprintf("automatic: probe every %v, switch after %d failed probes", cfg.ProbeInterval, cfg.FailedProbes), KindSwitchback: fmt.Sprintf("controlled: failover group drill-%s, target set by an admin call, polled every %v", cfg.ID, cfg.ProbeInterval)}[cfg.Kind]),
-		ModeReconnect: fmt.Sprintf("drill-managed reconnect (%s)", map[string]string{KindFailover: fmt.Sprintf("the drill probes %s every %v and after %d failed probes closes the clients and opens new ones in %s", cfg.From, cfg.ProbeInterval, cfg.FailedProbes, cfg.To), KindSwitchback: "the drill closes the clients and opens new ones"}[cfg.Kind]),
-	}[cfg.Mode]
+	clientDesc := r.describeClients()
 
 	start := time.Now()
 	r.start = start
@@ -434,6 +410,51 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	rep.ClientFailover, rep.Subscription = clientDesc, subDesc
 	rep.Notes = append(rep.Notes, r.notes...)
 	return &Result{Report: rep, History: h}, nil
+}
+
+// openWorkload opens the workload's producers and consumers in From:
+// on one multi-region client (ModeClient) or on a client of From only
+// (ModeReconnect).
+func (r *run) openWorkload(ctx context.Context, spec workloadSpec) (*side, error) {
+	cfg := r.cfg
+	if cfg.Mode == ModeReconnect {
+		c, err := client.New(ctx, r.regionOptions(cfg.From))
+		if err != nil {
+			return nil, fmt.Errorf("workload client in %s: %w", cfg.From, err)
+		}
+		s, err := openSide(ctx, c, spec, cfg.From)
+		if err != nil {
+			closeClient(c)
+		}
+		return s, err
+	}
+	c, err := client.New(ctx, r.clientOptions())
+	if err != nil {
+		return nil, fmt.Errorf("workload client: %w", err)
+	}
+	if got := c.ActiveRegion(); got != cfg.From {
+		closeClient(c)
+		return nil, fmt.Errorf("workload client started in region %s, not --from %s", got, cfg.From)
+	}
+	s, err := openSide(ctx, c, spec, "")
+	if err != nil {
+		closeClient(c)
+	}
+	return s, err
+}
+
+// describeClients says, for the report, what moves the workload.
+func (r *run) describeClients() string {
+	cfg := r.cfg
+	switch {
+	case cfg.Mode == ModeClient && cfg.Kind == KindFailover:
+		return fmt.Sprintf("client failover (automatic: probe every %v, switch after %d failed probes)", cfg.ProbeInterval, cfg.FailedProbes)
+	case cfg.Mode == ModeClient:
+		return fmt.Sprintf("client failover (controlled: failover group drill-%s, target set by an admin call, polled every %v)", cfg.ID, cfg.ProbeInterval)
+	case cfg.Kind == KindFailover:
+		return fmt.Sprintf("drill-managed reconnect (the drill probes %s every %v and after %d failed probes closes the clients and opens new ones in %s)", cfg.From, cfg.ProbeInterval, cfg.FailedProbes, cfg.To)
+	}
+	return "drill-managed reconnect (at the switch command the drill closes the clients and opens new ones)"
 }
 
 // waitFlowing waits until a message went through the consumers and
