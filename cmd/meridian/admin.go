@@ -107,7 +107,7 @@ func newAdminCmd() *cobra.Command {
 	o := &adminOpts{}
 	root := &cobra.Command{
 		Use:   "admin",
-		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers, metadata and regions",
+		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers, metadata, regions and failover groups",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Listed from the command tree, so a new resource is never left out.

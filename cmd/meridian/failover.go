@@ -86,7 +86,10 @@ func connectFailover(ctx context.Context, url string, timeout time.Duration, ver
 // ---- meridian admin failover set|get ----
 
 func newFailoverAdminCmd(o *adminOpts) *cobra.Command {
-	g := &cobra.Command{Use: "failover", Short: "Failover groups: the region their clients (--failover controlled) use"}
+	g := &cobra.Command{Use: "failover", Short: "Failover groups: the region their clients (--failover controlled) use", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("admin failover: missing action (%s)", subNames(cmd))
+		}}
 	set := &cobra.Command{Use: "set GROUP REGION", Short: "Move a failover group's clients to REGION",
 		RunE: adminRun(o, 2, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			t, err := a.SetFailoverTarget(ctx, args[0], args[1])

@@ -93,3 +93,15 @@ func TestCLIFailover(t *testing.T) {
 	refused("--probe-interval", "consume", "--url", regions, "--topic", "public/fo/cli", "--subscription", "s", "--probe-interval", "1ms")
 	refused("region", "produce", "--url", "a b="+urlA, "--topic", "public/fo/cli", "--message", "x")
 }
+
+// TestAdminFailoverMissingAction: `admin failover` alone names its actions.
+func TestAdminFailoverMissingAction(t *testing.T) {
+	cmd := newAdminCmd()
+	cmd.SetArgs([]string{"failover"})
+	cmd.SetOut(&strings.Builder{})
+	cmd.SetErr(&strings.Builder{})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "get") || !strings.Contains(err.Error(), "set") {
+		t.Fatalf("admin failover: %v, want a missing-action error naming get and set", err)
+	}
+}
