@@ -23,7 +23,7 @@ type consumeFlags struct {
 func newConsumeCmd() *cobra.Command {
 	f := &consumeFlags{}
 	cmd := &cobra.Command{
-		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest] [--count N] [--replicated] [--output text|json]",
+		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest] [--count N] [--output text|json]",
 		Short: "Receive and acknowledge messages of a subscription",
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
@@ -31,11 +31,7 @@ Exits after --count messages (0 = until interrupted, or until --idle passes
 without a message: exit 0 when at least one message arrived, else 1). With --output json, one line per message:
 {"id","key","payload" (or "payload_b64" when not UTF-8),"publish_time","producer","seq",
 "origin_region","origin_id",...}: origin_region is the region where the message was
-produced and origin_id ("L:E:B") its ID there (its own id when produced locally).
-
---replicated creates the subscription as a replicated subscription: its
-acknowledgements are replicated to every region of the namespace, so the
-same command pointed at another region resumes where this one stopped.`,
+produced and origin_id ("L:E:B") its ID there (its own id when produced locally).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
 	}
