@@ -97,10 +97,30 @@ type Report struct {
 	PublishLatency LatencyPhases `json:"publish_latency"`
 	EndToEnd       LatencyPhases `json:"e2e_latency"`
 
+	// Targets are the issue's targets, checked (informational: only loss
+	// fails a drill).
+	Targets Targets `json:"targets"`
+
 	// Switches are the client moves seen.
 	Switches []SwitchReport `json:"switches"`
 	// Notes say what the drill could not do or how it did it.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Target values of a move (issue 9): RTO within 10 s with automatic
+// failover; duplicates of the move within the acknowledgements of the last
+// 100 ms before it.
+const TargetRTO = 10 * time.Second
+
+// Targets says whether a drill met the targets; nil when it could not be
+// judged (no move measured).
+type Targets struct {
+	// RTOWithin10s: both RTOs measured and at most TargetRTO.
+	RTOWithin10s *bool `json:"rto_within_10s"`
+	// DuplicatesWithinLast100ms: duplicates after the fault at most the
+	// messages delivered (each acknowledged at once) in the 100 ms before
+	// it.
+	DuplicatesWithinLast100ms *bool `json:"duplicates_within_last_100ms"`
 }
 
 // LatencyPhases are latency summaries per phase of the drill.
@@ -293,6 +313,12 @@ func Analyze(h History) Report {
 				rep.DeliveredLast100ms++
 			}
 		}
+	}
+	if hasFault {
+		rtoOK := rep.RTOPublishMs != nil && rep.RTODeliverMs != nil &&
+			*rep.RTOPublishMs <= float64(TargetRTO.Milliseconds()) && *rep.RTODeliverMs <= float64(TargetRTO.Milliseconds())
+		dupOK := rep.DuplicatesAfterFault <= rep.DeliveredLast100ms
+		rep.Targets = Targets{RTOWithin10s: &rtoOK, DuplicatesWithinLast100ms: &dupOK}
 	}
 	for _, e := range h.Events {
 		if e.Kind != EventSwitch {

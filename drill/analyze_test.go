@@ -111,6 +111,8 @@ func TestAnalyzeOutage(t *testing.T) {
 	eq("switch at", rep.Switches[0].AtMs, 1500.0)
 	eq("passed", rep.Passed(), false)
 	eq("delivered in the last 100ms before the fault", rep.DeliveredLast100ms, 0) // the last, p0-3, at 320ms
+	eq("RTO target", *rep.Targets.RTOWithin10s, true)
+	eq("duplicates target", *rep.Targets.DuplicatesWithinLast100ms, false) // 1 duplicate > 0 deliveries
 	if rep.AckPendingAtFault != nil || rep.AckLagAtFaultMs != nil {
 		t.Errorf("ack readings %v %v without samples, want null", rep.AckPendingAtFault, rep.AckLagAtFaultMs)
 	}
@@ -145,7 +147,8 @@ func TestAnalyzeClean(t *testing.T) {
 		}
 	}
 	rep := Analyze(r.History(at(1000)))
-	if rep.RPOMessages != 0 || rep.RPOWindowMs != nil || rep.Duplicates != 0 || rep.Lost != 0 || rep.NotInTo != 0 || !rep.Passed() {
+	if rep.RPOMessages != 0 || rep.RPOWindowMs != nil || rep.Duplicates != 0 || rep.Lost != 0 || rep.NotInTo != 0 || !rep.Passed() ||
+		!*rep.Targets.RTOWithin10s || !*rep.Targets.DuplicatesWithinLast100ms {
 		t.Fatalf("clean drill: %+v", rep)
 	}
 	// p0-39..48 were delivered (at i*10+8ms) in the 100ms before the fault at 496ms.
@@ -171,6 +174,9 @@ func TestAnalyzeNoRecovery(t *testing.T) {
 	rep := Analyze(r.History(at(100)))
 	if rep.RTOPublishMs != nil || rep.RTODeliverMs != nil {
 		t.Fatalf("RTO %v / %v without any success in b, want null", fmtMs(rep.RTOPublishMs), fmtMs(rep.RTODeliverMs))
+	}
+	if *rep.Targets.RTOWithin10s {
+		t.Fatal("RTO target met with no RTO measured")
 	}
 	if rep.RPOMessages != 1 || rep.RPORecovered != 0 || rep.Lost != 0 || rep.FailedSends != 1 {
 		t.Fatalf("report %+v", rep)
@@ -269,6 +275,27 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 }
 
+func TestHistoryJSON(t *testing.T) {
+	h := outageHistory()
+	b, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back History
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if a, z := Analyze(h), Analyze(back); a.Lost != z.Lost || a.RPOMessages != z.RPOMessages || *a.RTOPublishMs != *z.RTOPublishMs || len(back.Observed) != len(h.Observed) {
+		t.Fatalf("history through JSON: %+v vs %+v", a, z)
+	}
+	var id MsgID
+	for _, bad := range []string{"", "p", "p1", "x1-2", "p1-x"} {
+		if id.UnmarshalText([]byte(bad)) == nil {
+			t.Errorf("MsgID %q accepted", bad)
+		}
+	}
+}
+
 func TestReportRender(t *testing.T) {
 	h := outageHistory()
 	h.Samples = []Sample{{At: at(500), Name: SampleAckLag, Unit: "ms", Value: 20}, {At: at(1500), Name: SampleAckLag, Unit: "ms", Value: 1000}}
@@ -279,7 +306,7 @@ func TestReportRender(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"RTO         first publish in b 1.08 s, first delivery in b 1.13 s", "RPO         2 messages", "by the end 1 of 2 arrived", "lost        1 (p0-5)", "FAIL: 1 acknowledged messages lost", "switch      a → b at 1.50 s, took 980.0 ms (3 failed probes)"} {
+	for _, want := range []string{"RTO         first publish in b 1.08 s, first delivery in b 1.13 s", "RPO         2 messages", "by the end 1 of 2 arrived", "lost        1 (p0-5)", "FAIL: 1 acknowledged messages lost", "switch      a → b at 1.50 s, took 980.0 ms (3 failed probes)", "targets     RTO ≤ 10s: met; duplicates ≤ deliveries of the last 100 ms: NOT met"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text summary lacks %q:\n%s", want, text.String())
 		}
@@ -295,7 +322,7 @@ func TestReportRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := html.String()
-	for _, want := range []string{"<svg", "<polyline", ">fault<", "switch a→b", ">heal<", "first publish in b", SampleAckLag, "FAIL"} {
+	for _, want := range []string{"<svg", "<polyline", ">fault<", "switch a→b", ">heal<", "first publish in b", SampleAckLag, "FAIL", "RTO ≤ 10 s: met"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

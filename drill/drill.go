@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -104,106 +103,6 @@ func (r *run) progress(format string, args ...any) {
 	}
 }
 
-// setup reads the cluster, checks both regions and prepares the
-// namespace, the topic and the subscriptions.
-func (r *run) setup(ctx context.Context) (*client.Admin, *client.Admin, error) {
-	cfg := r.cfg
-	info, err := region.ReadDevCluster(clusterDir(cfg.Cluster))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--cluster: %w", err)
-	}
-	r.ctl = &region.DevControlClient{Addr: info.Control}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if r.st, err = r.ctl.Status(sctx); err != nil {
-		return nil, nil, err
-	}
-	for _, p := range r.st.Processes {
-		if p.Role == region.RoleBroker {
-			r.brokers[p.Region] = append(r.brokers[p.Region], p.GRPC)
-		}
-	}
-	var regions []string
-	for reg := range r.brokers {
-		regions = append(regions, reg)
-	}
-	slices.Sort(regions)
-	for _, x := range []struct{ flag, name string }{{"--from", cfg.From}, {"--to", cfg.To}} {
-		if len(r.brokers[x.name]) == 0 {
-			return nil, nil, fmt.Errorf("%s %q: not a region of the dev cluster (%s)", x.flag, x.name, strings.Join(regions, ","))
-		}
-		for _, p := range processesOf(r.st, x.name, "") {
-			if p.State != "running" {
-				return nil, nil, fmt.Errorf("%s %q: process %s is %s (start it: meridian dev start %s %s %d)", x.flag, x.name, p.Name, p.State, p.Role, p.Region, p.Index)
-			}
-		}
-	}
-	if cfg.Fault == FaultCutLinks && cfg.Mode != ModeClient {
-		return nil, nil, errors.New("--fault cut-links needs --mode client: only the client's DialRewrite routes the workload through the drill's proxies")
-	}
-	adminFrom, err := client.NewAdminWithOptions(ctx, client.Options{URL: joinAddrs(r.brokers[cfg.From]), ConnectTimeout: 10 * time.Second})
-	if err != nil {
-		return nil, nil, fmt.Errorf("region %s: %w", cfg.From, err)
-	}
-	adminTo, err := client.NewAdminWithOptions(ctx, client.Options{URL: joinAddrs(r.brokers[cfg.To]), ConnectTimeout: 10 * time.Second})
-	if err != nil {
-		_ = adminFrom.Close(context.Background())
-		return nil, nil, fmt.Errorf("region %s: %w", cfg.To, err)
-	}
-	if err := r.prepareNamespace(ctx, adminFrom, adminTo); err != nil {
-		_ = adminFrom.Close(context.Background())
-		_ = adminTo.Close(context.Background())
-		return nil, nil, err
-	}
-	return adminFrom, adminTo, nil
-}
-
-// prepareNamespace creates the drill's namespace if needed, makes it
-// replicate between From and To, and waits until To sees that.
-func (r *run) prepareNamespace(ctx context.Context, adminFrom, adminTo *client.Admin) error {
-	cfg := r.cfg
-	want := []string{cfg.From, cfg.To}
-	_, err := adminFrom.GetNamespacePolicies(ctx, cfg.Namespace)
-	switch {
-	case errors.Is(err, client.ErrNotFound):
-		if err := adminFrom.CreateNamespace(ctx, cfg.Namespace, &client.NamespacePolicies{ReplicationRegions: want}); err != nil && !errors.Is(err, client.ErrAlreadyExists) {
-			return fmt.Errorf("--namespace %s: create: %w", cfg.Namespace, err)
-		}
-	case err != nil:
-		return fmt.Errorf("--namespace %s: %w", cfg.Namespace, err)
-	}
-	have, _, err := adminFrom.GetNamespaceReplication(ctx, cfg.Namespace)
-	if err != nil {
-		return fmt.Errorf("--namespace %s: %w", cfg.Namespace, err)
-	}
-	if !slices.Contains(have, cfg.From) || !slices.Contains(have, cfg.To) {
-		union := slices.Clone(have)
-		for _, x := range want {
-			if !slices.Contains(union, x) {
-				union = append(union, x)
-			}
-		}
-		if err := adminFrom.SetNamespaceReplication(ctx, cfg.Namespace, union); err != nil {
-			return fmt.Errorf("--namespace %s: replicate to %v: %w", cfg.Namespace, union, err)
-		}
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got, _, err := adminTo.GetNamespaceReplication(ctx, cfg.Namespace)
-		if err == nil && slices.Contains(got, cfg.From) && slices.Contains(got, cfg.To) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("--namespace %s: region %s does not see replication %v after 60s (last: %v %v)", cfg.Namespace, cfg.To, want, got, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
 // clientOptions returns the workload client's options in ModeClient.
 func (r *run) clientOptions() client.Options {
 	cfg := r.cfg
@@ -289,35 +188,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 
 	// The workload's clients.
-	var cur *side
-	switch cfg.Mode {
-	case ModeClient:
-		c, err := client.New(ctx, r.clientOptions())
-		if err != nil {
-			return nil, fmt.Errorf("workload client: %w", err)
-		}
-		if got := c.ActiveRegion(); got != cfg.From {
-			closeClient(c)
-			return nil, fmt.Errorf("workload client started in region %s, not --from %s", got, cfg.From)
-		}
-		if cur, err = openSide(ctx, c, spec, ""); err != nil {
-			closeClient(c)
-			return nil, err
-		}
-	case ModeReconnect:
-		c, err := client.New(ctx, r.regionOptions(cfg.From))
-		if err != nil {
-			return nil, fmt.Errorf("workload client in %s: %w", cfg.From, err)
-		}
-		if cur, err = openSide(ctx, c, spec, cfg.From); err != nil {
-			closeClient(c)
-			return nil, err
-		}
+	cur, err := r.openWorkload(ctx, spec)
+	if err != nil {
+		return nil, err
 	}
-	clientDesc := map[string]string{
-		ModeClient:    fmt.Sprintf("client failover (%s)", map[string]string{KindFailover: fmt.Sprintf("automatic: probe every %v, switch after %d failed probes", cfg.ProbeInterval, cfg.FailedProbes), KindSwitchback: fmt.Sprintf("controlled: failover group drill-%s, target set by an admin call, polled every %v", cfg.ID, cfg.ProbeInterval)}[cfg.Kind]),
-		ModeReconnect: fmt.Sprintf("drill-managed reconnect (%s)", map[string]string{KindFailover: fmt.Sprintf("the drill probes %s every %v and after %d failed probes closes the clients and opens new ones in %s", cfg.From, cfg.ProbeInterval, cfg.FailedProbes, cfg.To), KindSwitchback: "the drill closes the clients and opens new ones"}[cfg.Kind]),
-	}[cfg.Mode]
+	clientDesc := r.describeClients()
 
 	start := time.Now()
 	r.start = start
@@ -351,28 +226,48 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 
 	f := &fault{kind: cfg.Fault, region: cfg.From, ctl: r.ctl, log: r.log, net: r.net}
+	// The fault is healed once, by whoever comes first: the heal at
+	// --heal-after, or the drill's early end (an error, Ctrl-C). A drill
+	// never leaves its fault behind.
+	healOnce := sync.OnceValue(func() error {
+		r.progress("[drill %s] healing %s in %s", cfg.ID, f.kind, f.region)
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := f.heal(hctx); err != nil {
+			return err
+		}
+		r.rec.Event(Event{Kind: EventHeal, At: time.Now(), Reason: f.kind})
+		r.progress("[drill %s] healed", cfg.ID)
+		return nil
+	})
 	healed := make(chan error, 1)
 	var probeStop func()
 	if cfg.Kind == KindFailover {
 		r.progress("[drill %s] injecting %s in %s", cfg.ID, cfg.Fault, cfg.From)
+		// A reading of the acknowledgements not yet replicated right
+		// before the fault: the bound on the duplicates of the move.
+		r.sampleOnce(ctx, time.Second)
 		faultAt := time.Now()
 		err := f.inject(ctx)
 		r.rec.Event(Event{Kind: EventFault, At: faultAt, Took: time.Since(faultAt), Reason: cfg.Fault})
+		defer func() { _ = healOnce() }()
 		if err != nil {
-			// Undo what was done before giving up.
-			hctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			_ = f.heal(hctx)
-			cancel()
 			return nil, fmt.Errorf("inject %s: %w", cfg.Fault, err)
 		}
 		if cfg.Mode == ModeReconnect {
 			probeStop = r.probeAndSwitch(w, adminFrom, spec)
+			defer probeStop()
 		}
 		go func() {
-			healed <- r.healAt(ctx, f, start.Add(cfg.HealAfter))
+			if sleepUntil(ctx, start.Add(cfg.HealAfter)) != nil {
+				healed <- ctx.Err() // the deferred heal does it
+				return
+			}
+			healed <- healOnce()
 		}()
 	} else {
 		r.progress("[drill %s] switching %s → %s", cfg.ID, cfg.From, cfg.To)
+		r.sampleOnce(ctx, time.Second)
 		r.rec.Event(Event{Kind: EventSwitchCommand, At: time.Now(), From: cfg.From, To: cfg.To})
 		if err := r.switchCommand(ctx, w, spec); err != nil {
 			return nil, err
@@ -393,7 +288,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	if probeStop != nil {
-		probeStop()
+		probeStop() // idempotent: deferred too
 	}
 	if healErr != nil {
 		r.note("heal failed: %v (the cluster may need `meridian dev start`)", healErr)
@@ -416,6 +311,51 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	return &Result{Report: rep, History: h}, nil
 }
 
+// openWorkload opens the workload's producers and consumers in From:
+// on one multi-region client (ModeClient) or on a client of From only
+// (ModeReconnect).
+func (r *run) openWorkload(ctx context.Context, spec workloadSpec) (*side, error) {
+	cfg := r.cfg
+	if cfg.Mode == ModeReconnect {
+		c, err := client.New(ctx, r.regionOptions(cfg.From))
+		if err != nil {
+			return nil, fmt.Errorf("workload client in %s: %w", cfg.From, err)
+		}
+		s, err := openSide(ctx, c, spec, cfg.From)
+		if err != nil {
+			closeClient(c)
+		}
+		return s, err
+	}
+	c, err := client.New(ctx, r.clientOptions())
+	if err != nil {
+		return nil, fmt.Errorf("workload client: %w", err)
+	}
+	if got := c.ActiveRegion(); got != cfg.From {
+		closeClient(c)
+		return nil, fmt.Errorf("workload client started in region %s, not --from %s", got, cfg.From)
+	}
+	s, err := openSide(ctx, c, spec, "")
+	if err != nil {
+		closeClient(c)
+	}
+	return s, err
+}
+
+// describeClients says, for the report, what moves the workload.
+func (r *run) describeClients() string {
+	cfg := r.cfg
+	switch {
+	case cfg.Mode == ModeClient && cfg.Kind == KindFailover:
+		return fmt.Sprintf("client failover (automatic: probe every %v, switch after %d failed probes)", cfg.ProbeInterval, cfg.FailedProbes)
+	case cfg.Mode == ModeClient:
+		return fmt.Sprintf("client failover (controlled: failover group drill-%s, target set by an admin call, polled every %v)", cfg.ID, cfg.ProbeInterval)
+	case cfg.Kind == KindFailover:
+		return fmt.Sprintf("drill-managed reconnect (the drill probes %s every %v and after %d failed probes closes the clients and opens new ones in %s)", cfg.From, cfg.ProbeInterval, cfg.FailedProbes, cfg.To)
+	}
+	return "drill-managed reconnect (at the switch command the drill closes the clients and opens new ones)"
+}
+
 // waitFlowing waits until a message went through the consumers and
 // reached To (bounded: replication may take a while to start).
 func (r *run) waitFlowing(ctx context.Context, start time.Time) error {
@@ -433,22 +373,6 @@ func (r *run) waitFlowing(ctx context.Context, start time.Time) error {
 			return err
 		}
 	}
-}
-
-// healAt heals f at t and records when it was done.
-func (r *run) healAt(ctx context.Context, f *fault, t time.Time) error {
-	if err := sleepUntil(ctx, t); err != nil {
-		return err
-	}
-	r.progress("[drill %s] healing %s in %s", r.cfg.ID, f.kind, f.region)
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := f.heal(hctx); err != nil {
-		return err
-	}
-	r.rec.Event(Event{Kind: EventHeal, At: time.Now(), Reason: f.kind})
-	r.progress("[drill %s] healed", r.cfg.ID)
-	return nil
 }
 
 // drain waits until every acknowledged message was delivered and seen in

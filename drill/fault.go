@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/meridianmq/meridian/chaos"
 	"github.com/meridianmq/meridian/region"
@@ -53,6 +54,9 @@ type fault struct {
 	// brokers (cut-links); nil for other faults.
 	net *chaos.Network
 }
+
+// maxStartAttempts bounds the restarts of one process at heal.
+const maxStartAttempts = 10
 
 // clientsNode names the drill's clients in the drill's chaos.Network.
 const clientsNode = "drill-clients"
@@ -143,10 +147,22 @@ func (f *fault) heal(ctx context.Context) error {
 				if p.State == "running" {
 					return nil
 				}
-				if _, err := f.ctl.Process(ctx, region.DevProcessRequest{Op: "start", Role: p.Role, Region: p.Region, Index: p.Index}); err != nil {
-					return fmt.Errorf("drill: start %s: %w", p.Name, err)
+				// A restart can fail when another socket took one of the
+				// process's loopback ports while it was dead (they come from
+				// the ephemeral range): retry while that clears.
+				var err error
+				for attempt := 1; attempt <= maxStartAttempts; attempt++ {
+					if _, err = f.ctl.Process(ctx, region.DevProcessRequest{Op: "start", Role: p.Role, Region: p.Region, Index: p.Index}); err == nil {
+						return nil
+					}
+					f.log.Warn("drill: restart failed; retrying", "process", p.Name, "attempt", attempt, "err", err)
+					select {
+					case <-ctx.Done():
+						return fmt.Errorf("drill: start %s: %w", p.Name, err)
+					case <-time.After(time.Second):
+					}
 				}
-				return nil
+				return fmt.Errorf("drill: start %s: %d attempts: %w", p.Name, maxStartAttempts, err)
 			})
 			if err != nil {
 				return err

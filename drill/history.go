@@ -20,6 +20,21 @@ type MsgID struct {
 // String returns "p<producer>-<seq>".
 func (id MsgID) String() string { return fmt.Sprintf("p%d-%d", id.Producer, id.Seq) }
 
+// MarshalText makes MsgID a JSON map key ("p<producer>-<seq>").
+func (id MsgID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText parses "p<producer>-<seq>".
+func (id *MsgID) UnmarshalText(b []byte) error {
+	p, s, ok := strings.Cut(strings.TrimPrefix(string(b), "p"), "-")
+	prod, err1 := strconv.Atoi(p)
+	seq, err2 := strconv.ParseInt(s, 10, 64)
+	if !ok || !strings.HasPrefix(string(b), "p") || err1 != nil || err2 != nil {
+		return fmt.Errorf("drill: message ID %q: want p<producer>-<seq>", b)
+	}
+	id.Producer, id.Seq = prod, seq
+	return nil
+}
+
 // payloadPrefix starts every drill payload.
 const payloadPrefix = "meridian-drill "
 

@@ -98,6 +98,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note        %s\n", n)
 	}
+	if t := r.Targets; t.RTOWithin10s != nil && t.DuplicatesWithinLast100ms != nil {
+		fmt.Fprintf(&b, "  targets     RTO ≤ %v: %s; duplicates ≤ deliveries of the last 100 ms: %s\n", TargetRTO, met(*t.RTOWithin10s), met(*t.DuplicatesWithinLast100ms))
+	}
 	if r.Passed() {
 		fmt.Fprintln(&b, "  result      PASS: no acknowledged message lost")
 	} else {
@@ -108,3 +111,10 @@ func (r *Report) WriteText(w io.Writer) error {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}

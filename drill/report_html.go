@@ -302,7 +302,7 @@ func svgTimeline(h History, rep *Report) string {
 	return b.String()
 }
 
-var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"ms": fmtMs, "lat": fmtLat, "deref": func(v *float64) float64 { return *v }}).Parse(`<!DOCTYPE html>
+var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{"ms": fmtMs, "lat": fmtLat, "deref": func(v *float64) float64 { return *v }, "deref2": func(v *bool) bool { return *v }}).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>meridian drill {{.R.Kind}} {{.R.Drill}}: {{.R.From}} → {{.R.To}}</title>
 <style>
@@ -331,6 +331,7 @@ by the observer in {{.R.To}} (replication backlog), and acknowledged but not yet
 <tr><td>duplicates</td><td>{{.R.Duplicates}} ({{.R.DuplicatesAfterFault}} after the fault)</td><td>deliveries beyond the first of each message</td></tr>
 <tr><td>unreplicated acknowledgements</td><td>{{if .R.AckPendingAtFault}}{{printf "%.0f" (deref .R.AckPendingAtFault)}} (lag {{ms .R.AckLagAtFaultMs}}){{else}}n/a{{end}}</td><td>the replicated subscription's acknowledgements {{.R.To}} had not confirmed, last reading of {{.R.From}}'s broker before the fault; {{.R.DeliveredLast100ms}} messages were delivered in the last 100 ms before it</td></tr>
 <tr><td>lost</td><td>{{.R.Lost}}</td><td>acknowledged, never delivered to a consumer</td></tr>
+{{if .R.Targets.RTOWithin10s}}<tr><td>targets</td><td>RTO ≤ 10 s: {{if deref2 .R.Targets.RTOWithin10s}}met{{else}}<span class="fail">NOT met</span>{{end}}; duplicates ≤ deliveries of the last 100 ms: {{if deref2 .R.Targets.DuplicatesWithinLast100ms}}met{{else}}<span class="fail">NOT met</span>{{end}}</td><td>issue 9's targets (informational: only a loss fails the drill)</td></tr>{{end}}
 <tr><td>sent / acknowledged / never acknowledged</td><td>{{.R.Sent}} / {{.R.Acked}} / {{.R.FailedSends}}</td><td>by {{.R.From}}: {{.R.AckedInFrom}}, by {{.R.To}}: {{.R.AckedInTo}}</td></tr>
 </table>
 <h2>Latency (p50 / p99)</h2>

@@ -4,93 +4,11 @@ package drill
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/meridianmq/meridian/client"
 )
-
-// prepareSubscriptions creates the topic in both regions and the
-// workload's subscription before the first message, and says how its
-// progress reaches To.
-func (r *run) prepareSubscriptions(ctx context.Context, adminFrom, adminTo *client.Admin, spec *workloadSpec) (string, error) {
-	cfg := r.cfg
-	admins := []struct {
-		name string
-		a    *client.Admin
-	}{{cfg.From, adminFrom}, {cfg.To, adminTo}}
-	for _, x := range admins {
-		if err := x.a.CreateTopic(ctx, r.topic); err != nil && !errors.Is(err, client.ErrAlreadyExists) {
-			return "", fmt.Errorf("create topic %s in %s: %w", r.topic, x.name, err)
-		}
-	}
-	if !cfg.PerRegionSubscription {
-		// A replicated subscription: its acknowledgement vector reaches To
-		// through the replicator, where the subscription is created by
-		// the first update.
-		spec.replicated = true
-		if err := adminFrom.CreateReplicatedSubscription(ctx, r.topic, r.sub, client.Latest); err != nil {
-			return "", fmt.Errorf("create replicated subscription %s on %s in %s: %w", r.sub, r.topic, cfg.From, err)
-		}
-		return fmt.Sprintf("replicated (acknowledgements replicated from %s to %s)", cfg.From, cfg.To), nil
-	}
-	// Without replicated subscriptions, the subscription exists in each
-	// region on its own: created in both before the first message, the
-	// copy in To holds every message, so a consumer that moves there
-	// loses nothing and receives again what it had acknowledged in From.
-	for _, x := range admins {
-		if err := x.a.CreateSubscription(ctx, r.topic, r.sub, client.Latest); err != nil {
-			return "", fmt.Errorf("create subscription %s on %s in %s: %w", r.sub, r.topic, x.name, err)
-		}
-	}
-	return fmt.Sprintf("per-region (not replicated): created in %s and %s before the first message; the copy in %s delivers again what was acknowledged in %s", cfg.From, cfg.To, cfg.To, cfg.From), nil
-}
-
-// consumerOptions are the workload consumers' options.
-func consumerOptions(spec workloadSpec, name string) client.ConsumerOptions {
-	return client.ConsumerOptions{Topic: spec.topic, Subscription: spec.sub, Type: spec.subType,
-		InitialPosition: client.Earliest, Name: name, ReceiverQueueSize: 1000, Replicated: spec.replicated}
-}
-
-// sampleLoop reads, every interval until ctx ends, the source region's
-// topic stats: the replicated subscription's acknowledgement replication
-// towards To (lag and pending acknowledgements) and the message
-// replicator's lag. Unanswered reads (a dead region) record nothing.
-func (r *run) sampleLoop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sctx, cancel := context.WithTimeout(ctx, interval)
-		st, err := r.adminFrom.TopicStats(sctx, r.topic)
-		cancel()
-		if err != nil {
-			continue
-		}
-		now := time.Now()
-		for _, rs := range st.GetReplicators() {
-			if rs.GetRemoteRegion() == r.cfg.To {
-				r.rec.Sample(Sample{At: now, Name: SampleMsgLag, Unit: "ms", Value: rs.GetLagSeconds() * 1000})
-			}
-		}
-		for _, ss := range st.GetSubscriptions() {
-			if ss.GetName() != r.sub {
-				continue
-			}
-			for _, ar := range ss.GetAckReplication() {
-				if ar.GetRegion() == r.cfg.To {
-					r.rec.Sample(Sample{At: now, Name: SampleAckLag, Unit: "ms", Value: ar.GetLagSeconds() * 1000})
-					r.rec.Sample(Sample{At: now, Name: SamplePendingAcks, Unit: "acknowledgements", Value: float64(ar.GetPendingAcks())})
-				}
-			}
-		}
-	}
-}
 
 // probeAndSwitch (ModeReconnect) probes From like the client's automatic
 // policy does and moves the workload to To after FailedProbes failed

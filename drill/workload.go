@@ -277,6 +277,22 @@ func startObserver(co *client.Consumer, rec *Recorder, drillID string) *observer
 
 func (o *observer) run() {
 	defer close(o.done)
+	// Acknowledgements go on their own goroutine (an entry's ack waits a
+	// round trip): the receive loop, which timestamps arrivals, must not
+	// fall behind.
+	acks := make(chan client.MessageID, 10_000)
+	var ackWG sync.WaitGroup
+	ackWG.Go(func() {
+		for id := range acks {
+			actx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
+			_ = o.co.Ack(actx, id)
+			cancel()
+		}
+	})
+	defer func() {
+		close(acks)
+		ackWG.Wait()
+	}()
 	for o.ctx.Err() == nil {
 		m, err := o.co.Receive(o.ctx)
 		if err != nil {
@@ -288,10 +304,7 @@ func (o *observer) run() {
 		if drillID, id, _, ok := ParsePayload(m.Payload); ok && drillID == o.drillID {
 			o.rec.Observed(id, time.Now())
 		}
-		// Individual acks: the observer's backlog must not grow.
-		actx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
-		_ = o.co.Ack(actx, m.ID)
-		cancel()
+		acks <- m.ID
 	}
 }
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +53,7 @@ func drillCmd(kind, from, to string) *cobra.Command {
 	cfg := drill.DefaultConfig()
 	cfg.Kind, cfg.From, cfg.To = kind, from, to
 	var output, reportDir string
-	var verbose bool
+	var verbose, history bool
 	use := kind + " --cluster DIR/cluster.json --from " + from + " --to " + to
 	short := "Fail over from a faulty region to another and measure the move"
 	if kind == drill.KindSwitchback {
@@ -101,6 +102,15 @@ func drillCmd(kind, from, to string) *cobra.Command {
 			if err := writeDrillReport(dir, rep, res.History); err != nil {
 				return &exitCodeError{2, err}
 			}
+			if history {
+				b, err := json.Marshal(res.History)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644)
+				}
+				if err != nil {
+					return &exitCodeError{2, fmt.Errorf("--history: %w", err)}
+				}
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "[drill %s] report: %s\n", rep.Drill, filepath.Join(dir, "report.html"))
 			if output == "json" {
 				err = rep.WriteJSON(cmd.OutOrStdout())
@@ -142,6 +152,7 @@ func drillCmd(kind, from, to string) *cobra.Command {
 	f.StringVarP(&output, "output", "o", "text", "text or json (one line)")
 	f.StringVar(&reportDir, "report", "", "directory for report.html, report.json and report.txt (default: drill-<id> next to cluster.json)")
 	f.BoolVar(&verbose, "verbose", false, "debug logs on stderr")
+	f.BoolVar(&history, "history", false, "also write history.json: every send, acknowledgement, delivery, observation and event, with its time")
 	return cmd
 }
 

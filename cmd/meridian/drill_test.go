@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,11 @@ func checkDrill(t *testing.T, rep drill.Report, code int, stderr, reportDir stri
 	if rep.Delivered != rep.Acked {
 		t.Fatalf("drill: %d acknowledged, %d delivered", rep.Acked, rep.Delivered)
 	}
-	t.Logf("duplicates: %d (%d after the move); acknowledgements not replicated at the move: %v", rep.Duplicates, rep.DuplicatesAfterFault, rep.AckPendingAtFault)
+	pending := "not read"
+	if rep.AckPendingAtFault != nil {
+		pending = fmt.Sprint(*rep.AckPendingAtFault)
+	}
+	t.Logf("duplicates: %d (%d after the move); acknowledgements not replicated at the move: %s", rep.Duplicates, rep.DuplicatesAfterFault, pending)
 	for _, f := range []string{"report.html", "report.json", "report.txt"} {
 		b, err := os.ReadFile(filepath.Join(reportDir, f))
 		if err != nil || len(b) == 0 {
