@@ -223,7 +223,7 @@ func (s *subscription) afterAckLocked() {
 		return
 	}
 	changed := false
-	if _, more := s.translateHeldLocked(&changed); more {
+	if _, st := s.translateHeldLocked(&changed); st != transDone {
 		s.cov.due = true
 		s.kick()
 	}
@@ -330,9 +330,12 @@ var errNotYet = errors.New("broker: entry not readable yet")
 func (s *subscription) translate(ctx context.Context, budget *int) (bool, error) {
 	changed := false
 	for *budget > 0 {
-		need, ok := s.translateLocked(&changed)
-		if !ok {
+		need, st := s.translateLocked(&changed)
+		if st == transDone {
 			return changed, nil
+		}
+		if st == transMore {
+			continue // a slice walked; the locks were released
 		}
 		if err := s.readOrigins(ctx, need, maxReadBatch, budget); err != nil {
 			if errors.Is(err, errNotYet) {
@@ -344,9 +347,18 @@ func (s *subscription) translate(ctx context.Context, budget *int) (bool, error)
 	return changed, nil
 }
 
+// transState is how far a translation step got.
+type transState int
+
+const (
+	transDone transState = iota // everything acknowledged is in the vector
+	transRead                   // the key of need must be read to go on
+	transMore                   // a slice (scanChunk entries) walked: go on
+)
+
 // translateLocked does what it can without reading; it returns a position
-// whose key it needs (ok) to go on.
-func (s *subscription) translateLocked(changed *bool) (need pos, ok bool) {
+// whose key it needs (transRead) to go on.
+func (s *subscription) translateLocked(changed *bool) (need pos, st transState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ml := s.t.ml
@@ -358,7 +370,7 @@ func (s *subscription) translateLocked(changed *bool) (need pos, ok bool) {
 // translateHeldLocked is translateLocked with s.mu and ml.mu held (the ack
 // path translates at once what it can, so the vector ships without
 // waiting for the dispatch loop).
-func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
+func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transState) {
 	ml := s.t.ml
 	c := &s.cov
 	add := func(k originKey) {
@@ -385,7 +397,10 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 	if _, retained := ml.seqOf[s.markDelete.L]; !retained {
 		c.vfront = s.markDelete // nothing retained to translate up to it
 	}
-	for ml.lessLocked(c.vfront, s.markDelete) {
+	for steps := 0; ml.lessLocked(c.vfront, s.markDelete); steps++ {
+		if steps >= scanChunk {
+			return pos{}, transMore
+		}
 		n, more := ml.nextLocked(c.vfront)
 		if !more || ml.lessLocked(s.markDelete, n) {
 			c.vfront = s.markDelete
@@ -393,16 +408,16 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 		}
 		k, known := c.origins[n]
 		if !known && c.replicated {
-			return n, true
+			return n, transRead
 		}
 		add(k)
 		delete(c.origins, n)
 		c.vfront = n
 	}
 	if len(missing) > 0 {
-		return missing[0], true
+		return missing[0], transRead
 	}
-	return pos{}, false
+	return pos{}, transDone
 }
 
 // applyScan applies a grown cover to the backlog window: every entry after

@@ -95,7 +95,13 @@ func TestCoverVectorSeekAndScan(t *testing.T) {
 func TestCoverScanLargeBacklog(t *testing.T) {
 	cli, adm, rc := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 700 })
 	ctx := context.Background()
-	topic := "public/default/coverbig"
+	// Everything is retained: the replicated subscription created at the
+	// end must find the whole log.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/coverbig",
+		Policies: &clientv1.NamespacePolicies{RetentionTimeSeconds: -1, RetentionSizeBytes: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	topic := "public/coverbig/t"
 	createTopicWithSub(t, ctx, adm, topic, "s")
 	p, _ := openProducer(t, cli, topic, "p")
 	const n = 4500
@@ -122,4 +128,19 @@ func TestCoverScanLargeBacklog(t *testing.T) {
 			t.Fatalf("got %s, want %s", got, w)
 		}
 	}
+	// A replicated subscription: one cumulative ack over the whole log is
+	// translated in slices.
+	r := subscribeWith(t, cli, &clientv1.Subscribe{Topic: topic, Subscription: "r", Type: clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE,
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST, Replicated: true}, 5000)
+	var last *clientv1.MessageId
+	for i := range n {
+		var m string
+		if last, m = r.next(); m != fmt.Sprintf("m%d", i) {
+			t.Fatalf("replicated subscription: delivery %d is %s", i, m)
+		}
+	}
+	if e := r.ack(last, true); e != nil {
+		t.Fatal(e)
+	}
+	vectorIs(t, rc.Broker(0), topic, "r", []int64{n})
 }
