@@ -25,6 +25,7 @@ test-long:
 	MERIDIAN_LONG=1 MERIDIAN_LONG_TESTS=1 LEDGER_SOAK_ROUNDS=8 $(GO) test -timeout 30m -count=1 ./metadata/ ./bookie/ ./bookie/ledger/
 	MERIDIAN_LONG=1 $(GO) test -timeout 10m -count=1 -run 'TestDevCluster' ./cmd/meridian/
 	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestReplicatedSubscriptionMoveWAN' ./region/
+	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestClientFailoverLong' ./region/
 	MERIDIAN_LONG=1 $(GO) test -timeout 30m -count=1 -run 'TestDrillFailoverLong' ./cmd/meridian/
 
 ## test-stress: the race suite -count=3 under two busy loops hogging the CPUs (.ci/stress); see docs/TESTING.md.
