@@ -223,7 +223,7 @@ func (s *subscription) afterAckLocked() {
 		return
 	}
 	changed := false
-	if _, more := s.translateHeldLocked(&changed); more {
+	if _, st := s.translateHeldLocked(&changed); st != transDone {
 		s.cov.due = true
 		s.kick()
 	}
@@ -330,9 +330,12 @@ var errNotYet = errors.New("broker: entry not readable yet")
 func (s *subscription) translate(ctx context.Context, budget *int) (bool, error) {
 	changed := false
 	for *budget > 0 {
-		need, ok := s.translateLocked(&changed)
-		if !ok {
+		need, st := s.translateLocked(&changed)
+		if st == transDone {
 			return changed, nil
+		}
+		if st == transMore {
+			continue // a slice walked; the locks were released
 		}
 		if err := s.readOrigins(ctx, need, maxReadBatch, budget); err != nil {
 			if errors.Is(err, errNotYet) {
@@ -344,9 +347,18 @@ func (s *subscription) translate(ctx context.Context, budget *int) (bool, error)
 	return changed, nil
 }
 
+// transState is how far a translation step got.
+type transState int
+
+const (
+	transDone transState = iota // everything acknowledged is in the vector
+	transRead                   // the key of need must be read to go on
+	transMore                   // a slice (scanChunk entries) walked: go on
+)
+
 // translateLocked does what it can without reading; it returns a position
-// whose key it needs (ok) to go on.
-func (s *subscription) translateLocked(changed *bool) (need pos, ok bool) {
+// whose key it needs (transRead) to go on.
+func (s *subscription) translateLocked(changed *bool) (need pos, st transState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ml := s.t.ml
@@ -358,7 +370,7 @@ func (s *subscription) translateLocked(changed *bool) (need pos, ok bool) {
 // translateHeldLocked is translateLocked with s.mu and ml.mu held (the ack
 // path translates at once what it can, so the vector ships without
 // waiting for the dispatch loop).
-func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
+func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transState) {
 	ml := s.t.ml
 	c := &s.cov
 	add := func(k originKey) {
@@ -385,7 +397,10 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 	if _, retained := ml.seqOf[s.markDelete.L]; !retained {
 		c.vfront = s.markDelete // nothing retained to translate up to it
 	}
-	for ml.lessLocked(c.vfront, s.markDelete) {
+	for steps := 0; ml.lessLocked(c.vfront, s.markDelete); steps++ {
+		if steps >= scanChunk {
+			return pos{}, transMore
+		}
 		n, more := ml.nextLocked(c.vfront)
 		if !more || ml.lessLocked(s.markDelete, n) {
 			c.vfront = s.markDelete
@@ -393,16 +408,16 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, ok bool) {
 		}
 		k, known := c.origins[n]
 		if !known && c.replicated {
-			return n, true
+			return n, transRead
 		}
 		add(k)
 		delete(c.origins, n)
 		c.vfront = n
 	}
 	if len(missing) > 0 {
-		return missing[0], true
+		return missing[0], transRead
 	}
-	return pos{}, false
+	return pos{}, transDone
 }
 
 // applyScan applies a grown cover to the backlog window: every entry after
@@ -417,15 +432,19 @@ func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 	s.cov.more = false
 	gen, epoch := s.cov.gen, s.readEpoch
 	s.mu.Unlock()
+	w := &scanWalk{epoch: epoch, gen: gen}
 	for *budget > 0 {
-		need, done := s.scanLocked(epoch, gen)
+		need, done, yield := s.scanStep(w)
 		if done {
 			s.mu.Lock()
-			if s.readEpoch == epoch && s.cov.scanned < gen {
-				s.cov.scanned = gen
+			if s.readEpoch == w.epoch && s.cov.scanned < w.gen {
+				s.cov.scanned = w.gen
 			}
 			s.mu.Unlock()
 			return nil
+		}
+		if yield {
+			continue // the locks were released between chunks
 		}
 		if err := s.readOrigins(ctx, need, maxReadBatch, budget); err != nil {
 			if errors.Is(err, errNotYet) {
@@ -433,63 +452,82 @@ func (s *subscription) applyScan(ctx context.Context, budget *int) error {
 			}
 			return err
 		}
-		s.mu.Lock()
-		if s.readEpoch != epoch { // a seek meanwhile: start over
-			epoch, gen = s.readEpoch, s.cov.gen
-		}
-		s.mu.Unlock()
 	}
 	return nil
 }
 
-// scanLocked walks the window with the keys known; it returns a position
-// whose key must be read, or done. A scan for the cover generation already
-// fully scanned (new entries appended) goes on from where the last one
-// stopped; any other starts at the mark-delete.
-func (s *subscription) scanLocked(epoch, gen int64) (need pos, done bool) {
+// scanChunk bounds the entries one scan step walks while holding the
+// subscription's and the managed ledger's locks (appends wait on the
+// latter), so a large window is walked in slices.
+const scanChunk = 2000
+
+// scanWalk is an apply scan in progress.
+type scanWalk struct {
+	epoch, gen int64
+	started    bool
+	cur        pos
+	gap        int
+}
+
+// scanStep walks up to scanChunk entries of the window with the keys
+// known: it returns a position whose key must be read (need), done, or
+// yield (a chunk walked: call again). A scan for the cover generation
+// already fully scanned (new entries appended) goes on from where the last
+// one stopped; any other starts at the mark-delete.
+func (s *subscription) scanStep(w *scanWalk) (need pos, done, yield bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readEpoch != epoch || !s.cov.on() {
-		return pos{}, true
+	if !s.cov.on() {
+		return pos{}, true, false
+	}
+	if s.readEpoch != w.epoch { // a seek meanwhile: start over
+		*w = scanWalk{epoch: s.readEpoch, gen: s.cov.gen}
 	}
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	c := &s.cov
-	cur := s.markDelete
-	gap := 0
-	if c.scanValid && c.scanned == gen && gen == c.gen {
-		if _, ok := ml.seqOf[c.scanPos.L]; ok && ml.lessLocked(cur, c.scanPos) {
-			gap = int(ml.countAfterLocked(cur) - ml.countAfterLocked(c.scanPos))
-			cur = c.scanPos
+	if !w.started {
+		w.started = true
+		w.cur, w.gap = s.markDelete, 0
+		if c.scanValid && c.scanned == w.gen && w.gen == c.gen {
+			if _, ok := ml.seqOf[c.scanPos.L]; ok && ml.lessLocked(w.cur, c.scanPos) {
+				w.gap = int(ml.countAfterLocked(w.cur) - ml.countAfterLocked(c.scanPos))
+				w.cur = c.scanPos
+			}
 		}
+	} else if _, ok := ml.seqOf[w.cur.L]; !ok || !ml.lessLocked(s.markDelete, w.cur) {
+		w.cur, w.gap = s.markDelete, 0 // the mark-delete passed it (or it was trimmed)
 	}
 	defer func() {
-		c.scanPos, c.scanValid = cur, true
+		c.scanPos, c.scanValid = w.cur, true
 		s.afterAckLocked()
 	}()
-	for gap < coverScanWindow {
-		n, ok := ml.nextLocked(cur)
+	for steps := 0; w.gap < coverScanWindow; steps++ {
+		if steps >= scanChunk {
+			return pos{}, false, true
+		}
+		n, ok := ml.nextLocked(w.cur)
 		if !ok {
-			return pos{}, true
+			return pos{}, true, false
 		}
 		k, known := c.origins[n]
 		if !known {
 			if _, acked := s.acked[n]; !acked {
-				return n, false
+				return n, false, false
 			}
 		} else if k.Region != "" && c.v.covers(k.Region, k.Seq) {
 			s.ackByCoverLocked(n)
 			s.compactLocked()
 		}
-		cur = n
-		if ml.lessLocked(s.markDelete, cur) {
-			gap++
+		w.cur = n
+		if ml.lessLocked(s.markDelete, w.cur) {
+			w.gap++
 		} else {
-			gap = 0
+			w.gap = 0
 		}
 	}
-	return pos{}, true
+	return pos{}, true, false
 }
 
 // seekVector restarts the cursor: every entry counts unacknowledged except

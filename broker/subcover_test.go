@@ -88,3 +88,59 @@ func TestCoverVectorSeekAndScan(t *testing.T) {
 		return false
 	})
 }
+
+// TestCoverScanLargeBacklog: a seek over a backlog larger than one scan
+// step and one round's read budget is applied in slices and rounds, with
+// no consumer, and survives a rollover of ledgers in between.
+func TestCoverScanLargeBacklog(t *testing.T) {
+	cli, adm, rc := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 700 })
+	ctx := context.Background()
+	// Everything is retained: the replicated subscription created at the
+	// end must find the whole log.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/coverbig",
+		Policies: &clientv1.NamespacePolicies{RetentionTimeSeconds: -1, RetentionSizeBytes: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	topic := "public/coverbig/t"
+	createTopicWithSub(t, ctx, adm, topic, "s")
+	p, _ := openProducer(t, cli, topic, "p")
+	const n = 4500
+	// Pipelined sends: all requests first, then the receipts.
+	for i := range int64(n) {
+		if err := p.st.Send(sendRequest(i, fmt.Appendf(nil, "m%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		r, err := p.st.Recv()
+		if err != nil || r.GetReceipt().GetError() != nil {
+			t.Fatalf("receipt %d: %v %v", i, r, err)
+		}
+	}
+	// Cover seqs 1..4000 but 2500 and 3999: 502 left.
+	if err := broker.SeekVectorForTesting(rc.Broker(0), topic, "s", [][2]int64{{1, 2499}, {2501, 3998}, {4000, 4000}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "backlog 502 after the seek", func() bool { return subBacklog(t, adm, topic, "s") == 502 })
+	c := subscribe(t, cli, topic, "s", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE)
+	for _, w := range []string{"m2499", "m3998", "m4000"} {
+		if _, got := c.next(); got != w {
+			t.Fatalf("got %s, want %s", got, w)
+		}
+	}
+	// A replicated subscription: one cumulative ack over the whole log is
+	// translated in slices.
+	r := subscribeWith(t, cli, &clientv1.Subscribe{Topic: topic, Subscription: "r", Type: clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE,
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST, Replicated: true}, 5000)
+	var last *clientv1.MessageId
+	for i := range n {
+		var m string
+		if last, m = r.next(); m != fmt.Sprintf("m%d", i) {
+			t.Fatalf("replicated subscription: delivery %d is %s", i, m)
+		}
+	}
+	if e := r.ack(last, true); e != nil {
+		t.Fatal(e)
+	}
+	vectorIs(t, rc.Broker(0), topic, "r", []int64{n})
+}
