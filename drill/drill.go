@@ -19,9 +19,6 @@ import (
 	"github.com/meridianmq/meridian/region"
 )
 
-// defaultMode: the client's own failover between regions.
-const defaultMode = ModeClient
-
 // Result is a finished drill: its report and the history it came from.
 type Result struct {
 	Report  Report

@@ -139,6 +139,12 @@ func openSide(ctx context.Context, c *client.Client, spec workloadSpec, region s
 	return s, nil
 }
 
+// consumerOptions are the workload consumers' options.
+func consumerOptions(spec workloadSpec, name string) client.ConsumerOptions {
+	return client.ConsumerOptions{Topic: spec.topic, Subscription: spec.sub, Type: spec.subType,
+		InitialPosition: client.Earliest, Name: name, ReceiverQueueSize: 1000, Replicated: spec.replicated}
+}
+
 // start runs the producers' and consumers' loops.
 func (w *workload) start() {
 	for i := range w.spec.producers {
