@@ -20,6 +20,27 @@ const (
 	KindSwitchback = "switchback"
 )
 
+// Faults a drill can inject into its source region.
+const (
+	// FaultKillRegion sends SIGKILL to every process of the region
+	// (metadata node, bookies, brokers); the heal starts them again with
+	// their data (metadata first, then bookies, then brokers).
+	FaultKillRegion = "kill-region"
+	// FaultCutLinks cuts the region's links to every other region (the dev
+	// cluster's link proxies) and the clients' path to its brokers (the
+	// drill's own proxies, through the client's DialRewrite). Its
+	// processes keep running: a partition, not a crash.
+	FaultCutLinks = "cut-links"
+	// FaultPauseBrokers sends SIGSTOP to the region's brokers (SIGCONT at
+	// heal): they hang with their connections open.
+	FaultPauseBrokers = "pause-brokers"
+	// FaultNone injects nothing (a controlled move).
+	FaultNone = "none"
+)
+
+// Faults lists the faults Config.Fault accepts.
+var Faults = []string{FaultKillRegion, FaultCutLinks, FaultPauseBrokers}
+
 // Ways the workload's clients move between regions (Config.Mode).
 const (
 	// ModeClient uses the client's own failover (client.Options with
@@ -32,6 +53,9 @@ const (
 	// and opens new ones in To, resending what was not acknowledged.
 	ModeReconnect = "reconnect"
 )
+
+// defaultMode: the client's own failover between regions.
+const defaultMode = ModeClient
 
 // Limits of a drill's configuration.
 const (
@@ -77,8 +101,7 @@ type Config struct {
 	// Namespace holds the drill's topics; it is created if missing and
 	// made to replicate between From and To (default public/drill).
 	Namespace string
-	// Mode is ModeClient or ModeReconnect (default: ModeClient when the
-	// client supports failover between regions).
+	// Mode is ModeClient (default) or ModeReconnect.
 	Mode string
 	// PerRegionSubscription makes the workload's subscription an ordinary
 	// one, created in both regions, instead of a replicated subscription:

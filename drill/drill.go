@@ -19,9 +19,6 @@ import (
 	"github.com/meridianmq/meridian/region"
 )
 
-// defaultMode: the client's own failover between regions.
-const defaultMode = ModeClient
-
 // Result is a finished drill: its report and the history it came from.
 type Result struct {
 	Report  Report
@@ -293,12 +290,15 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if healErr != nil {
 		r.note("heal failed: %v (the cluster may need `meridian dev start`)", healErr)
 	}
-	r.drain(ctx, w)
+	r.drain(ctx)
 	end := time.Now()
 	stopProg()
 	teardown()
 	if n := w.ackErrs.Load(); n > 0 {
 		r.note("%d acknowledgements failed (their messages may be delivered again)", n)
+	}
+	if n := w.doubleCallbacks.Load(); n > 0 {
+		r.note("the client called back %d sends a second time (a client bug: each SendAsync callback must run once)", n)
 	}
 	if n := w.foreign.Load(); n > 0 {
 		r.note("%d deliveries were not this drill's messages", n)
@@ -377,16 +377,17 @@ func (r *run) waitFlowing(ctx context.Context, start time.Time) error {
 
 // drain waits until every acknowledged message was delivered and seen in
 // To, every send resolved, or the drain timeout passed.
-func (r *run) drain(ctx context.Context, w *workload) {
+func (r *run) drain(ctx context.Context) {
 	deadline := time.Now().Add(r.cfg.DrainTimeout)
 	for {
-		_, acked, delivered, observed := r.rec.Counts()
-		inflight := w.inflight.Load()
-		if acked == delivered && acked == observed && inflight == 0 {
+		sent, acked, delivered, observed := r.rec.Counts()
+		// Every message sent must be acknowledged (the workload resends
+		// until then), delivered and seen in To.
+		if sent == acked && acked == delivered && acked == observed {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.note("drain timeout %v: %d acknowledged, %d delivered, %d seen in %s, %d sends unresolved", r.cfg.DrainTimeout, acked, delivered, observed, r.cfg.To, inflight)
+			r.note("drain timeout %v: %d sent, %d acknowledged, %d delivered, %d seen in %s", r.cfg.DrainTimeout, sent, acked, delivered, observed, r.cfg.To)
 			return
 		}
 		if sleepCtx(ctx, 200*time.Millisecond) != nil {
@@ -405,7 +406,7 @@ func (r *run) progressLoop(ctx context.Context, w *workload) {
 		case <-t.C:
 			sent, acked, delivered, observed := r.rec.Counts()
 			r.progress("[drill %s %3.0fs] region %s: sent %d, acknowledged %d, delivered %d, seen in %s %d, unresolved %d",
-				r.cfg.ID, time.Since(r.start).Seconds(), w.side().regionNow(), sent, acked, delivered, r.cfg.To, observed, w.inflight.Load())
+				r.cfg.ID, time.Since(r.start).Seconds(), w.side().regionNow(), sent, acked, delivered, r.cfg.To, observed, sent-acked)
 		}
 	}
 }

@@ -15,27 +15,6 @@ import (
 	"github.com/meridianmq/meridian/region"
 )
 
-// Faults a drill can inject into its source region.
-const (
-	// FaultKillRegion sends SIGKILL to every process of the region
-	// (metadata node, bookies, brokers); the heal starts them again with
-	// their data (metadata first, then bookies, then brokers).
-	FaultKillRegion = "kill-region"
-	// FaultCutLinks cuts the region's links to every other region (the dev
-	// cluster's link proxies) and the clients' path to its brokers (the
-	// drill's own proxies, through the client's DialRewrite). Its
-	// processes keep running: a partition, not a crash.
-	FaultCutLinks = "cut-links"
-	// FaultPauseBrokers sends SIGSTOP to the region's brokers (SIGCONT at
-	// heal): they hang with their connections open.
-	FaultPauseBrokers = "pause-brokers"
-	// FaultNone injects nothing (a controlled move).
-	FaultNone = "none"
-)
-
-// Faults lists the faults Config.Fault accepts.
-var Faults = []string{FaultKillRegion, FaultCutLinks, FaultPauseBrokers}
-
 // devControl is what a fault needs of the dev cluster's control API
 // (region.DevControlClient).
 type devControl interface {

@@ -152,9 +152,3 @@ func (r *run) prepareSubscriptions(ctx context.Context, adminFrom, adminTo *clie
 	}
 	return fmt.Sprintf("per-region (not replicated): created in %s and %s before the first message; the copy in %s delivers again what was acknowledged in %s", cfg.From, cfg.To, cfg.To, cfg.From), nil
 }
-
-// consumerOptions are the workload consumers' options.
-func consumerOptions(spec workloadSpec, name string) client.ConsumerOptions {
-	return client.ConsumerOptions{Topic: spec.topic, Subscription: spec.sub, Type: spec.subType,
-		InitialPosition: client.Earliest, Name: name, ReceiverQueueSize: 1000, Replicated: spec.replicated}
-}

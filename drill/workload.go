@@ -80,10 +80,12 @@ type workload struct {
 	sendCtx   context.Context
 	stopSends context.CancelFunc
 
-	inflight atomic.Int64 // sends not yet resolved, resends waiting included
-	ackErrs  atomic.Int64
-	foreign  atomic.Int64 // deliveries that were not this drill's messages
-	wg       sync.WaitGroup
+	// doubleCallbacks counts send callbacks the client made more than
+	// once for one SendAsync (each must be called exactly once).
+	doubleCallbacks atomic.Int64
+	ackErrs         atomic.Int64
+	foreign         atomic.Int64 // deliveries that were not this drill's messages
+	wg              sync.WaitGroup
 }
 
 func newWorkload(spec workloadSpec, rec *Recorder, s *side) *workload {
@@ -137,6 +139,12 @@ func openSide(ctx context.Context, c *client.Client, spec workloadSpec, region s
 	return s, nil
 }
 
+// consumerOptions are the workload consumers' options.
+func consumerOptions(spec workloadSpec, name string) client.ConsumerOptions {
+	return client.ConsumerOptions{Topic: spec.topic, Subscription: spec.sub, Type: spec.subType,
+		InitialPosition: client.Earliest, Name: name, ReceiverQueueSize: 1000, Replicated: spec.replicated}
+}
+
 // start runs the producers' and consumers' loops.
 func (w *workload) start() {
 	for i := range w.spec.producers {
@@ -166,32 +174,34 @@ func (w *workload) produce(i int) {
 		id := MsgID{Producer: i, Seq: seq}
 		now := time.Now()
 		w.rec.Sent(id, now)
-		w.inflight.Add(1)
 		w.send(id, now)
 	}
 }
 
 // send hands id to the current producer; a failure schedules a resend
-// until the workload is torn down. inflight counts id until it resolves.
+// until the workload is torn down.
 func (w *workload) send(id MsgID, sent time.Time) {
 	s := w.side()
 	p := s.prods[id.Producer]
 	m := &client.Message{Payload: Payload(w.spec.drillID, id, sent, w.spec.size)}
+	var called atomic.Bool
 	p.SendAsync(w.runCtx, m, func(_ client.MessageID, m *client.Message, err error) {
+		if called.Swap(true) {
+			w.doubleCallbacks.Add(1)
+			w.spec.log.Warn("drill: the client called a send back twice", "msg", id, "err", err)
+			return
+		}
 		if err == nil {
 			w.rec.Acked(id, time.Now(), p.Region(), m.Duplicate)
-			w.inflight.Add(-1)
 			return
 		}
 		w.rec.Failed(id, err)
 		if w.runCtx.Err() != nil {
-			w.inflight.Add(-1)
 			return
 		}
 		w.spec.log.Debug("send failed: resending", "msg", id, "err", err)
 		time.AfterFunc(retryDelay, func() {
 			if w.runCtx.Err() != nil {
-				w.inflight.Add(-1)
 				return
 			}
 			w.rec.Sent(id, sent)

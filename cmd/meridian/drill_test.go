@@ -150,8 +150,9 @@ func TestDrillFailover(t *testing.T) {
 
 // TestDrillFailoverLong is the full-size variant (MERIDIAN_LONG=1, `make
 // test-long`): `meridian dev --regions a,b --wan-latency 40ms` with three
-// bookies and two brokers per region, 500 msg/s, each fault in turn; every
-// drill must lose nothing.
+// bookies and two brokers per region, 500 msg/s, each fault in turn (each
+// followed by a switchback), then kill-region with the drill-managed
+// reconnect (--mode reconnect); every drill must lose nothing.
 func TestDrillFailoverLong(t *testing.T) {
 	if os.Getenv("MERIDIAN_LONG") == "" {
 		t.Skip("MERIDIAN_LONG not set (make test-long)")
@@ -171,4 +172,13 @@ func TestDrillFailoverLong(t *testing.T) {
 			checkDrill(t, rep, code, stderr, report+"-back")
 		})
 	}
+	t.Run("reconnect", func(t *testing.T) {
+		report := filepath.Join(dir, "report-reconnect")
+		rep, code, stderr := runDrill(t, 6*time.Minute, "failover", "--cluster", cluster, "--fault", "kill-region", "--mode", "reconnect",
+			"--rate", "500", "--duration", "40s", "--drain-timeout", "2m", "--report", report)
+		checkDrill(t, rep, code, stderr, report)
+		if !strings.Contains(rep.ClientFailover, "drill-managed") {
+			t.Fatalf("--mode reconnect: report says %q", rep.ClientFailover)
+		}
+	})
 }
