@@ -36,6 +36,17 @@ func subscribeWith(t *testing.T, cli clientv1.MeridianClient, sub *clientv1.Subs
 	return &testConsumer{t: t, st: st, cancel: cancel}
 }
 
+// keepAll creates namespace ns retaining everything (retention forever):
+// these tests create subscriptions after producing, and the default
+// namespace's retention would delete ledgers no subscription holds yet.
+func keepAll(t *testing.T, adm clientv1.AdminClient, ns string) {
+	t.Helper()
+	if _, err := adm.CreateNamespace(context.Background(), &clientv1.CreateNamespaceRequest{Namespace: ns,
+		Policies: &clientv1.NamespacePolicies{RetentionTimeSeconds: -1, RetentionSizeBytes: -1}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // vectorIs waits until the subscription's vector for the broker's own
 // region is want (mark-delete, then range bounds).
 func vectorIs(t *testing.T, srv *broker.Server, topic, sub string, want []int64) {
@@ -65,7 +76,8 @@ func TestReplicatedSubscriptionVector(t *testing.T) {
 	cli, adm, rc := oneBroker(t, func(c *broker.Config) { c.RolloverEntries = 6 })
 	srv := rc.Broker(0)
 	ctx := context.Background()
-	topic := "public/default/repvec"
+	keepAll(t, adm, "public/repvec")
+	topic := "public/repvec/t"
 	p, _ := openProducer(t, cli, topic, "p")
 	var ids []*clientv1.MessageId
 	for i := range int64(20) {
@@ -145,7 +157,8 @@ func TestSubscriptionUpdateEpochRules(t *testing.T) {
 	cli, adm, rc := oneBroker(t, nil)
 	srv := rc.Broker(0)
 	region := broker.RegionForTesting(srv)
-	topic := "public/default/epochs"
+	keepAll(t, adm, "public/epochs")
+	topic := "public/epochs/t"
 	p, _ := openProducer(t, cli, topic, "p")
 	for i := range int64(10) {
 		p.sendOK(i) // local origin_seq 1..10
@@ -230,7 +243,8 @@ func TestCoverAppliesToLaterEntries(t *testing.T) {
 	cli, adm, rc := oneBroker(t, nil)
 	srv := rc.Broker(0)
 	region := broker.RegionForTesting(srv)
-	topic := "public/default/later"
+	keepAll(t, adm, "public/later")
+	topic := "public/later/t"
 	p, _ := openProducer(t, cli, topic, "p")
 	p.sendOK(0) // seq 1
 	if err := broker.ApplySubUpdateForTesting(srv, topic, "x", &clientv1.SubscriptionUpdate{Subscription: "r",

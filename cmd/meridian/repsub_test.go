@@ -22,7 +22,10 @@ func TestCLIReplicatedSubscriptions(t *testing.T) {
 		}
 		return r
 	}
-	topic := "public/default/repsub"
+	// Retain everything: the subscriptions are created after the messages.
+	ok("admin", "--url", url, "namespaces", "create", "public/rs")
+	ok("admin", "--url", url, "namespaces", "set-policies", "public/rs", "--retention-time", "-1s", "--retention-size", "-1")
+	topic := "public/rs/t"
 	ok("produce", "--url", url, "--topic", topic, "--count", "3", "--size", "8")
 	ok("consume", "--url", url, "--topic", topic, "--subscription", "c1", "--from", "earliest", "--count", "3", "--replicated")
 	ok("admin", "--url", url, "subscriptions", "create", topic, "s1", "--from", "earliest", "--replicated")
@@ -50,8 +53,8 @@ func TestCLIReplicatedSubscriptions(t *testing.T) {
 	if r := ok("admin", "--url", url, "topics", "stats", topic); !strings.Contains(r.stdout, "ack replication") || !strings.Contains(r.stdout, "s1") {
 		t.Fatalf("text stats without the ack replication of the replicated subscriptions: %q", r.stdout)
 	}
-	ok("admin", "--url", url, "namespaces", "set-policies", "public/default", "--replicate-subscriptions")
-	r := ok("admin", "--url", url, "namespaces", "policies", "public/default", "--output", "json")
+	ok("admin", "--url", url, "namespaces", "set-policies", "public/rs", "--replicate-subscriptions")
+	r := ok("admin", "--url", url, "namespaces", "policies", "public/rs", "--output", "json")
 	if !strings.Contains(r.stdout, `"replicateSubscriptions":true`) {
 		t.Fatalf("policies: %q", r.stdout)
 	}
