@@ -17,7 +17,7 @@ import (
 
 // The receiving side of geo-replication: the Replication service applies
 // the entries a remote region's replicator ships, idempotently per origin
-// region (see docs/parts/receiver.md).
+// region (see docs/geo/receiver.md).
 //
 // A replicated entry is stored as one entry of this region's copy of the
 // topic, its metadata rewritten only in replicated=true. Its dedup key is
