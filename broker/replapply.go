@@ -376,6 +376,38 @@ func validateReplEntries(raw [][]byte, maxBytes int) ([]replEntry, error) {
 	return out, nil
 }
 
+// replOpen is the open request of both replication streams.
+type replOpen interface {
+	GetTopic() string
+	GetSourceRegion() string
+	GetTargetRegion() string
+}
+
+// openReplStream validates a replication stream's open request (the
+// topic, a source region other than this one, this region as the target)
+// and loads the topic.
+func (b *Server) openReplStream(ctx context.Context, open replOpen) (*topic, string, error) {
+	name, err := ParseTopic(open.GetTopic())
+	if err != nil {
+		return nil, "", err
+	}
+	source := open.GetSourceRegion()
+	if err := ValidateName("source_region", source); err != nil {
+		return nil, "", err
+	}
+	if open.GetTargetRegion() != b.cfg.Region {
+		return nil, "", fmt.Errorf("%w: target_region %q is not this broker's region %q", ErrInvalidArgument, open.GetTargetRegion(), b.cfg.Region)
+	}
+	if source == b.cfg.Region {
+		return nil, "", fmt.Errorf("%w: source_region %q is this broker's own region", ErrInvalidArgument, source)
+	}
+	t, err := b.getTopic(ctx, name, true)
+	if err != nil {
+		return nil, "", err
+	}
+	return t, source, nil
+}
+
 // Replicate serves one replication stream (see api/client/v1/replication.proto).
 func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1.ReplicateRequest, clientv1.ReplicateResponse]) error {
 	b := rs.b
@@ -388,21 +420,7 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 	if open == nil {
 		return GRPCError(fmt.Errorf("%w: the first replicate request must be open", ErrInvalidArgument))
 	}
-	name, err := ParseTopic(open.GetTopic())
-	if err != nil {
-		return GRPCError(err)
-	}
-	source := open.GetSourceRegion()
-	if err := ValidateName("source_region", source); err != nil {
-		return GRPCError(err)
-	}
-	if open.GetTargetRegion() != b.cfg.Region {
-		return GRPCError(fmt.Errorf("%w: target_region %q is not this broker's region %q", ErrInvalidArgument, open.GetTargetRegion(), b.cfg.Region))
-	}
-	if source == b.cfg.Region {
-		return GRPCError(fmt.Errorf("%w: source_region %q is this broker's own region", ErrInvalidArgument, source))
-	}
-	t, err := b.getTopic(ctx, name, true)
+	t, source, err := b.openReplStream(ctx, open)
 	if err != nil {
 		return GRPCError(err)
 	}

@@ -38,21 +38,7 @@ func (rs *replicationService) ReplicateSubscriptions(stream grpc.BidiStreamingSe
 	if open == nil {
 		return GRPCError(fmt.Errorf("%w: the first subscription sync request must be open", ErrInvalidArgument))
 	}
-	name, err := ParseTopic(open.GetTopic())
-	if err != nil {
-		return GRPCError(err)
-	}
-	source := open.GetSourceRegion()
-	if err := ValidateName("source_region", source); err != nil {
-		return GRPCError(err)
-	}
-	if open.GetTargetRegion() != b.cfg.Region {
-		return GRPCError(fmt.Errorf("%w: target_region %q is not this broker's region %q", ErrInvalidArgument, open.GetTargetRegion(), b.cfg.Region))
-	}
-	if source == b.cfg.Region {
-		return GRPCError(fmt.Errorf("%w: source_region %q is this broker's own region", ErrInvalidArgument, source))
-	}
-	t, err := b.getTopic(ctx, name, true)
+	t, source, err := b.openReplStream(ctx, open)
 	if err != nil {
 		return GRPCError(err)
 	}

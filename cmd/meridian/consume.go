@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 	"unicode/utf8"
 
@@ -164,40 +165,70 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 		defer cancel()
 		_ = co.Close(cctx)
 	}()
-	out := &lineWriter{w: cmd.OutOrStdout()}
+	return printMessages(ctx, cmd.OutOrStdout(), printSpec{output: f.output, count: f.count, idle: f.idle, verb: "received", op: "receive"},
+		co.Receive, func(m *client.ReceivedMessage) error {
+			if err := co.Ack(ctx, m.ID); err != nil {
+				if ctx.Err() != nil {
+					return errStopPrinting
+				}
+				return fmt.Errorf("ack %s: %w", m.ID, err)
+			}
+			return nil
+		})
+}
+
+// printSpec is what printMessages needs of the consume and read flags.
+type printSpec struct {
+	output string
+	count  int
+	idle   time.Duration
+	verb   string // "received", "read": for the --idle error
+	op     string // "receive", "read": for a failed call
+}
+
+// errStopPrinting ends printMessages without an error.
+var errStopPrinting = errors.New("stop")
+
+// printMessages prints the messages next returns (text or JSON lines)
+// until count (0 = until interrupted, or quiet for idle after at least one
+// message), calling after on each printed message.
+func printMessages(ctx context.Context, w io.Writer, p printSpec, next func(context.Context) (*client.ReceivedMessage, error), after func(*client.ReceivedMessage) error) error {
+	out := &lineWriter{w: w}
 	n := 0
-	for f.count == 0 || n < f.count {
+	for p.count == 0 || n < p.count {
 		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if f.idle > 0 {
-			rctx, cancel = context.WithTimeout(ctx, f.idle)
+		if p.idle > 0 {
+			rctx, cancel = context.WithTimeout(ctx, p.idle)
 		}
-		m, err := co.Receive(rctx)
+		m, err := next(rctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				if f.count > 0 {
-					return fmt.Errorf("interrupted after %d of %d messages", n, f.count)
+				if p.count > 0 {
+					return fmt.Errorf("interrupted after %d of %d messages", n, p.count)
 				}
 				return nil // interrupted: a normal end without --count
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				if n > 0 && f.count == 0 {
+				if n > 0 && p.count == 0 {
 					return nil // the normal end of a drain: quiet for --idle
 				}
-				return fmt.Errorf("no message for --idle %v (received %d)", f.idle, n)
+				return fmt.Errorf("no message for --idle %v (%s %d)", p.idle, p.verb, n)
 			}
-			return fmt.Errorf("receive: %w", err)
+			return fmt.Errorf("%s: %w", p.op, err)
 		}
-		if f.output == "json" {
+		if p.output == "json" {
 			out.json(toConsumedJSON(m))
 		} else {
 			out.printf("%s key=%q %s\n", m.ID, m.Key, printable(m.Payload))
 		}
-		if err := co.Ack(ctx, m.ID); err != nil {
-			if ctx.Err() != nil {
-				return nil
+		if after != nil {
+			if err := after(m); err != nil {
+				if errors.Is(err, errStopPrinting) {
+					return nil
+				}
+				return err
 			}
-			return fmt.Errorf("ack %s: %w", m.ID, err)
 		}
 		n++
 	}

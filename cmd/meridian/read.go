@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -101,36 +100,5 @@ func runRead(cmd *cobra.Command, topic string, f *readFlags) error {
 		defer cancel()
 		_ = r.Close(cctx)
 	}()
-	out := &lineWriter{w: cmd.OutOrStdout()}
-	n := 0
-	for f.count == 0 || n < f.count {
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if f.idle > 0 {
-			rctx, cancel = context.WithTimeout(ctx, f.idle)
-		}
-		m, err := r.Next(rctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				if f.count > 0 {
-					return fmt.Errorf("interrupted after %d of %d messages", n, f.count)
-				}
-				return nil
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				if n > 0 && f.count == 0 {
-					return nil
-				}
-				return fmt.Errorf("no message for --idle %v (read %d)", f.idle, n)
-			}
-			return fmt.Errorf("read: %w", err)
-		}
-		if f.output == "json" {
-			out.json(toConsumedJSON(m))
-		} else {
-			out.printf("%s key=%q %s\n", m.ID, m.Key, printable(m.Payload))
-		}
-		n++
-	}
-	return nil
+	return printMessages(ctx, cmd.OutOrStdout(), printSpec{output: f.output, count: f.count, idle: f.idle, verb: "read", op: "read"}, r.Next, nil)
 }
