@@ -269,7 +269,15 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
 	}})
 	if err != nil {
+		// Not queued (the stream's context ended while the append queue
+		// was full, or the ledger failed). Refuse every later send of
+		// this stream, as after a quota refusal: enqueue's select may
+		// still queue a later batch (room and a cancelled context are
+		// both ready), and a later batch stored before this one's resend
+		// makes the resend look like a stored duplicate: acknowledged,
+		// never stored.
 		t.ml.unpush(p.name, highest)
+		p.refuse(err)
 		fail(err)
 	}
 }

@@ -334,16 +334,23 @@ func (p *Producer) notifyFlushLocked() {
 }
 
 // Flush sends the open batch and waits until every message accepted before
-// the call is resolved (acknowledged or failed), or ctx ends.
+// the call is resolved (acknowledged or failed) and its callback has run,
+// or ctx ends. Like Send, it must not be called from a send callback.
 func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	p.closeBatchLocked()
 	w := flushWaiter{seq: p.nextSeq - 1, ch: make(chan struct{})}
 	if p.minUnresolvedLocked() > w.seq {
-		p.mu.Unlock()
-		return nil
+		// Every message is resolved, but the callbacks of the last ones
+		// may still wait in the dispatcher's queue (a burst of receipts
+		// after a failover queues thousands): returning now would let the
+		// caller see fewer callbacks than messages flushed. Close w after
+		// them, as notifyFlushLocked does.
+		ch := w.ch
+		p.disp.push(func() { close(ch) })
+	} else {
+		p.waiters = append(p.waiters, w)
 	}
-	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 	select {
 	case <-w.ch:
