@@ -275,7 +275,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err := sleepUntil(ctx, start.Add(cfg.Duration)); err != nil {
 		return nil, err
 	}
-	w.stopSends()
+	w.stopProducing()
 	r.rec.Event(Event{Kind: EventStopSend, At: time.Now()})
 	r.progress("[drill %s] producers stopped; waiting for the heal and the drain", cfg.ID)
 	var healErr error

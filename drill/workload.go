@@ -86,6 +86,9 @@ type workload struct {
 	ackErrs         atomic.Int64
 	foreign         atomic.Int64 // deliveries that were not this drill's messages
 	wg              sync.WaitGroup
+	// producing counts the producers' loops still running: a loop that
+	// passed its stop check records one more send.
+	producing sync.WaitGroup
 }
 
 func newWorkload(spec workloadSpec, rec *Recorder, s *side) *workload {
@@ -148,11 +151,23 @@ func consumerOptions(spec workloadSpec, name string) client.ConsumerOptions {
 // start runs the producers' and consumers' loops.
 func (w *workload) start() {
 	for i := range w.spec.producers {
-		w.wg.Go(func() { w.produce(i) })
+		w.producing.Add(1)
+		w.wg.Go(func() {
+			defer w.producing.Done()
+			w.produce(i)
+		})
 	}
 	for j := range w.spec.consumers {
 		w.wg.Go(func() { w.consume(j) })
 	}
+}
+
+// stopProducing stops the producers from sending new messages (resends go
+// on) and returns once every producer loop has recorded its last send, so
+// that the drain counts every message sent.
+func (w *workload) stopProducing() {
+	w.stopSends()
+	w.producing.Wait()
 }
 
 // produce sends producer i's messages at its share of the rate until the
