@@ -74,6 +74,10 @@ type DevConfig struct {
 	Brokers int
 	// ReadyTimeout bounds the start of the whole cluster (default 3m).
 	ReadyTimeout time.Duration
+	// FaultInjection starts bookies and metadata nodes with their fault
+	// controls (disk faults, clock skew, test-only unsafe modes) and
+	// enables the control API's /v1/disk and /v1/clock. Chaos runs only.
+	FaultInjection bool
 	// Logger receives the dev process's own logs (default: discard).
 	Logger *slog.Logger
 }

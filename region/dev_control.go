@@ -23,6 +23,8 @@ import (
 //	GET  /v1/status   → DevStatus
 //	POST /v1/link     DevLinkRequest    → DevStatus
 //	POST /v1/process  DevProcessRequest → DevStatus
+//	POST /v1/disk     DevDiskRequest    → DevStatus (clusters started with FaultInjection)
+//	POST /v1/clock    DevClockRequest   → DevStatus (clusters started with FaultInjection)
 //
 // Errors answer 400 (bad input, naming the field) or 409 (the process is
 // not in a state that allows the operation) with {"error": "..."}.
@@ -47,30 +49,71 @@ type DevProcessStatus struct {
 	chaos.ProcessStatus
 }
 
-// DevLinkStatus is the one-way state of traffic from one region to
-// another.
+// DevLinkStatus is the one-way state of traffic from one endpoint to
+// another: a region ("a") for the links between regions, a process
+// ("a/broker-0") for the links inside a region.
 type DevLinkStatus struct {
 	From    string `json:"from"`
 	To      string `json:"to"`
 	Latency string `json:"latency"`
 	Jitter  string `json:"jitter"`
 	Cut     bool   `json:"cut"`
+	// Bandwidth is the limit in bytes per second (0: none).
+	Bandwidth int64 `json:"bandwidth,omitempty"`
+	// Drop is the fraction of chunks "lost" on the link.
+	Drop float64 `json:"drop,omitempty"`
+	// SlowClose is how long a close takes to reach the other side.
+	SlowClose string `json:"slow_close,omitempty"`
 }
 
-// DevLinkRequest changes a link: Op is "cut" (Oneway: only A→B), "heal"
-// or "latency" (Latency and Jitter as Go durations, both directions).
+// DevLinkRequest changes links. A and B name endpoints: regions ("a",
+// the WAN links) or processes ("a/broker-0", "a/bookie-1", "a/meta-0",
+// the links inside a region). Op is:
+//   - "cut" (Oneway: only A→B), "heal" (both ways);
+//   - "latency": Latency and Jitter as Go durations, both directions;
+//   - "shape": Bandwidth ("1MB", "512KB", "0" = no limit), Drop (0..1) and
+//     SlowClose (a Go duration) on A→B, and B→A unless Oneway;
+//   - "partition": endpoints in different Groups cannot reach each other
+//     (a region in a group stands for its WAN links); A and B unused;
+//   - "heal-all": every cut healed and every shape removed (latency kept).
 type DevLinkRequest struct {
-	Op      string `json:"op"`
-	A       string `json:"a"`
-	B       string `json:"b"`
-	Oneway  bool   `json:"oneway,omitempty"`
-	Latency string `json:"latency,omitempty"`
-	Jitter  string `json:"jitter,omitempty"`
+	Op        string     `json:"op"`
+	A         string     `json:"a"`
+	B         string     `json:"b"`
+	Oneway    bool       `json:"oneway,omitempty"`
+	Latency   string     `json:"latency,omitempty"`
+	Jitter    string     `json:"jitter,omitempty"`
+	Bandwidth string     `json:"bandwidth,omitempty"`
+	Drop      float64    `json:"drop,omitempty"`
+	SlowClose string     `json:"slow_close,omitempty"`
+	Groups    [][]string `json:"groups,omitempty"`
+}
+
+// DevDiskRequest applies a disk fault to one bookie of a cluster started
+// with FaultInjection: Command is a faultfs command ("fail sync journal",
+// "full on", "slow sync journal 50ms", "corrupt journal", "powerloss",
+// "clear"; see faultfs.FaultFS.Command).
+type DevDiskRequest struct {
+	Region  string `json:"region"`
+	Index   int    `json:"index"`
+	Command string `json:"command"`
+}
+
+// DevClockRequest skews the clock of one metadata node of a cluster
+// started with FaultInjection: Skew is a signed Go duration ("+5s", "-3s",
+// "0" to restore).
+type DevClockRequest struct {
+	Region string `json:"region"`
+	Index  int    `json:"index"`
+	Skew   string `json:"skew"`
 }
 
 // DevProcessRequest acts on one process: Op "kill" sends Signal (KILL,
 // TERM, INT, STOP or CONT; default KILL), "start" restarts an exited
-// process with the same config and data.
+// process with the same config and data, "restart" stops it gracefully
+// (TERM, then KILL after a grace period) and starts it again, "wipe"
+// deletes the data of an exited bookie (its next start joins as a new,
+// empty bookie under the same ID).
 type DevProcessRequest struct {
 	Op     string `json:"op"`
 	Role   string `json:"role"`
