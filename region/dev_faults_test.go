@@ -45,7 +45,7 @@ func TestDevFaultConfigs(t *testing.T) {
 	for _, tc := range []struct{ fault, unsafe bool }{{false, false}, {true, false}, {true, true}} {
 		d := devForFaults(t, tc.fault, tc.unsafe)
 		for _, f := range []struct {
-			name         string
+			name          string
 			fault, unsafe bool
 		}{{"a/meta-0.yaml", tc.fault, false}, {"b/bookie-2.yaml", tc.fault, tc.unsafe}, {"c/broker-1.yaml", false, false}} {
 			b, err := os.ReadFile(filepath.Join(d.cfg.DataDir, f.name))
@@ -80,7 +80,10 @@ func TestDevFaultRequests(t *testing.T) {
 		want string
 	}{
 		{func() error { _, err := on.Disk(ctx, DevDiskRequest{Region: "z", Command: "full on"}); return err }(), "region"},
-		{func() error { _, err := on.Disk(ctx, DevDiskRequest{Region: "a", Index: 3, Command: "full on"}); return err }(), "index"},
+		{func() error {
+			_, err := on.Disk(ctx, DevDiskRequest{Region: "a", Index: 3, Command: "full on"})
+			return err
+		}(), "index"},
 		{func() error { _, err := on.Disk(ctx, DevDiskRequest{Region: "a", Command: " "}); return err }(), "command"},
 		{func() error { _, err := on.Clock(ctx, DevClockRequest{Region: "a", Skew: "later"}); return err }(), "skew"},
 		{func() error { _, err := on.Clock(ctx, DevClockRequest{Region: "a", Skew: "-2h"}); return err }(), "skew"},
