@@ -478,3 +478,18 @@ func sortedKeys[V any](m map[msgKey]V) []msgKey {
 	})
 	return ks
 }
+
+// noReadBack names the regions of the run without a single read record
+// ("" when every region has some): their read-back failed or never ran.
+func (x *hindex) noReadBack() string {
+	var out []string
+	for _, r := range x.regions {
+		if len(x.reads[r]) == 0 {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; no read-back from " + strings.Join(out, ", ")
+}

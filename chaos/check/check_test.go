@@ -232,7 +232,11 @@ func TestCheckDivergence(t *testing.T) {
 	wantResult(t, run(t, b, CheckLost, Options{}), true, 0)
 	// A region without any read-back lacks everything.
 	b = newHB().sendAck("a", "p1", 1, 2).read("a", "p1", 1, 2)
-	wantResult(t, run(t, b, CheckDivergence, Options{}), false, 2)
+	r = run(t, b, CheckDivergence, Options{})
+	wantResult(t, r, false, 2)
+	if !strings.Contains(r.Detail, "no read-back from b") {
+		t.Fatalf("detail %q", r.Detail)
+	}
 }
 
 func TestCheckStuck(t *testing.T) {

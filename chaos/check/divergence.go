@@ -68,8 +68,8 @@ func checkDivergence(x *hindex, _ Options) Result {
 	return Result{
 		Pass:  diverged == 0,
 		Count: diverged,
-		Detail: fmt.Sprintf("%d of %d messages not in every region's read-back (%d of them not acknowledged, %d with only a copy missing); missing per region: %s",
-			diverged, len(all), unacked, copies, perRegionString(x.regions, lacks)),
+		Detail: fmt.Sprintf("%d of %d messages not in every region's read-back (%d of them not acknowledged, %d with only a copy missing); missing per region: %s%s",
+			diverged, len(all), unacked, copies, perRegionString(x.regions, lacks), x.noReadBack()),
 		Examples: ex,
 	}
 }
