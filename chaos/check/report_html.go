@@ -148,7 +148,8 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 			{Name: "delivered", Color: "#2ca02c", Dash: true, Values: ax.rate(delivered[reg])},
 		}})
 	}
-	// Replication and subscription backlogs from the samples.
+	// Replication and subscription backlogs from the samples: one line
+	// per region and remote (or subscription), summed over the topics.
 	for _, g := range []struct{ name, title string }{
 		{SeriesReplBacklog, "replication lag (region → remote)"},
 		{SeriesSubBacklog, "subscription backlog"},
@@ -157,7 +158,7 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 			ts   []time.Time
 			vals []float64
 		}
-		byName := map[string]*acc{}
+		byTopic := map[string]map[string]*acc{} // line label -> topic -> readings
 		var names []string
 		for _, r := range samples {
 			s := r.Sample
@@ -168,11 +169,15 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 			if g.name == SeriesSubBacklog {
 				label = r.Region + ":" + s.Labels["sub"]
 			}
-			a, ok := byName[label]
-			if !ok {
-				a = &acc{}
-				byName[label] = a
+			if byTopic[label] == nil {
+				byTopic[label] = map[string]*acc{}
 				names = append(names, label)
+			}
+			topic := cmp.Or(s.Labels["topic"], r.Topic)
+			a := byTopic[label][topic]
+			if a == nil {
+				a = &acc{}
+				byTopic[label][topic] = a
 			}
 			a.ts, a.vals = append(a.ts, r.T), append(a.vals, s.Value)
 		}
@@ -181,8 +186,25 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		}
 		slices.Sort(names)
 		p := chartPanel{Title: g.title, Unit: "messages"}
+		if len(byTopic[names[0]]) > 1 {
+			p.Unit = "messages, all topics"
+		}
 		for i, n := range names {
-			p.Series = append(p.Series, chartSeries{Name: n, Color: palette[i%len(palette)], Values: ax.gauge(byName[n].ts, byName[n].vals)})
+			sum := make([]float64, ax.n)
+			for j := range sum {
+				sum[j] = math.NaN()
+			}
+			for _, a := range byTopic[n] {
+				for j, v := range ax.gauge(a.ts, a.vals) {
+					if !math.IsNaN(v) {
+						if math.IsNaN(sum[j]) {
+							sum[j] = 0
+						}
+						sum[j] += v
+					}
+				}
+			}
+			p.Series = append(p.Series, chartSeries{Name: n, Color: palette[i%len(palette)], Values: sum})
 		}
 		panels = append(panels, p)
 	}
