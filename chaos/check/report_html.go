@@ -129,6 +129,7 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 	var panels []chartPanel
 	// Throughput per region, computed from the records themselves.
 	sent, acked, delivered, errs := map[string][]time.Time{}, map[string][]time.Time{}, map[string][]time.Time{}, map[string][]time.Time{}
+	firstIn := map[string]map[msgKey]bool{}
 	for _, r := range x.all {
 		switch r.Kind {
 		case KindSend:
@@ -136,7 +137,16 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		case KindAck:
 			acked[r.Region] = append(acked[r.Region], r.T)
 		case KindDeliver:
-			delivered[r.Region] = append(delivered[r.Region], r.T)
+			// The first delivery of each message in the region: every
+			// message reaches several subscriptions, and their redeliveries
+			// would drown the acknowledgements.
+			if firstIn[r.Region] == nil {
+				firstIn[r.Region] = map[msgKey]bool{}
+			}
+			if k := keyOf(r); !r.Unparsed && !firstIn[r.Region][k] {
+				firstIn[r.Region][k] = true
+				delivered[r.Region] = append(delivered[r.Region], r.T)
+			}
 		case KindFail, KindTimeout:
 			errs[r.Region] = append(errs[r.Region], r.T)
 		}
@@ -145,20 +155,21 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		panels = append(panels, chartPanel{Title: "region " + reg + " throughput", Unit: "msg/s", Series: []chartSeries{
 			{Name: "sent", Color: "#c7c7c7", Width: 4, Values: ax.rate(sent[reg])},
 			{Name: "acknowledged", Color: "#1f77b4", Values: ax.rate(acked[reg])},
-			{Name: "delivered", Color: "#2ca02c", Dash: true, Values: ax.rate(delivered[reg])},
+			{Name: "delivered in " + reg + " (first time, any subscription)", Color: "#2ca02c", Dash: true, Values: ax.rate(delivered[reg])},
 		}})
 	}
 	// Replication and subscription backlogs from the samples: one line
-	// per region and remote (or subscription), summed over the topics.
+	// per region and remote (or per region: the subscriptions' backlogs
+	// of a region summed), summed over the topics.
 	for _, g := range []struct{ name, title string }{
 		{SeriesReplBacklog, "replication lag (region → remote)"},
-		{SeriesSubBacklog, "subscription backlog"},
+		{SeriesSubBacklog, "subscription backlog, all subscriptions of a region"},
 	} {
 		type acc struct {
 			ts   []time.Time
 			vals []float64
 		}
-		byTopic := map[string]map[string]*acc{} // line label -> topic -> readings
+		byTopic := map[string]map[string]*acc{} // line label -> topic (and sub) -> readings
 		var names []string
 		for _, r := range samples {
 			s := r.Sample
@@ -166,18 +177,19 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 				continue
 			}
 			label := r.Region + " → " + s.Labels["remote"]
+			part := cmp.Or(s.Labels["topic"], r.Topic)
 			if g.name == SeriesSubBacklog {
-				label = r.Region + ":" + s.Labels["sub"]
+				label = r.Region
+				part += "\x00" + s.Labels["sub"]
 			}
 			if byTopic[label] == nil {
 				byTopic[label] = map[string]*acc{}
 				names = append(names, label)
 			}
-			topic := cmp.Or(s.Labels["topic"], r.Topic)
-			a := byTopic[label][topic]
+			a := byTopic[label][part]
 			if a == nil {
 				a = &acc{}
-				byTopic[label][topic] = a
+				byTopic[label][part] = a
 			}
 			a.ts, a.vals = append(a.ts, r.T), append(a.vals, s.Value)
 		}
@@ -186,7 +198,7 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		}
 		slices.Sort(names)
 		p := chartPanel{Title: g.title, Unit: "messages"}
-		if len(byTopic[names[0]]) > 1 {
+		if g.name == SeriesReplBacklog && len(byTopic[names[0]]) > 1 {
 			p.Unit = "messages, all topics"
 		}
 		for i, n := range names {

@@ -122,7 +122,7 @@ func TestWriteHTML(t *testing.T) {
 	}
 	html := b.String()
 	for _, want := range []string{"INVALID", "<svg", "#1 partition a,b", "#2 kill a/broker-0", "region a throughput", "region b throughput",
-		"replication lag", "messages, all topics", "subscription backlog", "send errors", "divergence", "background:#9467bd"} {
+		"replication lag", "messages, all topics", "subscription backlog, all subscriptions of a region", "send errors", "divergence", "background:#9467bd"} {
 		if !strings.Contains(html, want) {
 			t.Fatalf("report.html lacks %q", want)
 		}
