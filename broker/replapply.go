@@ -578,6 +578,10 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 			continue
 		}
+		if t.ml.identCovered(e.md) {
+			t.skipCovered(a, i, name, seq) // ident_dedup.go
+			continue
+		}
 		if !quotaChecked {
 			quotaChecked = true
 			if err := t.quotaErr(); err != nil {
@@ -600,6 +604,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		start := time.Now()
 		req := &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq}
 		req.from, req.fromFirst, req.fromLast, _ = originProducerKey(md)
+		req.ident, req.identFirst, req.identLast, _ = entryIdent(md)
 		req.done = func(_ pos, err error) {
 			a.mu.Lock()
 			if err != nil {
