@@ -121,6 +121,9 @@ type dedupTable struct {
 	max    int
 	byName map[string]*dedupProducer
 	lru    *list.List // of *dedupProducer, front = most recently used
+	// pending holds the queued, not yet stored batches of failover-identity
+	// keys (ident_dedup.go), in memory only.
+	pending map[string][]*identPending
 }
 
 func newDedupTable(maxNames int) *dedupTable {

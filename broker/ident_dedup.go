@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -40,9 +42,12 @@ import (
 //     failure before it cannot leave a hole that dedup would answer
 //     duplicate forever. The gap rule applies to it as to an append.
 //   - A local send (the stalled original reaching a after b's copy was
-//     replicated to a) all of whose messages are in the set is answered
-//     duplicate, when none of the producer's earlier batches is still in
-//     flight (else it is stored: a duplicate, never a loss).
+//     replicated to a; a resend in a after switching back) all of whose
+//     messages are in the set is answered duplicate, once every earlier
+//     batch of the producer queued here is stored (checkDupIdent).
+//   - A batch that would be covered once queued batches of the identity
+//     are stored waits for them (bounded), then decides: the two copies
+//     may race in the append queue.
 //
 // Guarantee: an entry is dropped only when every message of it is already
 // stored in this region (exact ranges, not a high-water mark: a third
@@ -132,27 +137,153 @@ func (d *dedupTable) identCovers(name string, first, highest int64) bool {
 	return ok && p.ranges != nil && p.ranges.covers(first, highest)
 }
 
-// checkDupIdent is checkDup for a producer with a failover identity key
-// ident ("" for none): a batch that is not a duplicate of the producer's
-// own sends but whose every message is already stored here (by
-// replication, from the region the producer failed over to) is answered a
-// stored duplicate at an unknown position, and the producer's own key is
-// raised over it. That is done only when none of the producer's earlier
-// batches is in flight: raising the key over an in-flight batch that then
-// fails would make its resend look stored.
-func (ml *managedLedger) checkDupIdent(producer, ident string, seq, highest int64) (dup bool, r dupResult) {
+// identPending is a queued batch of a failover-identity key; done closes
+// when it is stored or failed (after the stored ranges are updated).
+type identPending struct {
+	first, last int64
+	done        chan struct{}
+}
+
+// pendIdent records r's batch as queued under its identity key until r
+// completes (it wraps r.done). Call release when r is not queued after all
+// (enqueue failed); it is idempotent.
+func (ml *managedLedger) pendIdent(r *appendReq) (release func()) {
+	if r.ident == "" {
+		return func() {}
+	}
+	pe := &identPending{first: r.identFirst, last: r.identLast, done: make(chan struct{})}
+	name := r.ident
 	ml.mu.Lock()
-	defer ml.mu.Unlock()
+	if ml.dedup.pending == nil {
+		ml.dedup.pending = map[string][]*identPending{}
+	}
+	ml.dedup.pending[name] = append(ml.dedup.pending[name], pe)
+	ml.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			ml.mu.Lock()
+			l := ml.dedup.pending[name]
+			for i, x := range l {
+				if x == pe {
+					l = append(l[:i:i], l[i+1:]...)
+					break
+				}
+			}
+			if len(l) == 0 {
+				delete(ml.dedup.pending, name)
+			} else {
+				ml.dedup.pending[name] = l
+			}
+			ml.mu.Unlock()
+			close(pe.done)
+		})
+	}
+	done := r.done
+	r.done = func(p pos, err error) {
+		release()
+		done(p, err)
+	}
+	return release
+}
+
+// identCoverLocked tells whether every sequence ID of [first, highest]
+// under identity key name is stored (covered), or else whether it would be
+// once the queued batches in waits are stored (waits non-empty).
+func (d *dedupTable) identCoverLocked(name string, first, highest int64) (covered bool, waits []<-chan struct{}) {
+	if d.identCovers(name, first, highest) {
+		return true, nil
+	}
+	pend := d.pending[name]
+	if len(pend) == 0 {
+		return false, nil
+	}
+	var all seqRanges
+	if p, ok := d.byName[name]; ok && p.ranges != nil {
+		all.r = p.ranges.intervals()
+	}
+	for _, pe := range pend {
+		all.add(pe.first, pe.last, 0)
+		if pe.first <= highest && pe.last >= first {
+			waits = append(waits, pe.done)
+		}
+	}
+	if !all.covers(first, highest) {
+		return false, nil
+	}
+	return false, waits
+}
+
+// identWaitLimit bounds how long a send or a replicated entry waits for the
+// queued batches that would cover it; past it, it is stored (a duplicate,
+// never a loss).
+const identWaitLimit = 10 * time.Second
+
+// waitAll waits until every channel is closed, ctx ends or identWaitLimit
+// passes; it reports whether all closed.
+func waitAll(ctx context.Context, chs []<-chan struct{}) bool {
+	timer := time.NewTimer(identWaitLimit)
+	defer timer.Stop()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return false
+		}
+	}
+	return true
+}
+
+// checkDupIdent is checkDup for a producer with a failover identity key
+// ident ("" for none). A batch that is not a duplicate of the producer's
+// own sends but whose every message is already stored here (replicated
+// from the region the producer failed over to, or left) is answered a
+// stored duplicate at an unknown position, and the producer's own key is
+// raised over it. Raising the key is safe only once every earlier batch of
+// the producer queued here is stored (else one that fails would have its
+// resend answered duplicate: lost), and the cover may be still being
+// stored: in both cases it waits for the identity's queued batches
+// (ctx, identWaitLimit), then decides; on a timeout or a failure the batch
+// is stored (a duplicate, never a loss).
+func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident string, seq, highest int64) (dup bool, r dupResult) {
+	ml.mu.Lock()
 	d := ml.dedup
-	idle := true
+	prevPushed, prevStored := int64(-1), int64(-1)
 	if p, ok := d.byName[producer]; ok {
-		idle = p.pushed == p.stored
+		prevPushed, prevStored = p.pushed, p.stored
 	}
 	dup, r.stored, r.id, r.batchIndex, r.known = d.check(producer, seq, highest, time.Now().UnixMilli())
-	if dup || ident == "" || !idle || !d.identCovers(ident, seq, highest) {
+	if dup || ident == "" {
+		ml.mu.Unlock()
 		return dup, r
 	}
-	if p, ok := d.byName[producer]; ok && highest > p.stored {
+	covered, waits := d.identCoverLocked(ident, seq, highest)
+	if !covered && len(waits) == 0 {
+		ml.mu.Unlock()
+		return false, r
+	}
+	if prevPushed > prevStored {
+		// Earlier batches in flight: the producer's own, queued under the
+		// same identity (one stream at a time per producer name).
+		for _, pe := range d.pending[ident] {
+			if pe.last < seq {
+				waits = append(waits, pe.done)
+			}
+		}
+	}
+	ml.mu.Unlock()
+	if len(waits) > 0 && !waitAll(ctx, waits) {
+		return false, r
+	}
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	p, ok := ml.dedup.byName[producer]
+	if !ok || p.stored < prevPushed || !ml.dedup.identCovers(ident, seq, highest) {
+		return false, r
+	}
+	if highest > p.stored {
 		p.stored, p.first, p.known = highest, seq, false
 		p.pushed = max(p.pushed, p.stored)
 	}
@@ -160,11 +291,19 @@ func (ml *managedLedger) checkDupIdent(producer, ident string, seq, highest int6
 }
 
 // identCovered reports whether every message of a replicated entry is
-// already stored here under its failover identity.
-func (ml *managedLedger) identCovered(md *clientv1.EntryMetadata) bool {
+// already stored here under its failover identity; when queued batches of
+// the identity would cover it, it waits for them first (ctx,
+// identWaitLimit).
+func (ml *managedLedger) identCovered(ctx context.Context, md *clientv1.EntryMetadata) bool {
 	name, first, highest, ok := entryIdent(md)
 	if !ok {
 		return false
+	}
+	ml.mu.Lock()
+	covered, waits := ml.dedup.identCoverLocked(name, first, highest)
+	ml.mu.Unlock()
+	if covered || len(waits) == 0 || !waitAll(ctx, waits) {
+		return covered
 	}
 	ml.mu.Lock()
 	defer ml.mu.Unlock()

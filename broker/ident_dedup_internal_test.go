@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,27 +47,81 @@ func TestCheckDupIdent(t *testing.T) {
 		t.Fatal("0..9 is a duplicate")
 	}
 	ml.dedup.stored("p", 0, 9, pos{1, 0}, 2)
-	dup, r := ml.checkDupIdent("p", id, 10, 12)
+	dup, r := ml.checkDupIdent(context.Background(), "p", id, 10, 12)
 	if !dup || !r.stored || r.known {
 		t.Fatalf("covered 10..12: dup=%v %+v, want a stored duplicate at an unknown position", dup, r)
 	}
 	if dup, r := ml.checkDup("p", 11, 11); !dup || !r.stored {
 		t.Fatalf("resend of 11 after the cover: dup=%v %+v", dup, r)
 	}
-	if dup, _ := ml.checkDupIdent("p", id, 18, 21); dup {
+	if dup, _ := ml.checkDupIdent(context.Background(), "p", id, 18, 21); dup {
 		t.Fatal("partly covered 18..21 is a duplicate")
 	}
 	// 18..21 is in flight: a covered batch after it is stored, not skipped
 	// (raising p over an in-flight batch that fails would lose it).
-	if dup, _ := ml.checkDupIdent("p", identDedupName("X", "p"), 22, 22); dup {
+	if dup, _ := ml.checkDupIdent(context.Background(), "p", identDedupName("X", "p"), 22, 22); dup {
 		t.Fatal("22 (not covered) is a duplicate")
 	}
 	ml.dedup.storedIdent(id, 23, 30, pos{1, 9}, 3)
-	if dup, _ := ml.checkDupIdent("p", id, 23, 24); dup {
+	if dup, _ := ml.checkDupIdent(context.Background(), "p", id, 23, 24); dup {
 		t.Fatal("covered 23..24 skipped while 18..22 are in flight")
 	}
+	// A cover still being stored (a replicated copy in the append queue):
+	// the send waits for it; stored, the send is a duplicate; failed, it
+	// is stored.
+	for _, ok := range []bool{true, false} {
+		name := fmt.Sprintf("s-%v", ok)
+		id2 := identDedupName("Y", name)
+		req := &appendReq{ident: id2, identFirst: 0, identLast: 4, done: func(pos, error) {}}
+		ml.pendIdent(req)
+		go func() {
+			time.Sleep(10 * time.Millisecond)
+			if ok {
+				ml.mu.Lock()
+				ml.dedup.storedIdent(id2, 0, 4, pos{1, 1}, 1)
+				ml.mu.Unlock()
+				req.done(pos{1, 1}, nil)
+			} else {
+				req.done(pos{}, errors.New("add failed"))
+			}
+		}()
+		if dup, _ := ml.checkDupIdent(context.Background(), name, id2, 0, 4); dup != ok {
+			t.Fatalf("cover being stored (stored %v): dup=%v", ok, dup)
+		}
+	}
+	// The producer's own earlier batch in flight: a covered batch waits
+	// for it; once it is stored the covered one is a duplicate, if it
+	// fails the covered one is stored.
+	for _, ok := range []bool{true, false} {
+		name := fmt.Sprintf("u-%v", ok)
+		id3 := identDedupName("Z", name)
+		ml.mu.Lock()
+		ml.dedup.storedIdent(id3, 2, 3, pos{1, 2}, 1) // replicated copy of 2..3
+		ml.mu.Unlock()
+		if dup, _ := ml.checkDupIdent(context.Background(), name, id3, 0, 1); dup {
+			t.Fatal("0..1 is a duplicate")
+		}
+		own := &appendReq{ident: id3, identFirst: 0, identLast: 1, done: func(pos, error) {}}
+		ml.pendIdent(own)
+		go func() {
+			time.Sleep(10 * time.Millisecond)
+			if ok {
+				ml.mu.Lock()
+				ml.dedup.stored(name, 0, 1, pos{1, 3}, 1)
+				ml.dedup.storedIdent(id3, 0, 1, pos{1, 3}, 1)
+				ml.mu.Unlock()
+				own.done(pos{1, 3}, nil)
+			} else {
+				ml.unpush(name, 1)
+				own.done(pos{}, errors.New("add failed"))
+			}
+		}()
+		if dup, _ := ml.checkDupIdent(context.Background(), name, id3, 2, 3); dup != ok {
+			t.Fatalf("own batch before (stored %v): dup=%v", ok, dup)
+		}
+	}
 	// Without an identity: the producer's own dedup only.
-	if dup, _ := ml.checkDupIdent("q", "", 0, 0); dup {
+	if dup, _ := ml.checkDupIdent(context.Background(), "q", "", 0, 0); dup {
 		t.Fatal("q/0 is a duplicate")
 	}
 }

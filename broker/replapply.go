@@ -578,7 +578,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 			continue
 		}
-		if t.ml.identCovered(e.md) {
+		if t.ml.identCovered(ctx, e.md) {
 			t.skipCovered(a, i, name, seq) // ident_dedup.go
 			continue
 		}
@@ -624,8 +624,10 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			t.repl.finish(name, seq, f, err == nil)
 			a.wg.Done()
 		}
+		release := t.ml.pendIdent(req)
 		err = t.ml.enqueue(ctx, req)
 		if err != nil {
+			release()
 			t.replUnpush(name, seq)
 			t.repl.finish(name, seq, f, false)
 			a.wg.Done()

@@ -226,7 +226,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
-	if dup, d := t.ml.checkDupIdent(p.name, p.ident, sd.GetSequenceId(), highest); dup {
+	if dup, d := t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest); dup {
 		if d.stored {
 			// Answer with where the batch was first stored when that is
 			// known (one of the producer's recent batches); else without an ID.
@@ -262,7 +262,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
+	req := &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
 		ident: p.ident, identFirst: sd.GetSequenceId(), identLast: highest, done: func(ps pos, err error) {
 			if err != nil {
 				t.ml.unpush(p.name, highest)
@@ -274,8 +274,11 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 			p.msgs.Add(int64(nmsgs))
 			b.metrics.in(ns, nmsgs, nbytes, time.Since(now).Seconds())
 			reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
-		}})
+		}}
+	release := t.ml.pendIdent(req) // ident_dedup.go
+	err = t.ml.enqueue(ctx, req)
 	if err != nil {
+		release()
 		// Not queued (the stream's context ended while the append queue
 		// was full, or the ledger failed). Refuse every later send of
 		// this stream, as after a quota refusal: enqueue's select may
