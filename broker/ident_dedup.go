@@ -219,21 +219,21 @@ func (d *dedupTable) identCoverLocked(name string, first, highest int64) (covere
 // never a loss).
 const identWaitLimit = 10 * time.Second
 
-// waitAll waits until every channel is closed, ctx ends or identWaitLimit
-// passes; it reports whether all closed.
-func waitAll(ctx context.Context, chs []<-chan struct{}) bool {
+// waitAll waits until every channel is closed; it fails (ErrUnavailable)
+// when ctx ends or identWaitLimit passes first.
+func waitAll(ctx context.Context, chs []<-chan struct{}) error {
 	timer := time.NewTimer(identWaitLimit)
 	defer timer.Stop()
 	for _, ch := range chs {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return false
+			return fmt.Errorf("%w: stream ended while waiting for a copy of the batch being stored: %v", ErrUnavailable, ctx.Err())
 		case <-timer.C:
-			return false
+			return fmt.Errorf("%w: a copy of the batch is still being stored after %v; resend it", ErrUnavailable, identWaitLimit)
 		}
 	}
-	return true
+	return nil
 }
 
 // checkDupIdent is checkDup for a producer with a failover identity key
@@ -246,8 +246,11 @@ func waitAll(ctx context.Context, chs []<-chan struct{}) bool {
 // resend answered duplicate: lost), and the cover may be still being
 // stored: in both cases it waits for the identity's queued batches
 // (ctx, identWaitLimit), then decides; on a timeout or a failure the batch
-// is stored (a duplicate, never a loss).
-func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident string, seq, highest int64) (dup bool, r dupResult) {
+// is stored (a duplicate, never a loss). When the wait ends first (ctx,
+// identWaitLimit) it returns an error and forgets the batch as queued: the
+// caller must refuse it and every later send of the stream (storing it
+// after the stream ended would race the client's resend elsewhere).
+func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident string, seq, highest int64) (dup bool, r dupResult, err error) {
 	ml.mu.Lock()
 	d := ml.dedup
 	prevPushed, prevStored := int64(-1), int64(-1)
@@ -257,12 +260,12 @@ func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident stri
 	dup, r.stored, r.id, r.batchIndex, r.known = d.check(producer, seq, highest, time.Now().UnixMilli())
 	if dup || ident == "" {
 		ml.mu.Unlock()
-		return dup, r
+		return dup, r, nil
 	}
 	covered, waits := d.identCoverLocked(ident, seq, highest)
 	if !covered && len(waits) == 0 {
 		ml.mu.Unlock()
-		return false, r
+		return false, r, nil
 	}
 	if prevPushed > prevStored {
 		// Earlier batches in flight: the producer's own, queued under the
@@ -274,40 +277,49 @@ func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident stri
 		}
 	}
 	ml.mu.Unlock()
-	if len(waits) > 0 && !waitAll(ctx, waits) {
-		return false, r
+	if len(waits) > 0 {
+		if err := waitAll(ctx, waits); err != nil {
+			ml.unpush(producer, highest)
+			return false, r, err
+		}
 	}
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	p, ok := ml.dedup.byName[producer]
 	if !ok || p.stored < prevPushed || !ml.dedup.identCovers(ident, seq, highest) {
-		return false, r
+		return false, r, nil
 	}
 	if highest > p.stored {
 		p.stored, p.first, p.known = highest, seq, false
 		p.pushed = max(p.pushed, p.stored)
 	}
-	return true, dupResult{stored: true}
+	return true, dupResult{stored: true}, nil
 }
 
 // identCovered reports whether every message of a replicated entry is
 // already stored here under its failover identity; when queued batches of
 // the identity would cover it, it waits for them first (ctx,
 // identWaitLimit).
-func (ml *managedLedger) identCovered(ctx context.Context, md *clientv1.EntryMetadata) bool {
+//
+// When the wait ends first it returns an error: the entry must be
+// rejected (and resent), not stored after its stream ended.
+func (ml *managedLedger) identCovered(ctx context.Context, md *clientv1.EntryMetadata) (bool, error) {
 	name, first, highest, ok := entryIdent(md)
 	if !ok {
-		return false
+		return false, nil
 	}
 	ml.mu.Lock()
 	covered, waits := ml.dedup.identCoverLocked(name, first, highest)
 	ml.mu.Unlock()
-	if covered || len(waits) == 0 || !waitAll(ctx, waits) {
-		return covered
+	if covered || len(waits) == 0 {
+		return covered, nil
+	}
+	if err := waitAll(ctx, waits); err != nil {
+		return false, err
 	}
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	return ml.dedup.identCovers(name, first, highest)
+	return ml.dedup.identCovers(name, first, highest), nil
 }
 
 // replSkipped records origin_seq seq of replication key name as applied

@@ -47,23 +47,23 @@ func TestCheckDupIdent(t *testing.T) {
 		t.Fatal("0..9 is a duplicate")
 	}
 	ml.dedup.stored("p", 0, 9, pos{1, 0}, 2)
-	dup, r := ml.checkDupIdent(context.Background(), "p", id, 10, 12)
+	dup, r, _ := ml.checkDupIdent(context.Background(), "p", id, 10, 12)
 	if !dup || !r.stored || r.known {
 		t.Fatalf("covered 10..12: dup=%v %+v, want a stored duplicate at an unknown position", dup, r)
 	}
 	if dup, r := ml.checkDup("p", 11, 11); !dup || !r.stored {
 		t.Fatalf("resend of 11 after the cover: dup=%v %+v", dup, r)
 	}
-	if dup, _ := ml.checkDupIdent(context.Background(), "p", id, 18, 21); dup {
+	if dup, _, _ := ml.checkDupIdent(context.Background(), "p", id, 18, 21); dup {
 		t.Fatal("partly covered 18..21 is a duplicate")
 	}
 	// 18..21 is in flight: a covered batch after it is stored, not skipped
 	// (raising p over an in-flight batch that fails would lose it).
-	if dup, _ := ml.checkDupIdent(context.Background(), "p", identDedupName("X", "p"), 22, 22); dup {
+	if dup, _, _ := ml.checkDupIdent(context.Background(), "p", identDedupName("X", "p"), 22, 22); dup {
 		t.Fatal("22 (not covered) is a duplicate")
 	}
 	ml.dedup.storedIdent(id, 23, 30, pos{1, 9}, 3)
-	if dup, _ := ml.checkDupIdent(context.Background(), "p", id, 23, 24); dup {
+	if dup, _, _ := ml.checkDupIdent(context.Background(), "p", id, 23, 24); dup {
 		t.Fatal("covered 23..24 skipped while 18..22 are in flight")
 	}
 	// A cover still being stored (a replicated copy in the append queue):
@@ -85,7 +85,7 @@ func TestCheckDupIdent(t *testing.T) {
 				req.done(pos{}, errors.New("add failed"))
 			}
 		}()
-		if dup, _ := ml.checkDupIdent(context.Background(), name, id2, 0, 4); dup != ok {
+		if dup, _, _ := ml.checkDupIdent(context.Background(), name, id2, 0, 4); dup != ok {
 			t.Fatalf("cover being stored (stored %v): dup=%v", ok, dup)
 		}
 	}
@@ -98,7 +98,7 @@ func TestCheckDupIdent(t *testing.T) {
 		ml.mu.Lock()
 		ml.dedup.storedIdent(id3, 2, 3, pos{1, 2}, 1) // replicated copy of 2..3
 		ml.mu.Unlock()
-		if dup, _ := ml.checkDupIdent(context.Background(), name, id3, 0, 1); dup {
+		if dup, _, _ := ml.checkDupIdent(context.Background(), name, id3, 0, 1); dup {
 			t.Fatal("0..1 is a duplicate")
 		}
 		own := &appendReq{ident: id3, identFirst: 0, identLast: 1, done: func(pos, error) {}}
@@ -116,12 +116,27 @@ func TestCheckDupIdent(t *testing.T) {
 				own.done(pos{}, errors.New("add failed"))
 			}
 		}()
-		if dup, _ := ml.checkDupIdent(context.Background(), name, id3, 2, 3); dup != ok {
+		if dup, _, _ := ml.checkDupIdent(context.Background(), name, id3, 2, 3); dup != ok {
 			t.Fatalf("own batch before (stored %v): dup=%v", ok, dup)
 		}
 	}
+	// The stream ends while the cover is being stored: an error (the
+	// caller refuses the send), the batch forgotten as queued.
+	idw := identDedupName("W", "w")
+	ml.pendIdent(&appendReq{ident: idw, identFirst: 0, identLast: 0, done: func(pos, error) {}})
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if dup, _, err := ml.checkDupIdent(cctx, "w", idw, 0, 0); dup || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("wait ended: dup=%v err=%v", dup, err)
+	}
+	if ml.lastSequence("w") != -1 {
+		t.Fatalf("refused batch still queued: %d", ml.lastSequence("w"))
+	}
+	if _, err := ml.identCovered(cctx, &clientv1.EntryMetadata{ProducerName: "w", ProducerIdentity: "W", NumMessages: 1}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("replicated entry, wait ended: %v", err)
+	}
 	// Without an identity: the producer's own dedup only.
-	if dup, _ := ml.checkDupIdent(context.Background(), "q", "", 0, 0); dup {
+	if dup, _, _ := ml.checkDupIdent(context.Background(), "q", "", 0, 0); dup {
 		t.Fatal("q/0 is a duplicate")
 	}
 }

@@ -578,7 +578,11 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 			continue
 		}
-		if t.ml.identCovered(ctx, e.md) {
+		if covered, err := t.ml.identCovered(ctx, e.md); err != nil {
+			t.replUnpush(name, seq)
+			reject(i, err)
+			continue
+		} else if covered {
 			t.skipCovered(a, i, name, seq) // ident_dedup.go
 			continue
 		}

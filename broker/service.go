@@ -226,7 +226,15 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
-	if dup, d := t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest); dup {
+	dup, d, err := t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest)
+	if err != nil {
+		// Refused like a quota refusal: a later batch stored first would
+		// make this one's resend look like a stored duplicate.
+		p.refuse(err)
+		fail(err)
+		return
+	}
+	if dup {
 		if d.stored {
 			// Answer with where the batch was first stored when that is
 			// known (one of the producer's recent batches); else without an ID.

@@ -73,6 +73,7 @@ func logCopies(t *testing.T, g *geoCluster, region, topic string, want []string)
 	type entry struct{ l, e int64 }
 	entries := map[entry]bool{}
 	copies := map[string]int{}
+	first := map[string]string{}
 	seenAll := func() bool {
 		for _, k := range want {
 			if copies[k] == 0 {
@@ -102,7 +103,18 @@ func logCopies(t *testing.T, g *geoCluster, region, topic string, want []string)
 			continue
 		}
 		entries[entry{m.ID.LedgerID, m.ID.EntryID}] = true
-		copies[fmt.Sprintf("%s/%d", m.ProducerName, m.SequenceID)]++
+		k := fmt.Sprintf("%s/%d", m.ProducerName, m.SequenceID)
+		copies[k]++
+		if copies[k] > 1 {
+			t.Logf("%s: %s again: origin %s seq %d at %v, publish %v", region, k, m.OriginRegion, m.OriginSeq, m.ID, m.PublishTime.Format("15:04:05.000"))
+		} else {
+			first[k] = fmt.Sprintf("origin %s seq %d at %v, publish %v", m.OriginRegion, m.OriginSeq, m.ID, m.PublishTime.Format("15:04:05.000"))
+		}
+	}
+	for k, c := range copies {
+		if c > 1 {
+			t.Logf("%s: %s first: %s", region, k, first[k])
+		}
 	}
 	// The rest of the last batch is already in the client's queue.
 	for {
