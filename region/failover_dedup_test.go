@@ -335,9 +335,10 @@ func TestFailoverDedupArrivalOrder(t *testing.T) {
 // TestFailoverDedupTakeover: b's broker crashes and restarts between the
 // two copies (the resend stored in b, the original still on its way from
 // a): the takeover scan rebuilds the stored sequence IDs from the entries,
-// so a's copies are still recognised. Then a's topic is unloaded and b's
-// broker restarted again (the dedup snapshot path), and a late copy is
-// still answered duplicate.
+// so a's copies are still recognised. Then a's topic is unloaded (the
+// dedup snapshot path) and a late copy is still answered duplicate; and
+// b's broker crashes again, losing the progress of the entries it skipped,
+// and a's later entries still reach it.
 func TestFailoverDedupTakeover(t *testing.T) {
 	g := startGeo(t, []string{"a", "b"}, geoOptions{})
 	g.createNamespace("public/fo", "a", "b")
@@ -376,5 +377,24 @@ func TestFailoverDedupTakeover(t *testing.T) {
 	if rc := pa2.send(13, 1); !rc.GetDuplicate() {
 		t.Fatalf("late send of 13 in a after a reload answered %v, want duplicate", rc)
 	}
-	checkOnce(t, "a", logCopies(t, g, "a", topic, want), want)
+	// b crashes again: the progress of the entries it skipped (a's 5..9,
+	// in memory and in no stored entry) is gone. a's later entries still
+	// reach b: the skips do not stall replication.
+	i = g.ownerIndex("b", topic)
+	if i < 0 {
+		lookupAny(g.url("b"), topic)
+		i = g.ownerIndex("b", topic)
+	}
+	if i >= 0 {
+		g.kill("b", i)
+		g.restart("b", i)
+	}
+	for s := int64(15); s < 20; s++ {
+		pa2.send(s, 1)
+	}
+	settleRepl(t, g, topic, "a", "b")
+	want = append(want, seqKeys("r", 15, 19)...)
+	for _, r := range []string{"a", "b"} {
+		checkOnce(t, r, logCopies(t, g, r, topic, want), want)
+	}
 }
