@@ -50,8 +50,12 @@ type batchPos struct {
 	at          pos
 }
 
-// dedupSnapStateBytes bounds the JSON of a dedupSnap plus its punctuation.
-const dedupSnapStateBytes = 140
+// dedupSnapStateBytes bounds the JSON of a dedupSnap plus its punctuation,
+// and dedupSnapRangeBytes that of one interval of its R.
+const (
+	dedupSnapStateBytes = 140
+	dedupSnapRangeBytes = 44
+)
 
 // dedupSnap is one producer in the stored snapshot.
 type dedupSnap struct {
@@ -64,6 +68,9 @@ type dedupSnap struct {
 	E     int64 `json:"e"`
 	// Used is the producer's last use, Unix ms.
 	Used int64 `json:"u"`
+	// R is the exact set of stored sequence IDs of a failover-identity key
+	// (ident_dedup.go), as intervals; absent for other keys.
+	R [][2]int64 `json:"r,omitempty"`
 }
 
 // dedupProducer is what a topic remembers about one producer name.
@@ -80,6 +87,9 @@ type dedupProducer struct {
 	// where the next one goes).
 	recent []batchPos
 	next   int
+	// ranges is the exact set of stored sequence IDs of a
+	// failover-identity key (ident_dedup.go); nil for other keys.
+	ranges *seqRanges
 }
 
 // remember adds a stored batch to the recent ring.
@@ -111,6 +121,9 @@ type dedupTable struct {
 	max    int
 	byName map[string]*dedupProducer
 	lru    *list.List // of *dedupProducer, front = most recently used
+	// pending holds the queued, not yet stored batches of failover-identity
+	// keys (ident_dedup.go), in memory only.
+	pending map[string][]*identPending
 }
 
 func newDedupTable(maxNames int) *dedupTable {
@@ -130,6 +143,10 @@ func (d *dedupTable) restore(snap map[string]dedupSnap, legacy map[string]int64)
 		p := d.upsert(name)
 		p.raise(s.Seq, s.First, pos{s.L, s.E}, s.E >= 0)
 		p.usedMs = max(p.usedMs, s.Used)
+		if len(s.R) > 0 && isIdentName(name) {
+			p.ranges = &seqRanges{}
+			p.ranges.load(s.R, maxIdentRanges)
+		}
 	}
 }
 
@@ -283,6 +300,10 @@ func (d *dedupTable) snapshot(ledgers []ledgerInfo, covered int64) (map[string]d
 			n, _ := json.Marshal(p.name)
 			size += len(n) + dedupSnapStateBytes
 			s := dedupSnap{Seq: p.stored, First: p.first, L: p.at.L, E: p.at.E, Used: p.usedMs}
+			if p.ranges != nil {
+				s.R = p.ranges.intervals()
+				size += len(s.R) * dedupSnapRangeBytes
+			}
 			if !p.known {
 				s.L, s.E = -1, -1
 			}

@@ -25,7 +25,9 @@ import (
 // key is raised to it, so a send at or below it is answered duplicate.
 // Messages acknowledged in a and not yet replicated when the client moved
 // are not known to b: resent, they are stored in b, and arrive again from a
-// after the heal (counted as duplicates by consumers).
+// after the heal. For producers with a failover identity (every producer of
+// a multi-region client) ident_dedup.go recognises that copy, in b and in
+// every other region, and stores it once.
 
 // FailoverDedupPrefix starts the origin-qualified dedup keys of the
 // producers of replicated entries: "meridian.from.<origin>/<producer>".

@@ -79,7 +79,11 @@ type appendReq struct {
 	// (failover_dedup.go); "" for none.
 	from                string
 	fromFirst, fromLast int64
-	done                func(p pos, err error)
+	// ident is the failover-identity dedup key of the entry's producer,
+	// with its batch [identFirst, identLast] (ident_dedup.go); "" for none.
+	ident                 string
+	identFirst, identLast int64
+	done                  func(p pos, err error)
 }
 
 type cachedEntry struct {
@@ -235,6 +239,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 					}
 					if name, first, hs, ok := originProducerKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
+					}
+					if name, first, hs, ok := entryIdent(md); ok {
+						dedup.observeIdent(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 					}
 				}
 			}
@@ -438,6 +445,9 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 		}
 		if r.from != "" {
 			ml.dedup.storedFrom(r.from, r.fromFirst, r.fromLast, p, ml.lastWrite.UnixMilli())
+		}
+		if r.ident != "" {
+			ml.dedup.storedIdent(r.ident, r.identFirst, r.identLast, p, ml.lastWrite.UnixMilli())
 		}
 		ml.cacheLocked(p, r.data)
 		ml.mu.Unlock()

@@ -583,6 +583,14 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 			continue
 		}
+		if covered, err := t.ml.identCovered(ctx, e.md); err != nil {
+			t.replUnpush(name, seq)
+			reject(i, err)
+			continue
+		} else if covered {
+			t.skipCovered(a, i, name, seq) // ident_dedup.go
+			continue
+		}
 		if !quotaChecked {
 			quotaChecked = true
 			if err := t.quotaErr(); err != nil {
@@ -605,6 +613,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		start := time.Now()
 		req := &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq}
 		req.from, req.fromFirst, req.fromLast, _ = originProducerKey(md)
+		req.ident, req.identFirst, req.identLast, _ = entryIdent(md)
 		req.done = func(_ pos, err error) {
 			a.mu.Lock()
 			if err != nil {
@@ -624,8 +633,10 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			t.repl.finish(name, seq, f, err == nil)
 			a.wg.Done()
 		}
+		release := t.ml.pendIdent(req)
 		err = t.ml.enqueue(ctx, req)
 		if err != nil {
+			release()
 			t.replUnpush(name, seq)
 			t.repl.finish(name, seq, f, false)
 			a.wg.Done()

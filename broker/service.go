@@ -68,11 +68,17 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	if err := validateFailoverFrom(open.GetFailoverFrom()); err != nil {
 		return GRPCError(err)
 	}
+	if err := validateFailoverIdentity(open.GetFailoverIdentity()); err != nil {
+		return GRPCError(err)
+	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {
 		return GRPCError(err)
 	}
-	p := &producer{name: pname, addr: peerAddr(ctx), out: make(chan *clientv1.ProduceResponse, b.cfg.MaxPendingSends), done: make(chan struct{})}
+	p := &producer{name: pname, identity: open.GetFailoverIdentity(), addr: peerAddr(ctx), out: make(chan *clientv1.ProduceResponse, b.cfg.MaxPendingSends), done: make(chan struct{})}
+	if p.identity != "" {
+		p.ident = identDedupName(p.identity, pname)
+	}
 	t.mu.Lock()
 	if t.closing {
 		t.mu.Unlock()
@@ -220,7 +226,15 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
-	if dup, d := t.ml.checkDup(p.name, sd.GetSequenceId(), highest); dup {
+	dup, d, err := t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest)
+	if err != nil {
+		// Refused like a quota refusal: a later batch stored first would
+		// make this one's resend look like a stored duplicate.
+		p.refuse(err)
+		fail(err)
+		return
+	}
+	if dup {
 		if d.stored {
 			// Answer with where the batch was first stored when that is
 			// known (one of the producer's recent batches); else without an ID.
@@ -244,7 +258,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		PublishTimeMs: pub, NumMessages: sd.GetNumMessages(), Compression: sd.GetCompression(),
 		UncompressedSize: sd.GetUncompressedSize(), OriginRegion: b.cfg.Region,
 		ReplicateTo: sd.GetReplicateTo(), DisableReplication: sd.GetDisableReplication(),
-		BrokerPublishTimeMs: now.UnixMilli(),
+		BrokerPublishTimeMs: now.UnixMilli(), ProducerIdentity: p.identity,
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}
@@ -256,19 +270,23 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	err = t.ml.enqueue(ctx, &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true, done: func(ps pos, err error) {
-		if err != nil {
-			t.ml.unpush(p.name, highest)
-			fail(err)
-			return
-		}
-		t.msgsIn.Add(int64(nmsgs))
-		t.bytesIn.Add(int64(nbytes))
-		p.msgs.Add(int64(nmsgs))
-		b.metrics.in(ns, nmsgs, nbytes, time.Since(now).Seconds())
-		reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
-	}})
+	req := &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
+		ident: p.ident, identFirst: sd.GetSequenceId(), identLast: highest, done: func(ps pos, err error) {
+			if err != nil {
+				t.ml.unpush(p.name, highest)
+				fail(err)
+				return
+			}
+			t.msgsIn.Add(int64(nmsgs))
+			t.bytesIn.Add(int64(nbytes))
+			p.msgs.Add(int64(nmsgs))
+			b.metrics.in(ns, nmsgs, nbytes, time.Since(now).Seconds())
+			reply(&clientv1.SendReceipt{SequenceId: sd.GetSequenceId(), MessageId: &clientv1.MessageId{LedgerId: ps.L, EntryId: ps.E}})
+		}}
+	release := t.ml.pendIdent(req) // ident_dedup.go
+	err = t.ml.enqueue(ctx, req)
 	if err != nil {
+		release()
 		// Not queued (the stream's context ended while the append queue
 		// was full, or the ledger failed). Refuse every later send of
 		// this stream, as after a quota refusal: enqueue's select may

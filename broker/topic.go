@@ -17,11 +17,14 @@ import (
 // producer is one connected producer.
 type producer struct {
 	name string
-	addr string
-	out  chan *clientv1.ProduceResponse
-	done chan struct{}
-	once sync.Once
-	msgs atomic.Int64
+	// ident is the producer's failover-identity dedup key ("" for none,
+	// ident_dedup.go) and identity the identity it gave.
+	ident, identity string
+	addr            string
+	out             chan *clientv1.ProduceResponse
+	done            chan struct{}
+	once            sync.Once
+	msgs            atomic.Int64
 	// refused is set by the first quota refusal (refuse).
 	refused atomic.Pointer[error]
 }

@@ -54,6 +54,7 @@ type Producer struct {
 	maxBytes int64         // broker's max entry payload
 	region   string        // the owner's region (ProducerOpened.region)
 	used     []string      // regions the producer opened in (failover_from)
+	identity string        // failover identity (failover_identity.go), fixed
 	gen      uint64        // the client's switch generation of the stream
 	// lastErr is the last retryable error a receipt reported (a quota, an
 	// unavailable topic); a send timeout names it.
@@ -97,19 +98,20 @@ func (c *Client) NewProducer(ctx context.Context, opts ProducerOptions) (*Produc
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &Producer{
-		c:       c,
-		opts:    opts,
-		log:     c.log.With("topic", opts.Topic, "producer", opts.Name),
-		limiter: newPendingLimiter(opts.MaxPendingMessages, opts.BlockIfQueueFull),
-		disp:    newDispatcher(),
-		closeCh: make(chan struct{}),
-		doneCh:  make(chan struct{}),
-		ctx:     pctx,
-		cancel:  cancel,
-		name:    opts.Name,
-		builder: newBatchBuilder(opts.BatchingMaxMessages, opts.BatchingMaxBytes),
-		wake:    make(chan struct{}, 1),
-		stallCh: make(chan struct{}, 1),
+		c:        c,
+		opts:     opts,
+		log:      c.log.With("topic", opts.Topic, "producer", opts.Name),
+		limiter:  newPendingLimiter(opts.MaxPendingMessages, opts.BlockIfQueueFull),
+		disp:     newDispatcher(),
+		closeCh:  make(chan struct{}),
+		doneCh:   make(chan struct{}),
+		ctx:      pctx,
+		cancel:   cancel,
+		name:     opts.Name,
+		identity: c.newFailoverIdentity(),
+		builder:  newBatchBuilder(opts.BatchingMaxMessages, opts.BatchingMaxBytes),
+		wake:     make(chan struct{}, 1),
+		stallCh:  make(chan struct{}, 1),
 	}
 	stream, err := p.connectRetry(ctx, true)
 	if err != nil {
@@ -521,9 +523,10 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 	p.mu.Lock()
 	name := p.name
 	from := p.c.failoverFrom(p.used)
+	identity := p.identity
 	p.mu.Unlock()
 	if err := stream.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{
-		Topic: p.opts.Topic, ProducerName: name, FailoverFrom: from,
+		Topic: p.opts.Topic, ProducerName: name, FailoverFrom: from, FailoverIdentity: identity,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)

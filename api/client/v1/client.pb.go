@@ -538,9 +538,17 @@ type OpenProducer struct {
 	// wrote to before a client failover. The broker counts the producer's
 	// sequence IDs already replicated from those regions as stored, so a
 	// resend of a message that was replicated is answered duplicate.
-	FailoverFrom  []string `protobuf:"bytes,3,rep,name=failover_from,json=failoverFrom,proto3" json:"failover_from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FailoverFrom []string `protobuf:"bytes,3,rep,name=failover_from,json=failoverFrom,proto3" json:"failover_from,omitempty"`
+	// failover_identity names this producer instance across regions: the
+	// same value on every open of one producer (same producer_name, same
+	// sequence IDs, never reused), in every region it fails over to; ""
+	// for none. The broker stores it with the producer's entries
+	// (EntryMetadata.producer_identity), so every region recognises a
+	// message of the producer whichever region stored it first, and stores
+	// it once. Up to 128 characters of [a-zA-Z0-9_.-].
+	FailoverIdentity string `protobuf:"bytes,4,opt,name=failover_identity,json=failoverIdentity,proto3" json:"failover_identity,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *OpenProducer) Reset() {
@@ -592,6 +600,13 @@ func (x *OpenProducer) GetFailoverFrom() []string {
 		return x.FailoverFrom
 	}
 	return nil
+}
+
+func (x *OpenProducer) GetFailoverIdentity() string {
+	if x != nil {
+		return x.FailoverIdentity
+	}
+	return ""
 }
 
 // Send is one batch: stored as one entry.
@@ -2131,11 +2146,12 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0eProduceRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .meridian.client.v1.OpenProducerH\x00R\x04open\x12.\n" +
 	"\x04send\x18\x02 \x01(\v2\x18.meridian.client.v1.SendH\x00R\x04sendB\x06\n" +
-	"\x04kind\"n\n" +
+	"\x04kind\"\x9b\x01\n" +
 	"\fOpenProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
 	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\x12#\n" +
-	"\rfailover_from\x18\x03 \x03(\tR\ffailoverFrom\"\xd4\x02\n" +
+	"\rfailover_from\x18\x03 \x03(\tR\ffailoverFrom\x12+\n" +
+	"\x11failover_identity\x18\x04 \x01(\tR\x10failoverIdentity\"\xd4\x02\n" +
 	"\x04Send\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12!\n" +

@@ -195,8 +195,14 @@ type EntryMetadata struct {
 	OriginSeq int64 `protobuf:"varint,14,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
 	// disable_replication: the entry stays in its origin region.
 	DisableReplication bool `protobuf:"varint,15,opt,name=disable_replication,json=disableReplication,proto3" json:"disable_replication,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// producer_identity is the producer instance's failover identity
+	// (OpenProducer.failover_identity), "" when it gave none. With
+	// producer_name it names the batch's sequence IDs in every region,
+	// whichever region stored them: a region keeps one copy of each message
+	// of a producer that failed over (broker/ident_dedup.go).
+	ProducerIdentity string `protobuf:"bytes,16,opt,name=producer_identity,json=producerIdentity,proto3" json:"producer_identity,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -334,6 +340,13 @@ func (x *EntryMetadata) GetDisableReplication() bool {
 	return false
 }
 
+func (x *EntryMetadata) GetProducerIdentity() string {
+	if x != nil {
+		return x.ProducerIdentity
+	}
+	return ""
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -460,7 +473,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\x83\x05\n" +
+	"batchIndex\"\xb0\x05\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -481,7 +494,8 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\x16broker_publish_time_ms\x18\r \x01(\x03R\x13brokerPublishTimeMs\x12\x1d\n" +
 	"\n" +
 	"origin_seq\x18\x0e \x01(\x03R\toriginSeq\x12/\n" +
-	"\x13disable_replication\x18\x0f \x01(\bR\x12disableReplication\"\xf1\x01\n" +
+	"\x13disable_replication\x18\x0f \x01(\bR\x12disableReplication\x12+\n" +
+	"\x11producer_identity\x18\x10 \x01(\tR\x10producerIdentity\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +
