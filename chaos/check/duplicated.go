@@ -1,0 +1,94 @@
+package check
+
+import (
+	"fmt"
+	"strings"
+)
+
+// checkDuplicated (Count: duplicate deliveries plus messages stored twice
+// in a way storage forbids) counts, per subscription, the deliveries of a message
+// beyond its first (at-least-once allows them: they fail the checker only
+// with Options.BoundDuplicates, beyond MaxDuplicates per subscription),
+// and checks storage: in each region's read-back a message of a
+// deduplicating producer must appear at most once, and every message must
+// appear as often in each region that holds it (replication copies each
+// stored entry exactly once; a copy stored twice by a receiver is a
+// failure whether or not its producer deduplicates). A non-deduplicating
+// producer's message stored twice everywhere (a resend after a timeout)
+// is counted only.
+func checkDuplicated(x *hindex, opt Options) Result {
+	var ex examples
+	total := 0
+	var perSub []string
+	over := 0
+	for _, sk := range x.subOrder {
+		seen := map[msgKey]int{}
+		dups := 0
+		for _, d := range x.deliveries[sk] {
+			k := keyOf(d)
+			seen[k]++
+			if seen[k] > 1 {
+				dups++
+			}
+		}
+		if dups == 0 {
+			continue
+		}
+		total += dups
+		perSub = append(perSub, fmt.Sprintf("%s: %d", sk, dups))
+		if opt.BoundDuplicates && dups > opt.MaxDuplicates {
+			over++
+			ex.add("subscription %s: %d duplicate deliveries, bound %d", sk, dups, opt.MaxDuplicates)
+		}
+	}
+	// Storage: counts of each message in each region's read-back.
+	storedTwice, dedupTwice, replTwice := 0, 0, 0
+	all := map[msgKey]bool{}
+	for _, m := range x.readCount {
+		for k := range m {
+			all[k] = true
+		}
+	}
+	for _, k := range sortedKeys(all) {
+		dedup := x.sends[k] != nil && x.sends[k].dedup
+		lo, hi, loR, hiR := 0, 0, "", ""
+		twice := false
+		for _, r := range x.regions {
+			n := x.readCount[r][k]
+			if n == 0 {
+				continue // missing: divergence or lost, not a duplicate
+			}
+			if n > 1 {
+				storedTwice += n - 1
+			}
+			if dedup && n > 1 {
+				twice = true
+				ex.add("%s (deduplicating producer) stored %d times in %s", k, n, r)
+			}
+			if loR == "" || n < lo {
+				lo, loR = n, r
+			}
+			if n > hi {
+				hi, hiR = n, r
+			}
+		}
+		if twice {
+			dedupTwice++
+		}
+		if hi > lo {
+			replTwice++
+			ex.add("%s stored %d times in %s but %d in %s (a replicated copy stored twice)", k, hi, hiR, lo, loR)
+		}
+	}
+	failed := over + dedupTwice + replTwice
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d duplicate deliveries", total)
+	if len(perSub) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(perSub, ", "))
+	}
+	if opt.BoundDuplicates {
+		fmt.Fprintf(&b, "; %d subscriptions over the bound %d", over, opt.MaxDuplicates)
+	}
+	fmt.Fprintf(&b, "; extra copies read back %d; messages stored twice despite dedup %d, replicated copies stored twice %d", storedTwice, dedupTwice, replTwice)
+	return Result{Pass: failed == 0, Count: total + dedupTwice + replTwice, Detail: b.String(), Examples: ex}
+}

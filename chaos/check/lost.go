@@ -1,0 +1,37 @@
+package check
+
+import "fmt"
+
+// checkLost: an acknowledged message that, in some region of the run (every
+// topic is replicated to every region), appears neither in that region's
+// read-back nor in any delivery there. Count is the number of distinct
+// acknowledged messages lost in at least one region.
+func checkLost(x *hindex, _ Options) Result {
+	perRegion := map[string]int{}
+	var ex examples
+	lost, acked := 0, 0
+	for _, k := range x.sendOrder {
+		s := x.sends[k]
+		if s.outcome != KindAck {
+			continue
+		}
+		acked++
+		var missing []string
+		for _, r := range x.regions {
+			if x.readCount[r][k] == 0 && !x.deliveredIn[r][k] {
+				perRegion[r]++
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) > 0 {
+			lost++
+			ex.add("%s acknowledged by %s at %s, missing in %v", k, s.ackRegion, s.ackT.Format("15:04:05.000"), missing)
+		}
+	}
+	return Result{
+		Pass:     lost == 0,
+		Count:    lost,
+		Detail:   fmt.Sprintf("%d of %d acknowledged messages missing in some region (%s)", lost, acked, perRegionString(x.regions, perRegion)),
+		Examples: ex,
+	}
+}
