@@ -35,8 +35,10 @@ type Config struct {
 	GRPCListener net.Listener `yaml:"-"`
 	// DialRewrite maps addresses this broker dials (remote regions'
 	// brokers, peers) to the address it dials instead; `meridian dev` points
-	// them at its link proxy so that cross-region traffic can be delayed and
-	// cut. Unmapped addresses are dialed as they are.
+	// them at its link proxies so that traffic can be delayed, shaped and
+	// cut. The broker command also applies it to its metadata and bookie
+	// connections (the process links of `meridian dev`). Unmapped
+	// addresses are dialed as they are.
 	DialRewrite map[string]string `yaml:"dial_rewrite"`
 	// WAN configures the broker's WAN membership pool for region health
 	// (see WANConfig); without wan.bind_address there is none.

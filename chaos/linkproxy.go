@@ -12,10 +12,12 @@ import (
 	"time"
 )
 
-// Network is the set of link proxies between regions. Traffic from region
-// A to an endpoint of region B goes through a proxy made by Proxy(A, B,
-// endpoint); the Network then delays it by the A→B one-way latency (plus
-// jitter) and can cut it, in one direction or both.
+// Network is the set of link proxies between endpoints: regions ("a") or
+// processes ("a/broker-0"), any string naming one side of a link. Traffic
+// from A to an endpoint of B goes through a proxy made by Proxy(A, B,
+// listen, target); the Network then delays it by the A→B one-way latency
+// (plus jitter), shapes it (SetShape: bandwidth, drop, slow close) and can
+// cut it, in one direction or both.
 //
 // A cut stalls bytes instead of dropping them, as a partition does to TCP:
 // connections stay open and carry on after a heal unless an endpoint gives
@@ -37,8 +39,11 @@ type linkState struct {
 	latency atomic.Int64 // ns
 	jitter  atomic.Int64 // ns
 	cut     atomic.Bool
-	healed  chan struct{} // closed and replaced on heal
-	mu      sync.Mutex
+	bw      bucket
+	// mu guards healed and shp.
+	mu     sync.Mutex
+	healed chan struct{} // closed and replaced on heal
+	shp    Shape
 }
 
 // NewNetwork returns an empty network; log may be nil.
@@ -228,8 +233,10 @@ type chunk struct {
 }
 
 // pipe copies src to dst through l: each chunk is delivered no earlier
-// than its read time plus latency and jitter, in order, and not while l is
-// cut. At most 256 chunks (8 MiB) wait per direction (back-pressure).
+// than its read time plus latency and jitter (and the retransmission delay
+// of a dropped chunk), in order, within the link's bandwidth, and not
+// while l is cut. At most 256 chunks (8 MiB) wait per direction
+// (back-pressure). The end of src reaches dst after the link's slow close.
 func (p *Proxy) pipe(l *linkState, src, dst net.Conn) {
 	q := make(chan chunk, 256)
 	stop := make(chan struct{})
@@ -244,6 +251,7 @@ func (p *Proxy) pipe(l *linkState, src, dst net.Conn) {
 				if j := l.jitter.Load(); j > 0 {
 					d += time.Duration(rand.Int64N(2*j+1) - j)
 				}
+				d += dropDelayFor(l.shape().Drop)
 				due := time.Now().Add(max(d, 0))
 				if due.Before(last) {
 					due = last // jitter never reorders a stream
@@ -272,17 +280,50 @@ func (p *Proxy) pipe(l *linkState, src, dst net.Conn) {
 		if !l.waitOpen(p.done) {
 			return
 		}
-		if _, err := dst.Write(c.data); err != nil {
+		if err := p.write(l, dst, c.data); err != nil {
 			src.Close()
 			return
 		}
 	}
-	// src ended: pass the half-close on.
+	// src ended: pass the half-close on, after the slow close.
+	if sc := l.shape().SlowClose; sc > 0 {
+		select {
+		case <-time.After(sc):
+		case <-p.done:
+			return
+		}
+	}
 	if tc, ok := dst.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	} else {
 		dst.Close()
 	}
+}
+
+// write writes data to dst within l's bandwidth: in pieces of a
+// twentieth of a second's worth of bytes, each written once the link's
+// bucket has let it through.
+func (p *Proxy) write(l *linkState, dst net.Conn, data []byte) error {
+	for len(data) > 0 {
+		rate := l.shape().Bandwidth
+		if rate <= 0 {
+			_, err := dst.Write(data)
+			return err
+		}
+		piece := min(len(data), max(int(rate/20), minBandwidthPiece))
+		if w := time.Until(l.bw.reserve(piece, rate)); w > 0 {
+			select {
+			case <-time.After(w):
+			case <-p.done:
+				return net.ErrClosed
+			}
+		}
+		if _, err := dst.Write(data[:piece]); err != nil {
+			return err
+		}
+		data = data[piece:]
+	}
+	return nil
 }
 
 // Close stops the proxy and closes its connections.

@@ -140,7 +140,9 @@ type DevPlan struct {
 	// Control is the control server's address.
 	Control string `json:"control"`
 	// Proxies are the link proxies: one per (source region, remote
-	// broker address).
+	// endpoint) for the region links, and one per (source process,
+	// target process) inside a region for the process links (From and To
+	// "<region>/<role>-<index>", see dev_link.go).
 	Proxies []DevProxyPlan `json:"proxies"`
 }
 
@@ -279,6 +281,7 @@ func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 			}
 		}
 	}
+	planProcessProxies(p, addr)
 	return p, err
 }
 
@@ -339,9 +342,11 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 			} else {
 				pp.held = append(pp.held, l)
 			}
+			g := m.GRPC
 			if err := errors.Join(keep(m.ID+" grpc", &m.GRPC), keep(m.ID+" http", &m.HTTP)); err != nil {
 				return nil, err
 			}
+			moved[g] = m.GRPC
 		}
 		for _, nodes := range [][]DevNodePlan{r.Bookies, r.Brokers} {
 			for i := range nodes {
@@ -368,6 +373,21 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 		if err := keep("proxy "+x.From+"→"+x.To, &x.Listen); err != nil {
 			return nil, err
 		}
+	}
+	if !hasProcessProxies(&p) {
+		// Recorded before process links existed: add them.
+		var err error
+		planProcessProxies(&p, func() string {
+			var a string
+			if err == nil {
+				a, err = pp.pick()
+			}
+			return a
+		})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("process links added to the recorded plan")
 	}
 	return &p, nil
 }
@@ -629,6 +649,9 @@ func (d *Dev) writeConfigs() error {
 				"ledger_dir":  filepath.Join(bdir, "ledgers"),
 				"metadata":    map[string]any{"endpoints": metaGRPC, "shard": r.Name},
 			}
+			if rw := d.processRewrite(DevProcessName(r.Name, RoleBookie, i)); len(rw) > 0 {
+				cfg["dial_rewrite"] = rw
+			}
 			if err := d.addProc(RoleBookie, r.Name, i, b, cfg); err != nil {
 				return err
 			}
@@ -657,7 +680,7 @@ func (d *Dev) writeConfigs() error {
 				"default_retention_time":       "168h",
 				"default_retention_size_bytes": 10 << 30,
 			}
-			if rw := rewrite[r.Name]; len(rw) > 0 {
+			if rw := mergeRewrite(rewrite[r.Name], d.processRewrite(DevProcessName(r.Name, RoleBroker, i))); len(rw) > 0 {
 				bc["dial_rewrite"] = rw
 			}
 			if b.WAN != "" {

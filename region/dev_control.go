@@ -134,15 +134,7 @@ func (d *Dev) Status() DevStatus {
 	for _, p := range d.procs {
 		st.Processes = append(st.Processes, DevProcessStatus{Role: p.role, Region: p.region, Index: p.index, ID: p.node.ID, GRPC: p.node.GRPC, HTTP: p.node.HTTP, ProcessStatus: p.p.Status()})
 	}
-	for _, a := range d.plan.Regions {
-		for _, b := range d.plan.Regions {
-			if a.Name == b.Name {
-				continue
-			}
-			lat, jit := d.net.Latency(a.Name, b.Name)
-			st.Links = append(st.Links, DevLinkStatus{From: a.Name, To: b.Name, Latency: lat.String(), Jitter: jit.String(), Cut: d.net.IsCut(a.Name, b.Name)})
-		}
-	}
+	st.Links = d.linkStatus()
 	return st
 }
 
@@ -161,37 +153,6 @@ func (d *Dev) checkRegion(field, name string) error {
 		}
 	}
 	return fmt.Errorf("%s: region %q is not one of %s", field, name, strings.Join(d.regionNames(), ","))
-}
-
-// Link applies a link request.
-func (d *Dev) Link(req DevLinkRequest) error {
-	if err := errors.Join(d.checkRegion("a", req.A), d.checkRegion("b", req.B)); err != nil {
-		return err
-	}
-	if req.A == req.B {
-		return fmt.Errorf("b: %q is region a itself; a link joins two regions", req.B)
-	}
-	switch req.Op {
-	case "cut":
-		d.net.Cut(req.A, req.B, req.Oneway)
-	case "heal":
-		d.net.Heal(req.A, req.B)
-	case "latency":
-		lat, err := parseDevDuration("latency", req.Latency)
-		if err != nil {
-			return err
-		}
-		jit := time.Duration(0)
-		if req.Jitter != "" {
-			if jit, err = parseDevDuration("jitter", req.Jitter); err != nil {
-				return err
-			}
-		}
-		return d.net.SetLatency(req.A, req.B, lat, jit)
-	default:
-		return fmt.Errorf("op: %q is not cut, heal or latency", req.Op)
-	}
-	return nil
 }
 
 func parseDevDuration(field, s string) (time.Duration, error) {
@@ -282,7 +243,8 @@ func (d *Dev) startControl() error {
 			writeDevError(w, err)
 			return
 		}
-		d.log.Info("link changed", "op", req.Op, "a", req.A, "b", req.B, "oneway", req.Oneway, "latency", req.Latency, "jitter", req.Jitter)
+		d.log.Info("link changed", "op", req.Op, "a", req.A, "b", req.B, "oneway", req.Oneway, "latency", req.Latency, "jitter", req.Jitter,
+			"bandwidth", req.Bandwidth, "drop", req.Drop, "slow_close", req.SlowClose, "groups", req.Groups)
 		writeDevJSON(w, http.StatusOK, d.Status())
 	})
 	mux.HandleFunc("POST /v1/process", func(w http.ResponseWriter, r *http.Request) {

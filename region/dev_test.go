@@ -88,14 +88,16 @@ func TestDevPlanLayout(t *testing.T) {
 			t.Fatalf("region %s: %d bookies on racks %v, %d brokers", r.Name, len(r.Bookies), racks, len(r.Brokers))
 		}
 	}
-	// Per source region: 2 remote regions × (1 raft + 2 brokers × 3).
-	if len(plan.Proxies) != 3*2*(1+2*3) {
-		t.Fatalf("%d proxies", len(plan.Proxies))
+	// Region links, per source region: 2 remote regions × (1 raft + 2
+	// brokers × 3). Process links, per region: 2 brokers × (1 meta + 3
+	// bookies + 1 other broker) + 3 bookies × (1 meta + 2 other bookies).
+	if want := 3*2*(1+2*3) + 3*(2*5+3*3); len(plan.Proxies) != want {
+		t.Fatalf("%d proxies, want %d", len(plan.Proxies), want)
 	}
 	for _, x := range plan.Proxies {
 		use("proxy "+x.From+"→"+x.To, x.Listen)
 		if x.From == x.To {
-			t.Fatalf("proxy within a region: %+v", x)
+			t.Fatalf("proxy to itself: %+v", x)
 		}
 	}
 

@@ -74,6 +74,10 @@ type bookieFileConfig struct {
 	// Autorecovery runs an auditor candidate and a re-replication worker in
 	// the bookie process (only with metadata endpoints).
 	Autorecovery autorecoveryFileConfig `yaml:"autorecovery"`
+	// DialRewrite maps addresses the bookie dials (metadata nodes, other
+	// bookies) to the address to dial instead: a link proxy of
+	// `meridian dev`.
+	DialRewrite map[string]string `yaml:"dial_rewrite"`
 }
 
 // autorecoveryFileConfig is the autorecovery section of a bookie config.
@@ -147,6 +151,11 @@ func autorecoveryConfigs(fc bookieFileConfig, cfg bookie.Config) (autorecoveryPl
 		return p, fmt.Errorf("autorecovery.placement.min_racks_per_write_quorum %d must be >= 1", p.placement.MinRacksPerWriteQuorum)
 	}
 	p.auditor.ID, p.worker.ID = cfg.ID, cfg.ID
+	if err := validateDialRewrite("dial_rewrite", fc.DialRewrite); err != nil {
+		return p, err
+	}
+	p.auditor.DialOptions = append(p.auditor.DialOptions, rewriteDialer(fc.DialRewrite)...)
+	p.worker.DialOptions = append(p.worker.DialOptions, rewriteDialer(fc.DialRewrite)...)
 	p.worker.MaxEntryBytes = cfg.MaxEntryBytes
 	return p, nil
 }
@@ -181,7 +190,7 @@ func bookieMetadataClient(ctx context.Context, configPath string, cfg bookie.Con
 	if shard == "" {
 		return nil, fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
 	}
-	mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger))
+	mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger), withDialRewrite(fc.DialRewrite))
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
 	}

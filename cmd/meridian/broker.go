@@ -68,6 +68,9 @@ func loadBrokerConfig(data []byte) (brokerFileConfig, error) {
 	if fc.Metadata.RegionalShard == "" {
 		fc.Metadata.RegionalShard = fc.Broker.Region
 	}
+	if err := validateDialRewrite("broker.dial_rewrite", fc.Broker.DialRewrite); err != nil {
+		return fc, err
+	}
 	return fc, nil
 }
 
@@ -92,12 +95,12 @@ func init() {
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			ctx := context.Background()
-			global, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, metadata.GlobalShard, metadata.WithLogger(log))
+			global, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, metadata.GlobalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite))
 			if err != nil {
 				return err
 			}
 			defer global.Close()
-			regional, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, fc.Metadata.RegionalShard, metadata.WithLogger(log))
+			regional, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, fc.Metadata.RegionalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite))
 			if err != nil {
 				return err
 			}
@@ -121,6 +124,7 @@ func init() {
 			lcfg.AddTimeout = fc.Ledger.AddTimeout
 			lcfg.MaxInFlight = fc.Ledger.MaxInFlight
 			lcfg.MaxEntryBytes = fc.Ledger.MaxEntryBytes
+			lcfg.DialOptions = append(lcfg.DialOptions, rewriteDialer(fc.Broker.DialRewrite)...)
 			lc, err := ledger.NewClient(lcfg)
 			if err != nil {
 				return fmt.Errorf("%s: ledger: %w", configPath, err)

@@ -119,11 +119,13 @@ func devControl(dataDir string) (*region.DevControlClient, error) {
 }
 
 func devLinkCmd(dataDir *string) *cobra.Command {
-	link := &cobra.Command{Use: "link", Short: "Cut, heal or delay the link between two regions"}
+	link := &cobra.Command{Use: "link", Short: "Cut, heal, delay, shape or partition links between regions or processes",
+		Long: "An endpoint is a region (a: its links to other regions) or a process of a region\n" +
+			"(a/broker-0, a/bookie-1, a/meta-0: its links to the other processes of its region)."}
 	var oneway bool
 	cut := &cobra.Command{
 		Use:   "cut A B",
-		Short: "Cut traffic between regions A and B (with --oneway only A→B)",
+		Short: "Cut traffic between endpoints A and B (with --oneway only A→B)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return devLink(cmd, *dataDir, region.DevLinkRequest{Op: "cut", A: args[0], B: args[1], Oneway: oneway})
@@ -132,7 +134,7 @@ func devLinkCmd(dataDir *string) *cobra.Command {
 	cut.Flags().BoolVar(&oneway, "oneway", false, "cut only traffic from A to B")
 	heal := &cobra.Command{
 		Use:   "heal A B",
-		Short: "Restore traffic between regions A and B, both ways",
+		Short: "Restore traffic between endpoints A and B, both ways",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return devLink(cmd, *dataDir, region.DevLinkRequest{Op: "heal", A: args[0], B: args[1]})
@@ -141,14 +143,14 @@ func devLinkCmd(dataDir *string) *cobra.Command {
 	var jitter string
 	latency := &cobra.Command{
 		Use:   "latency A B LATENCY",
-		Short: "Set the one-way latency (and --jitter) between regions A and B, both ways",
+		Short: "Set the one-way latency (and --jitter) between endpoints A and B, both ways",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return devLink(cmd, *dataDir, region.DevLinkRequest{Op: "latency", A: args[0], B: args[1], Latency: args[2], Jitter: jitter})
 		},
 	}
 	latency.Flags().StringVar(&jitter, "jitter", "", "jitter (e.g. 5ms; default 0)")
-	link.AddCommand(cut, heal, latency)
+	link.AddCommand(cut, heal, latency, devLinkShapeCmd(dataDir), devLinkPartitionCmd(dataDir), devLinkHealAllCmd(dataDir))
 	return link
 }
 
@@ -161,11 +163,7 @@ func devLink(cmd *cobra.Command, dataDir string, req region.DevLinkRequest) erro
 	if err != nil {
 		return fmt.Errorf("dev link %s: %w", req.Op, err)
 	}
-	for _, l := range st.Links {
-		if (l.From == req.A && l.To == req.B) || (l.From == req.B && l.To == req.A) {
-			fmt.Fprintf(cmd.OutOrStdout(), "%s→%s: latency %s jitter %s cut %v\n", l.From, l.To, l.Latency, l.Jitter, l.Cut)
-		}
-	}
+	printDevLinks(cmd.OutOrStdout(), req, st.Links)
 	return nil
 }
 
