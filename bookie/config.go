@@ -142,6 +142,13 @@ type TestingConfig struct {
 	// *faultfs.FaultFS: the body is a faultfs.FaultFS.Command ("fail sync
 	// journal", "full on", "clear", ...). For chaos tests only.
 	FaultHTTP bool
+	// UnsafeAckBeforeSync BREAKS DURABILITY on purpose: adds are
+	// acknowledged once written to the journal, before any fsync, and the
+	// journal is fsynced only when it rolls to a new file or a checkpoint
+	// is taken (BookKeeper's journalSyncData=false). A power loss then loses
+	// acknowledged entries. It exists so that the chaos suite can prove it
+	// detects an ack-before-fsync bug; the bookie logs a warning at start.
+	UnsafeAckBeforeSync bool
 }
 
 // DefaultConfig returns a config with every default set; ID and JournalDir

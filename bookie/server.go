@@ -102,6 +102,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("bookie: server already started")
 	}
 	s.started = true
+	if s.cfg.Testing.UnsafeAckBeforeSync {
+		s.log.Warn("UNSAFE TEST MODE unsafe_ack_before_sync: adds are acknowledged before their fsync; a power loss loses acknowledged entries. Never use outside chaos tests.")
+	}
 	err := s.startLocked(ctx)
 	if err != nil {
 		// Everything started so far was undone; the server cannot be reused.
@@ -177,13 +180,18 @@ func (s *Server) startLocked(ctx context.Context) error {
 					http.Error(w, err.Error(), http.StatusBadRequest)
 					return
 				}
-				id, err := ffs.Command(string(body))
+				s.log.Warn("fault injection command", "cmd", string(body))
+				ans, err := ffs.Exec(string(body))
 				if err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
+					code := http.StatusBadRequest
+					if !errors.Is(err, faultfs.ErrBadCommand) {
+						code = http.StatusConflict
+					}
+					http.Error(w, err.Error(), code)
 					return
 				}
-				s.log.Warn("fault injection command applied", "cmd", string(body), "id", id)
-				fmt.Fprintln(w, id)
+				s.log.Warn("fault injection command applied", "cmd", string(body), "answer", ans)
+				fmt.Fprintln(w, ans)
 			})
 		}
 		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -121,6 +121,10 @@ type NodeConfig struct {
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// MaxWatches caps concurrent watches served by this node (default 1024).
 	MaxWatches int `yaml:"max_watches"`
+	// FaultInjection (chaos testing only) runs the node on a SkewClock and
+	// serves GET/POST /debug/clock on HTTPAddress to read and set its skew
+	// (see Node.httpHandler). Default false.
+	FaultInjection bool `yaml:"fault_injection"`
 
 	// Logger receives the node's logs (default slog.Default()).
 	Logger *slog.Logger `yaml:"-"`

@@ -2,7 +2,11 @@ package metadata
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,5 +46,48 @@ func (n *Node) httpHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)
 	})
+	if sc, ok := n.clock.(*SkewClock); ok && n.cfg.FaultInjection {
+		n.handleClock(mux, sc)
+	}
 	return mux
+}
+
+// ClockSkewRequest is the body of POST /debug/clock: Skew is a signed Go
+// duration ("+5s", "-3s", "0" restores the real clock).
+type ClockSkewRequest struct {
+	Skew string `json:"skew"`
+}
+
+// ClockSkewStatus answers /debug/clock: the current skew and the node's
+// (skewed) time.
+type ClockSkewStatus struct {
+	Skew string    `json:"skew"`
+	Now  time.Time `json:"now"`
+}
+
+// handleClock serves the clock seam of a node run with fault_injection.
+func (n *Node) handleClock(mux *http.ServeMux, sc *SkewClock) {
+	answer := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ClockSkewStatus{Skew: sc.Skew().String(), Now: sc.Now()})
+	}
+	mux.HandleFunc("GET /debug/clock", func(w http.ResponseWriter, _ *http.Request) { answer(w) })
+	mux.HandleFunc("POST /debug/clock", func(w http.ResponseWriter, r *http.Request) {
+		var req ClockSkewRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+			http.Error(w, "skew: bad JSON body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(req.Skew))
+		if err != nil {
+			http.Error(w, fmt.Sprintf("skew: %q is not a Go duration", req.Skew), http.StatusBadRequest)
+			return
+		}
+		if err := sc.SetSkew(d); err != nil {
+			http.Error(w, "skew: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		n.log.Warn("fault injection: clock skewed", "skew", d)
+		answer(w)
+	})
 }

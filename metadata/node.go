@@ -79,6 +79,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		log = slog.Default()
 	}
 	clock := cfg.Expert.Clock
+	if cfg.FaultInjection {
+		if _, ok := clock.(*SkewClock); !ok {
+			clock = NewSkewClock(clock)
+		}
+	}
 	if clock == nil {
 		clock = SystemClock()
 	}

@@ -303,7 +303,11 @@ func (c *Cluster) Infos() []topology.BookieInfo {
 
 // FaultFS returns bookie i's fault-injecting file system (kept across
 // restarts; faults stay armed until cleared).
-func (c *Cluster) FaultFS(i int) *faultfs.FaultFS { return c.bookies[i].fs }
+func (c *Cluster) FaultFS(i int) *faultfs.FaultFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bookies[i].fs
+}
 
 // Dirs returns bookie i's journal and ledger directories.
 func (c *Cluster) Dirs(i int) (journal, ledgers string) {
@@ -368,6 +372,26 @@ func (c *Cluster) halt(i int, graceful bool) {
 	} else {
 		srv.Kill()
 	}
+}
+
+// PowerLoss cuts the power of bookie i: every journal and index file loses
+// the bytes not yet fsynced (faultfs.FaultFS.PowerLoss), then the bookie
+// is killed. Its next Restart runs on a fresh fault layer over what is
+// left on disk. It returns the faultfs answer lines.
+func (c *Cluster) PowerLoss(i int) []string {
+	c.mu.Lock()
+	nd := c.bookies[i]
+	fs := nd.fs
+	c.mu.Unlock()
+	lines, err := fs.PowerLoss()
+	if err != nil {
+		c.t.Fatalf("bookietest: power loss of bookie %d: %v", i, err)
+	}
+	c.Kill(i)
+	c.mu.Lock()
+	nd.fs = faultfs.New(nil)
+	c.mu.Unlock()
+	return lines
 }
 
 // Restart starts a stopped or killed bookie i again on the same

@@ -12,7 +12,6 @@ import (
 
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/autorecovery"
-	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +56,11 @@ type bookieFileConfig struct {
 	// FaultInjection writes through a fault-injecting file layer and serves
 	// POST /debug/faults on http_addr (chaos testing only).
 	FaultInjection bool `yaml:"fault_injection"`
-	Gossip         *struct {
+	// UnsafeAckBeforeSync (needs fault_injection) acknowledges adds before
+	// their fsync: a deliberately broken bookie for the chaos suite's
+	// broken-build test (bookie.TestingConfig.UnsafeAckBeforeSync).
+	UnsafeAckBeforeSync bool `yaml:"unsafe_ack_before_sync"`
+	Gossip              *struct {
 		// BindAddr is the memberlist address (host:port); required to enable gossip.
 		BindAddr      string   `yaml:"bind_addr"`
 		AdvertiseAddr string   `yaml:"advertise_addr"`
@@ -238,8 +241,11 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 		}
 	}
 	if fc.FaultInjection {
-		cfg.Testing.FS = faultfs.New(nil)
+		cfg.Testing.FS = newChaosFaultFS()
 		cfg.Testing.FaultHTTP = true
+		cfg.Testing.UnsafeAckBeforeSync = fc.UnsafeAckBeforeSync
+	} else if fc.UnsafeAckBeforeSync {
+		return cfg, fc, fmt.Errorf("bookie config: unsafe_ack_before_sync needs fault_injection: true (chaos testing only)")
 	}
 	if g := fc.Gossip; g != nil && g.BindAddr != "" {
 		mc := topology.DefaultMembershipConfig()

@@ -2,11 +2,13 @@
 // an interface over the few file operations it uses, the real OS
 // implementation, and a fault-injecting wrapper (FaultFS) whose faults are
 // switched on and off by method calls — failed writes, failed fsyncs, a full
-// disk (ENOSPC), silently dropped operations — filtered by operation and
-// path. Tests and the chaos suite drive disk faults through it.
+// disk (ENOSPC), silently dropped or slowed operations — filtered by
+// operation and path, plus media faults (a flipped bit, a cut tail) and a
+// power loss that drops every byte not yet fsynced (PowerLoss). Tests and
+// the chaos suite drive disk faults through it.
 //
-// It does not simulate lost page-cache contents after a crash; crash tests
-// kill a real process instead.
+// The power loss is of file contents only: directory entries are taken as
+// durable once made, and a kill -9 without PowerLoss keeps the page cache.
 package faultfs
 
 import (

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Op names a file operation that a fault can target.
@@ -47,6 +48,9 @@ type Fault struct {
 	// Count is how many matching operations the fault hits before it
 	// disarms itself (0 = until cleared).
 	Count int
+	// Delay, when set, makes the operation wait this long and then run
+	// normally (a slow disk); Err and Drop are ignored.
+	Delay time.Duration
 }
 
 type rule struct {
@@ -66,6 +70,17 @@ type FaultFS struct {
 	usage    *Usage
 	ops      map[Op]int
 	hits     map[Op]int
+	// files tracks the files created through f, for PowerLoss.
+	files map[string]*fileState
+	// seen holds every path created or opened through f, for Corrupt
+	// and TruncateTail.
+	seen      map[string]struct{}
+	dead      bool // PowerLoss happened
+	powerHook func()
+
+	// io is held for reading across each write, sync and truncate so that
+	// PowerLoss (holding it for writing) sees no operation in flight.
+	io sync.RWMutex
 }
 
 var _ FS = (*FaultFS)(nil)
@@ -75,7 +90,8 @@ func New(base FS) *FaultFS {
 	if base == nil {
 		base = OS{}
 	}
-	return &FaultFS{base: base, ops: map[Op]int{}, hits: map[Op]int{}}
+	return &FaultFS{base: base, ops: map[Op]int{}, hits: map[Op]int{},
+		files: map[string]*fileState{}, seen: map[string]struct{}{}}
 }
 
 // Inject arms a fault and returns its id for Clear.
@@ -162,14 +178,27 @@ func (f *FaultFS) Hits(op Op) int {
 	return f.hits[op]
 }
 
-// check counts the operation and returns (drop, err) for it.
+// check counts the operation and returns (drop, err) for it; for a slow
+// fault it sleeps first (without the lock) and returns (false, nil).
 func (f *FaultFS) check(op Op, paths ...string) (bool, error) {
+	drop, delay, err := f.checkLocked(op, paths...)
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	return drop, err
+}
+
+func (f *FaultFS) checkLocked(op Op, paths ...string) (bool, time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ops[op]++
+	if f.dead {
+		f.hits[op]++
+		return false, 0, &os.PathError{Op: string(op), Path: first(paths), Err: ErrPowerLost}
+	}
 	if f.diskFull && (op == OpWrite || op == OpCreate || op == OpTruncate) {
 		f.hits[op]++
-		return false, &os.PathError{Op: string(op), Path: first(paths), Err: syscall.ENOSPC}
+		return false, 0, &os.PathError{Op: string(op), Path: first(paths), Err: syscall.ENOSPC}
 	}
 	for i, r := range f.rules {
 		if r.f.Op != "" && r.f.Op != op {
@@ -185,16 +214,30 @@ func (f *FaultFS) check(op Op, paths ...string) (bool, error) {
 			}
 		}
 		f.hits[op]++
+		if r.f.Delay > 0 {
+			return false, r.f.Delay, nil
+		}
 		if r.f.Drop && op != OpRead {
-			return true, nil
+			return true, 0, nil
 		}
 		err := r.f.Err
 		if err == nil {
 			err = ErrInjected
 		}
-		return false, &os.PathError{Op: string(op), Path: first(paths), Err: err}
+		return false, 0, &os.PathError{Op: string(op), Path: first(paths), Err: err}
 	}
-	return false, nil
+	return false, 0, nil
+}
+
+// beginIO holds f.io for reading for one write, sync or truncate and fails
+// once the power is lost; call the returned func when done.
+func (f *FaultFS) beginIO(op Op, path string) (func(), error) {
+	f.io.RLock()
+	if err := f.alive(); err != nil {
+		f.io.RUnlock()
+		return nil, &os.PathError{Op: string(op), Path: path, Err: err}
+	}
+	return f.io.RUnlock, nil
 }
 
 func first(p []string) string {
@@ -229,7 +272,18 @@ func (ff *faultFile) Write(p []byte) (int, error) {
 	if drop {
 		return len(p), nil
 	}
-	return ff.f.Write(p)
+	done, err := ff.fs.beginIO(OpWrite, ff.name)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	n, err := ff.f.Write(p)
+	ff.fs.mu.Lock()
+	if st := ff.fs.files[ff.name]; st != nil {
+		st.size += int64(n)
+	}
+	ff.fs.mu.Unlock()
+	return n, err
 }
 
 func (ff *faultFile) ReadAt(p []byte, off int64) (int, error) {
@@ -244,7 +298,28 @@ func (ff *faultFile) Sync() error {
 	if err != nil || drop {
 		return err
 	}
-	return ff.f.Sync()
+	done, err := ff.fs.beginIO(OpSync, ff.name)
+	if err != nil {
+		return err
+	}
+	defer done()
+	// What was written before the fsync began is durable once it returns.
+	ff.fs.mu.Lock()
+	var before int64
+	st := ff.fs.files[ff.name]
+	if st != nil {
+		before = st.size
+	}
+	ff.fs.mu.Unlock()
+	if err := ff.f.Sync(); err != nil {
+		return err
+	}
+	if st != nil {
+		ff.fs.mu.Lock()
+		st.synced = max(st.synced, before)
+		ff.fs.mu.Unlock()
+	}
+	return nil
 }
 
 func (ff *faultFile) Truncate(size int64) error {
@@ -252,7 +327,21 @@ func (ff *faultFile) Truncate(size int64) error {
 	if err != nil || drop {
 		return err
 	}
-	return ff.f.Truncate(size)
+	done, err := ff.fs.beginIO(OpTruncate, ff.name)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := ff.f.Truncate(size); err != nil {
+		return err
+	}
+	ff.fs.mu.Lock()
+	if st := ff.fs.files[ff.name]; st != nil {
+		st.size = min(st.size, size)
+		st.synced = min(st.synced, size)
+	}
+	ff.fs.mu.Unlock()
+	return nil
 }
 
 func (ff *faultFile) Size() (int64, error) { return ff.f.Size() }
@@ -271,6 +360,10 @@ func (f *FaultFS) Create(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	f.files[name] = &fileState{}
+	f.seen[name] = struct{}{}
+	f.mu.Unlock()
 	return &faultFile{fs: f, f: file, name: name}, nil
 }
 
@@ -283,6 +376,9 @@ func (f *FaultFS) Open(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	f.seen[name] = struct{}{}
+	f.mu.Unlock()
 	return &faultFile{fs: f, f: file, name: name}, nil
 }
 
@@ -292,7 +388,20 @@ func (f *FaultFS) Rename(oldname, newname string) error {
 	if err != nil || drop {
 		return err
 	}
-	return f.base.Rename(oldname, newname)
+	if err := f.base.Rename(oldname, newname); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st, ok := f.files[oldname]; ok {
+		f.files[newname] = st
+		delete(f.files, oldname)
+	} else {
+		delete(f.files, newname)
+	}
+	delete(f.seen, oldname)
+	f.seen[newname] = struct{}{}
+	return nil
 }
 
 // Remove implements FS.
@@ -301,7 +410,14 @@ func (f *FaultFS) Remove(name string) error {
 	if err != nil || drop {
 		return err
 	}
-	return f.base.Remove(name)
+	if err := f.base.Remove(name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	delete(f.files, name)
+	delete(f.seen, name)
+	f.mu.Unlock()
+	return nil
 }
 
 // MkdirAll implements FS.
