@@ -37,6 +37,10 @@ type Kind struct {
 	// MinRegions is the fewest regions the kind needs (bridges and
 	// majority partitions need three).
 	MinRegions int `json:"min_regions,omitempty"`
+	// Damages is set on faults that destroy a bookie's data (wipe,
+	// corrupt, truncate): a schedule aims all of them at one bookie per
+	// region, so no entry ever loses two copies, and needs two bookies.
+	Damages bool `json:"damages,omitempty"`
 
 	pickFn   func(rng *rand.Rand, s Shape) ([]string, string)
 	injectFn func(ctx context.Context, c *cluster, st Step) (string, error)
@@ -322,7 +326,7 @@ var catalogue = []Kind{
 		healFn: func(ctx context.Context, c *cluster, st Step) error { return c.startAll(ctx, st.Targets) },
 	},
 	{
-		Name: "wipe-bookie", Family: FamilyDisk, Description: "kill -9 one bookie and delete its data", Heal: "start it as a new, empty bookie (re-replication refills it)",
+		Name: "wipe-bookie", Family: FamilyDisk, Damages: true, Description: "kill -9 one bookie and delete its data", Heal: "start it as a new, empty bookie (re-replication refills it)",
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) { return []string{pickProc(rng, s, "bookie")}, "" },
 		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
 			if err := c.signalAll(ctx, st.Targets, "KILL"); err != nil {
@@ -360,7 +364,7 @@ func diskKind(name, desc string, cmd func(*rand.Rand) string, restart bool) Kind
 		heal = "clear, kill -9 and start the bookie (replay meets the damage)"
 	}
 	return Kind{
-		Name: name, Family: FamilyDisk, Description: desc, Heal: heal,
+		Name: name, Family: FamilyDisk, Description: desc, Heal: heal, Damages: restart,
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) {
 			return []string{pickProc(rng, s, "bookie")}, cmd(rng)
 		},

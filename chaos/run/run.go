@@ -359,7 +359,10 @@ func (r *runner) step(ctx context.Context, t0 time.Time, id int, s Step) {
 	detail, err := k.injectFn(ictx, r.cl, s)
 	cancel()
 	out.Detail = detail
-	f := &check.Fault{ID: id, Kind: s.Kind, Targets: s.Targets, Detail: strings.TrimSpace(detail + " " + s.Param)}
+	if detail == "" {
+		detail = s.Param
+	}
+	f := &check.Fault{ID: id, Kind: s.Kind, Targets: s.Targets, Detail: detail}
 	if err != nil {
 		out.InjectErr = err.Error()
 		f.Err = err.Error()

@@ -82,7 +82,7 @@ func Plan(seed int64, kinds []string, duration time.Duration, shape Shape) ([]St
 		if !ok {
 			return nil, fmt.Errorf("faults: %q is not a fault of the catalogue (meridian chaos list)", name)
 		}
-		if k.MinRegions > len(shape.Regions) {
+		if k.MinRegions > len(shape.Regions) || (k.Damages && shape.Bookies < 2) {
 			continue
 		}
 		usable = append(usable, k)
@@ -91,6 +91,11 @@ func Plan(seed int64, kinds []string, duration time.Duration, shape Shape) ([]St
 		return nil, nil
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6d6572696469616e))
+	// The one bookie per region that data-destroying faults may hit.
+	victim := map[string]int{}
+	for _, r := range shape.Regions {
+		victim[r] = rng.IntN(shape.Bookies)
+	}
 	// The first pass: every kind once, in a seeded order. When duration
 	// is short, each gets an equal slot.
 	order := slices.Clone(usable)
@@ -136,6 +141,13 @@ func Plan(seed int64, kinds []string, duration time.Duration, shape Shape) ([]St
 			break
 		}
 		targets, param := k.pick(rng, shape)
+		if k.Damages {
+			for i, t := range targets {
+				if reg, role, _, err := parseProc(t); err == nil && role == "bookie" {
+					targets[i] = procName(reg, role, victim[reg])
+				}
+			}
+		}
 		steps = append(steps, Step{At: at.Round(time.Millisecond), Kind: k.Name, Targets: targets, For: d.Round(time.Millisecond), Param: param})
 		t = max(t, at+d)
 	}

@@ -149,7 +149,7 @@ func (w *workload) failoverClient(ctx context.Context, home string) (*client.Cli
 		}
 	}
 	opts := client.Options{Regions: regs, ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second,
-		Logger: w.log.With("component", "client", "home", home),
+		Logger:   w.log.With("component", "client", "home", home),
 		Failover: client.FailoverOptions{Mode: client.FailoverAuto, ProbeInterval: 500 * time.Millisecond, FailedProbes: 4, SwitchBackDelay: 10 * time.Second},
 		OnFailover: func(ev client.FailoverEvent) {
 			w.log.Info("chaos: client failover", "home", home, "from", ev.From, "to", ev.To, "reason", ev.Reason)
