@@ -281,9 +281,24 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// The faults. Whatever happens from here, everything is healed.
 	r.rec.add(check.Record{Kind: check.KindPhase, Phase: "faults"})
 	faultStart := time.Now()
+	// A step waits for the heal of every step that ends before it starts
+	// (a restart can take longer than planned): faults overlap only where
+	// the schedule says so.
+	done := make([]chan struct{}, len(steps))
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
 	var steppers sync.WaitGroup
 	for i, s := range steps {
-		steppers.Go(func() { r.step(ctx, faultStart, i+1, s) })
+		steppers.Go(func() {
+			defer close(done[i])
+			for j := range i {
+				if steps[j].At+steps[j].For <= s.At {
+					<-done[j]
+				}
+			}
+			r.step(ctx, faultStart, i+1, s)
+		})
 	}
 	steppers.Wait()
 	if err := sleepUntil(ctx, faultStart.Add(phase)); err != nil {
@@ -374,7 +389,7 @@ func (r *runner) step(ctx context.Context, t0 time.Time, id int, s Step) {
 	r.active[id] = fmt.Sprintf("%s %s", s.Kind, strings.Join(s.Targets, ","))
 	r.mu.Unlock()
 	r.progress("fault %d: %s on %v (%s) for %v", id, s.Kind, s.Targets, f.Detail, s.For)
-	_ = sleepUntil(ctx, t0.Add(s.At+s.For))
+	_ = sleepUntil(ctx, out.Started.Add(s.For))
 	hctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	herr := k.healFn(hctx, r.cl, s)
 	cancel()

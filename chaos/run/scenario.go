@@ -38,7 +38,7 @@ func second(s Shape) string { return s.Regions[min(1, len(s.Regions)-1)] }
 var scenarios = []Scenario{
 	{
 		Name: "zombie-owner", Families: []string{FamilyPause},
-		Description: "pause (SIGSTOP) every broker of a region past its metadata session, then resume: the topics move, the resumed owners are fenced and no acknowledgement of theirs is lost",
+		Description: "pause (SIGSTOP) a broker of a region past its metadata session, then resume: its topics move, the resumed owner is fenced and no acknowledgement of theirs is lost",
 		steps: func(s Shape) []Step {
 			var t []string
 			for i := range s.Brokers {
