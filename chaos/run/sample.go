@@ -192,11 +192,9 @@ func (r *runner) quiet(ctx context.Context, w *workload) error {
 func (r *runner) readBack(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.cl.shape.Regions)*len(r.topics))
-	i := 0
-	for _, reg := range r.cl.shape.Regions {
-		for _, t := range r.topics {
-			wg.Go(func() { errs[i] = r.readTopic(ctx, reg, t) })
-			i++
+	for i, reg := range r.cl.shape.Regions {
+		for j, t := range r.topics {
+			wg.Go(func() { errs[i*len(r.topics)+j] = r.readTopic(ctx, reg, t) })
 		}
 	}
 	wg.Wait()
