@@ -192,6 +192,7 @@ func (s subKey) String() string { return s.Region + ":" + s.Topic + ":" + s.Sub 
 
 // hindex is a history indexed for the checkers.
 type hindex struct {
+	all     []Record
 	run     *Run
 	regions []string
 	sends   map[msgKey]*sendInfo
@@ -244,6 +245,7 @@ func index(h History) *hindex {
 		}
 	}
 	faultIdx := map[int]int{}
+	x.all = h.Records
 	for _, r := range h.Records {
 		if !r.T.IsZero() {
 			if x.first.IsZero() || r.T.Before(x.first) {
