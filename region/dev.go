@@ -78,6 +78,10 @@ type DevConfig struct {
 	// controls (disk faults, clock skew, test-only unsafe modes) and
 	// enables the control API's /v1/disk and /v1/clock. Chaos runs only.
 	FaultInjection bool
+	// UnsafeAckBeforeSync (needs FaultInjection) runs every bookie with
+	// unsafe_ack_before_sync: adds acknowledged before their fsync, a
+	// deliberately broken build for the chaos suite's own test.
+	UnsafeAckBeforeSync bool
 	// Logger receives the dev process's own logs (default: discard).
 	Logger *slog.Logger
 }
@@ -116,6 +120,8 @@ func (c *DevConfig) Validate() error {
 		return fmt.Errorf("dev: --wan-latency %v must be in [0, %v]", c.WANLatency, maxDevLatency)
 	case c.Jitter < 0 || c.Jitter > maxDevLatency:
 		return fmt.Errorf("dev: --jitter %v must be in [0, %v]", c.Jitter, maxDevLatency)
+	case c.UnsafeAckBeforeSync && !c.FaultInjection:
+		return errors.New("dev: --unsafe-ack-before-sync needs --fault-injection")
 	case c.ReadyTimeout <= 0:
 		return fmt.Errorf("dev: ready timeout %v must be positive", c.ReadyTimeout)
 	}
@@ -736,6 +742,7 @@ func roleOrder(role string) int {
 
 func (d *Dev) addProc(role, region string, index int, node DevNodePlan, cfg map[string]any) error {
 	base := filepath.Join(d.cfg.DataDir, region, fmt.Sprintf("%s-%d", role, index))
+	d.addFaultConfig(role, cfg)
 	if err := writeYAML(base+".yaml", cfg); err != nil {
 		return fmt.Errorf("dev: %s/%s-%d config: %w", region, role, index, err)
 	}

@@ -220,7 +220,7 @@ func (d *Dev) Process(ctx context.Context, req DevProcessRequest) error {
 		}
 		return p.p.WaitReady(ctx)
 	default:
-		return fmt.Errorf("op: %q is not kill or start", req.Op)
+		return d.processFault(ctx, p, req)
 	}
 }
 
@@ -261,6 +261,8 @@ func (d *Dev) startControl() error {
 		d.log.Info("process changed", "op", req.Op, "role", req.Role, "region", req.Region, "index", req.Index, "signal", req.Signal)
 		writeDevJSON(w, http.StatusOK, d.Status())
 	})
+	mux.HandleFunc("POST /v1/disk", d.handleDisk)
+	mux.HandleFunc("POST /v1/clock", d.handleClock)
 	d.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = d.control.Serve(lis) }()
 	d.log.Info("control server listening", "addr", lis.Addr().String())

@@ -104,8 +104,11 @@ again on the same --data-dir restarts the same cluster with its data.`,
 	f.IntVar(&cfg.Brokers, "brokers", def.Brokers, "brokers per region")
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", def.ReadyTimeout, "how long the cluster may take to start")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the dev process: debug, info, warn, error")
+	f.BoolVar(&cfg.FaultInjection, "fault-injection", false, "start bookies and metadata nodes with their fault controls ('meridian dev disk|clock'; chaos testing only)")
+	f.BoolVar(&cfg.UnsafeAckBeforeSync, "unsafe-ack-before-sync", false, "BREAKS DURABILITY: bookies acknowledge before fsync (needs --fault-injection; for testing the chaos suite)")
 	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", def.DataDir, "the cluster's directory (configs, data, logs, cluster.json)")
 	cmd.AddCommand(devLinkCmd(&dataDir), devKillCmd(&dataDir), devStartCmd(&dataDir), devStatusCmd(&dataDir))
+	cmd.AddCommand(devFaultCmds(&dataDir)...)
 	rootCmd.AddCommand(cmd)
 }
 
