@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,18 +28,17 @@ func init() {
 
 // chaosRunOpts are the flags of `meridian chaos run`.
 type chaosRunOpts struct {
-	cfg          run.Config
-	cluster      string
-	dev          string
-	dataDir      string
-	bookies      int
-	brokers      int
-	faults       string
-	reportDir    string
-	output       string
-	verbose      bool
-	unsafeAck    bool
-	unsafeOrigin bool
+	cfg       run.Config
+	cluster   string
+	dev       string
+	dataDir   string
+	bookies   int
+	brokers   int
+	faults    string
+	reportDir string
+	output    string
+	verbose   bool
+	unsafeAck bool
 }
 
 func chaosRunCmd() *cobra.Command {
@@ -99,7 +97,7 @@ func (o *chaosRunOpts) validate(cmd *cobra.Command) error {
 		return err
 	}
 	if (o.cluster == "") == (o.dev == "") {
-		return errors.New("chaos run: give exactly one of --cluster DIR/cluster.json and --dev a,b,...")
+		return errors.New("chaos run: give exactly one of --cluster DIR/cluster.json and --dev REGIONS")
 	}
 	for _, name := range []string{"rate", "duration", "topics", "size", "quiet"} {
 		if fl := cmd.Flags().Lookup(name); fl.Changed && (fl.Value.String() == "0" || fl.Value.String() == "0s") {
@@ -201,6 +199,7 @@ func startChaosDev(ctx context.Context, o *chaosRunOpts, log *slog.Logger, stder
 	}
 	cfg := region.DefaultDevConfig()
 	cfg.Binary, cfg.DataDir, cfg.Logger, cfg.FaultInjection = bin, dataDir, log, true
+	cfg.UnsafeAckBeforeSync = o.unsafeAck
 	cfg.Regions = strings.Split(o.dev, ",")
 	cfg.Bookies, cfg.Brokers = o.bookies, o.brokers
 	cfg.Racks = min(cfg.Racks, cfg.Bookies)
@@ -209,44 +208,7 @@ func startChaosDev(ctx context.Context, o *chaosRunOpts, log *slog.Logger, stder
 	if err != nil {
 		return nil, dataDir, fmt.Errorf("--dev: %w", err)
 	}
-	if o.unsafeAck {
-		if err := makeBookiesUnsafe(ctx, d, dataDir, stderr, o.cfg.ID); err != nil {
-			d.Stop(context.Background())
-			return nil, dataDir, err
-		}
-	}
 	return d, dataDir, nil
-}
-
-// makeBookiesUnsafe turns on unsafe_ack_before_sync in every bookie's
-// config and restarts the bookies: the deliberately broken build of the
-// broken-build test.
-func makeBookiesUnsafe(ctx context.Context, d *region.Dev, dataDir string, stderr io.Writer, id string) error {
-	st := d.Status()
-	for _, p := range st.Processes {
-		if p.Role != region.RoleBookie {
-			continue
-		}
-		path := filepath.Join(dataDir, p.Region, fmt.Sprintf("bookie-%d.yaml", p.Index))
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("--unsafe-ack-before-sync: %w", err)
-		}
-		if !bytes.Contains(b, []byte("unsafe_ack_before_sync")) {
-			b = append(b, []byte("\nunsafe_ack_before_sync: true\n")...)
-			if err := os.WriteFile(path, b, 0o644); err != nil {
-				return fmt.Errorf("--unsafe-ack-before-sync: %w", err)
-			}
-		}
-		for _, op := range []region.DevProcessRequest{{Op: "kill", Signal: "KILL"}, {Op: "start"}} {
-			op.Role, op.Region, op.Index = p.Role, p.Region, p.Index
-			if err := d.Process(ctx, op); err != nil {
-				return fmt.Errorf("--unsafe-ack-before-sync: %s %s: %w", op.Op, p.Name, err)
-			}
-		}
-		fmt.Fprintf(stderr, "[chaos %s] UNSAFE: %s acknowledges before fsync\n", id, p.Name)
-	}
-	return nil
 }
 
 // chaosRunOn runs the chaos run against the cluster at control, writes
@@ -263,7 +225,7 @@ func chaosRunOn(ctx context.Context, o *chaosRunOpts, control string, hf *os.Fil
 		return 2, fmt.Errorf("--report: history.jsonl: %w", err)
 	}
 	v := check.Check(res.History, check.Options{})
-	if err := writeChaosReport(dir, res, v); err != nil {
+	if err := writeChaosRunReport(dir, res, v); err != nil {
 		return 2, err
 	}
 	fmt.Fprintf(cfg.Progress, "[chaos %s] done in %v; report in %s\n", cfg.ID, time.Since(start).Round(time.Second), dir)
@@ -290,9 +252,13 @@ func chaosRunOn(ctx context.Context, o *chaosRunOpts, control string, hf *os.Fil
 	return 0, nil
 }
 
-// writeChaosReport writes verdict.json, verdict.txt, schedule.json and
-// report.html to dir (history.jsonl is already there).
-func writeChaosReport(dir string, res *run.Result, v check.Verdict) error {
+// writeChaosRunReport writes the checker's report files (report.html,
+// verdict.json, verdict.txt) and schedule.json to dir (history.jsonl is
+// already there).
+func writeChaosRunReport(dir string, res *run.Result, v check.Verdict) error {
+	if err := writeChaosReport(dir, res.History, v); err != nil {
+		return err
+	}
 	sched, err := json.MarshalIndent(struct {
 		Steps  []run.Step         `json:"steps"`
 		Faults []run.FaultOutcome `json:"faults"`
@@ -301,25 +267,8 @@ func writeChaosReport(dir string, res *run.Result, v check.Verdict) error {
 	if err != nil {
 		return err
 	}
-	files := []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{"verdict.json", v.WriteJSON},
-		{"verdict.txt", v.WriteText},
-		{"schedule.json", func(w io.Writer) error { _, err := w.Write(sched); return err }},
-		{"report.html", func(w io.Writer) error { return writeChaosHTML(w, res.History, v) }},
-	}
-	for _, f := range files {
-		var b bytes.Buffer
-		if err := f.write(&b); errors.Is(err, errNoHTML) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("--report: %s: %w", f.name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.name), b.Bytes(), 0o644); err != nil {
-			return fmt.Errorf("--report: %w", err)
-		}
+	if err := os.WriteFile(filepath.Join(dir, "schedule.json"), sched, 0o644); err != nil {
+		return fmt.Errorf("--report: %w", err)
 	}
 	return nil
 }

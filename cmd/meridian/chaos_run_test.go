@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func TestChaosSmoke(t *testing.T) {
 	report := filepath.Join(dir, "report")
 	start := time.Now()
 	v, code, stderr := runChaosCLI(t, 9*time.Minute, "run", "--dev", "a,b", "--data-dir", filepath.Join(dir, "dev"),
-		"--seed", "12", "--duration", "100s", "--rate", "200", "--topics", "1", "--quiet", "90s", "--report", report)
+		"--seed", strconv.Itoa(smokeSeed), "--duration", "100s", "--rate", "200", "--topics", "1", "--quiet", "90s", "--report", report)
 	t.Logf("chaos run: exit %d in %v", code, time.Since(start).Round(time.Second))
 	if code == 2 {
 		t.Fatalf("chaos run could not complete; stderr:\n%s", tail(stderr, 12000))
