@@ -307,10 +307,10 @@ var catalogue = []Kind{
 		return fmt.Sprintf("slow sync journal %dms", 50+50*rng.IntN(4))
 	}, false),
 	diskKind("disk-corrupt", "flip a bit in one bookie's newest journal or index file", func(rng *rand.Rand) string {
-		return "corrupt " + []string{"journal", "index"}[rng.IntN(2)]
+		return "corrupt " + []string{".log", "index"}[rng.IntN(2)]
 	}, true),
 	diskKind("disk-truncate", "cut the tail of one bookie's newest journal or index file", func(rng *rand.Rand) string {
-		return fmt.Sprintf("truncate %s %d", []string{"journal", "index"}[rng.IntN(2)], 16+rng.IntN(512))
+		return fmt.Sprintf("truncate %s %d", []string{".log", "index"}[rng.IntN(2)], 16+rng.IntN(512))
 	}, true),
 	{
 		Name: "powerloss", Family: FamilyDisk, Description: "one bookie loses every byte written since its last fsync and dies", Heal: "start it again",
