@@ -64,7 +64,7 @@ After powerloss the bookie has exited: 'meridian dev start bookie REGION INDEX'.
 func devClockCmd(dataDir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "clock REGION INDEX SKEW",
-		Short: "Skew a metadata node's clock, e.g. clock a 0 +5s (0 restores; cluster started with --fault-injection)",
+		Short: "Skew a metadata node's clock, e.g. clock a 0 +5s, clock a 0 -- -3s (0 restores; cluster started with --fault-injection)",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			idx, err := devIndex(args[1])
