@@ -151,6 +151,17 @@ type Config struct {
 	// fields take their defaults).
 	Replication ReplicationConfig `yaml:"replication"`
 
+	// FaultInjection enables the test-only unsafe modes below (the chaos
+	// suite's deliberately broken builds). Never set it in production.
+	FaultInjection bool `yaml:"fault_injection"`
+	// UnsafeSkipOriginCheck (requires FaultInjection) makes the
+	// replication receiver store a replicated entry whose origin_seq is at
+	// or below the origin's stored high-water mark instead of answering
+	// DUPLICATE: a resend after a reconnect or timeout is stored twice.
+	// It exists so the chaos suite can show it detects that bug; the
+	// broker logs a warning at start.
+	UnsafeSkipOriginCheck bool `yaml:"unsafe_skip_origin_check"`
+
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
 }
@@ -262,6 +273,9 @@ func (c Config) Validate() error {
 	case c.GRPCWindowBytes != 0 && c.GRPCWindowBytes != -1 && (c.GRPCWindowBytes < 64<<10 || c.GRPCWindowBytes > 1<<30):
 		return bad("grpc_window_bytes %d must be 0 (default %d), -1 (gRPC's dynamic window) or in [%d, %d]",
 			c.GRPCWindowBytes, DefaultGRPCWindowBytes, 64<<10, 1<<30)
+	}
+	if c.UnsafeSkipOriginCheck && !c.FaultInjection {
+		return bad("unsafe_skip_origin_check requires fault_injection: true (a test-only mode)")
 	}
 	if err := c.WAN.validate(); err != nil {
 		return bad("%v", err)

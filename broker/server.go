@@ -100,6 +100,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.UnsafeSkipOriginCheck {
+		cfg.Logger.Warn("UNSAFE TEST MODE unsafe_skip_origin_check: replicated entries resent after a reconnect are stored twice; never use it outside a chaos test")
+	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
 		takeWarn: warnEvery{interval: 10 * time.Second}}
 	m, err := newMetrics(cfg.Registerer, s)

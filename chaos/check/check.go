@@ -173,6 +173,13 @@ func (k msgKey) String() string { return fmt.Sprintf("%s/%s#%d", k.Origin, k.Pro
 
 func keyOf(r Record) msgKey { return msgKey{r.Origin, r.Producer, r.Seq} }
 
+// copyKey identifies one stored copy of a message: the region whose log
+// stored it and its ID there.
+type copyKey struct {
+	msg        msgKey
+	origin, id string
+}
+
 // sendInfo is what the history says about one message's send.
 type sendInfo struct {
 	topic, key string
@@ -210,6 +217,12 @@ type hindex struct {
 	// reads per region in history (= log) order.
 	reads     map[string][]Record
 	readCount map[string]map[msgKey]int
+	// copyCount counts each stored copy (StoredOrigin, OriginID) per
+	// region's read-back; noCopyID marks the messages with a read that
+	// does not name its copy.
+	copyCount map[string]map[copyKey]int
+	noCopyID  map[msgKey]bool
+	copiesOf  map[msgKey]map[copyKey]bool
 	// completions of messages never sent; unparsed payloads.
 	orphanCompletions []Record
 	unparsed          []Record
@@ -235,6 +248,9 @@ func index(h History) *hindex {
 		deliveredIn:  map[string]map[msgKey]bool{},
 		reads:        map[string][]Record{},
 		readCount:    map[string]map[msgKey]int{},
+		copyCount:    map[string]map[copyKey]int{},
+		noCopyID:     map[msgKey]bool{},
+		copiesOf:     map[msgKey]map[copyKey]bool{},
 	}
 	seenRegion := map[string]bool{}
 	var regions []string
@@ -311,6 +327,19 @@ func index(h History) *hindex {
 				x.readCount[r.Region] = map[msgKey]int{}
 			}
 			x.readCount[r.Region][keyOf(r)]++
+			if r.StoredOrigin == "" || r.OriginID == "" {
+				x.noCopyID[keyOf(r)] = true
+			} else {
+				if x.copyCount[r.Region] == nil {
+					x.copyCount[r.Region] = map[copyKey]int{}
+				}
+				ck := copyKey{keyOf(r), r.StoredOrigin, r.OriginID}
+				x.copyCount[r.Region][ck]++
+				if x.copiesOf[ck.msg] == nil {
+					x.copiesOf[ck.msg] = map[copyKey]bool{}
+				}
+				x.copiesOf[ck.msg][ck] = true
+			}
 			addRegion(r.Region)
 		case KindFaultStart:
 			if r.Fault != nil {
@@ -448,4 +477,19 @@ func sortedKeys[V any](m map[msgKey]V) []msgKey {
 		return cmp.Or(cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.Producer, b.Producer), cmp.Compare(a.Seq, b.Seq))
 	})
 	return ks
+}
+
+// noReadBack names the regions of the run without a single read record
+// ("" when every region has some): their read-back failed or never ran.
+func (x *hindex) noReadBack() string {
+	var out []string
+	for _, r := range x.regions {
+		if len(x.reads[r]) == 0 {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; no read-back from " + strings.Join(out, ", ")
 }

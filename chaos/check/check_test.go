@@ -226,13 +226,17 @@ func TestCheckDivergence(t *testing.T) {
 	b.add(msg(KindSend, "a", "p1", 4)).add(msg(KindTimeout, "a", "p1", 4)).read("a", "p1", 4)
 	r := run(t, b, CheckDivergence, Options{})
 	wantResult(t, r, false, 1)
-	if !strings.Contains(r.Detail, "b: 1") || !strings.Contains(r.Detail, "(1 of them not acknowledged)") {
+	if !strings.Contains(r.Detail, "b: 1") || !strings.Contains(r.Detail, "(1 of them not acknowledged,") {
 		t.Fatalf("detail %q", r.Detail)
 	}
 	wantResult(t, run(t, b, CheckLost, Options{}), true, 0)
 	// A region without any read-back lacks everything.
 	b = newHB().sendAck("a", "p1", 1, 2).read("a", "p1", 1, 2)
-	wantResult(t, run(t, b, CheckDivergence, Options{}), false, 2)
+	r = run(t, b, CheckDivergence, Options{})
+	wantResult(t, r, false, 2)
+	if !strings.Contains(r.Detail, "no read-back from b") {
+		t.Fatalf("detail %q", r.Detail)
+	}
 }
 
 func TestCheckStuck(t *testing.T) {
@@ -348,4 +352,59 @@ func TestCheckRoundTripsThroughJSONL(t *testing.T) {
 	if v := Check(h, Options{}); !v.Valid || v.Stats.Acked != 3 {
 		t.Fatalf("re-read history: %+v", v)
 	}
+}
+
+// readCopy records a read of producer p's seq in region that names its
+// stored copy.
+func (b *hb) readCopy(region, producer string, seq int64, storedIn, id string) *hb {
+	r := msg(KindRead, region, producer, seq)
+	r.StoredOrigin, r.OriginID = storedIn, id
+	return b.add(r)
+}
+
+func TestCheckCopiesNamed(t *testing.T) {
+	// A resend without dedup stored twice (two copies) in every region:
+	// counted, valid.
+	b := newHB().sendAck("a", "p1", 1)
+	for _, r := range []string{"a", "b"} {
+		b.readCopy(r, "p1", 1, "a", "1:0:0").readCopy(r, "p1", 1, "a", "1:1:0")
+	}
+	if v := Check(b.h(), Options{}); !v.Valid {
+		t.Fatalf("two copies everywhere: %+v", v.Results)
+	}
+	// The same copy twice in b: its receiver stored a replicated copy twice.
+	b = newHB().sendAck("a", "p1", 1).readCopy("a", "p1", 1, "a", "1:0:0").
+		readCopy("b", "p1", 1, "a", "1:0:0").readCopy("b", "p1", 1, "a", "1:0:0")
+	r := run(t, b, CheckDuplicated, Options{})
+	wantResult(t, r, false, 1)
+	if !strings.Contains(r.Examples[0], "copy 1:0:0@a stored 2 times in b") {
+		t.Fatalf("examples %q", r.Examples)
+	}
+	// Two different copies in b, one in a (b's copy, a resend after a
+	// failover, not replicated to a): not a copy stored twice, but
+	// divergence.
+	b = newHB().sendAck("a", "p1", 1).readCopy("a", "p1", 1, "a", "1:0:0").
+		readCopy("b", "p1", 1, "a", "1:0:0").readCopy("b", "p1", 1, "b", "7:0:0")
+	wantResult(t, run(t, b, CheckDuplicated, Options{}), true, 0)
+	r = run(t, b, CheckDivergence, Options{})
+	wantResult(t, r, false, 1)
+	if !strings.Contains(r.Detail, "1 with only a copy missing") || !strings.Contains(r.Detail, "a: 1") {
+		t.Fatalf("detail %q", r.Detail)
+	}
+	// Order per storage origin: #2, acknowledged by a but first stored
+	// by b before the producer failed over, reaches a's log after #3
+	// (a's own): not a violation when the copies are named.
+	b = newHB().sendAck("a", "p1", 1, 2, 3).
+		readCopy("a", "p1", 1, "a", "1:0:0").readCopy("a", "p1", 3, "a", "1:2:0").readCopy("a", "p1", 2, "b", "5:0:0").
+		readCopy("b", "p1", 2, "b", "5:0:0").readCopy("b", "p1", 1, "a", "1:0:0").readCopy("b", "p1", 3, "a", "1:2:0")
+	wantResult(t, run(t, b, CheckOrder, Options{}), true, 0)
+	// ... but #3 before #1 of the same storage origin is.
+	b = newHB().sendAck("a", "p1", 1, 2, 3).
+		readCopy("a", "p1", 3, "a", "1:2:0").readCopy("a", "p1", 1, "a", "1:0:0").readCopy("a", "p1", 2, "a", "1:1:0")
+	wantResult(t, run(t, b, CheckOrder, Options{}), false, 2)
+	// A timed-out message with a named copy is order-checked too.
+	b = newHB().sendAck("a", "p1", 1, 3)
+	b.add(msg(KindSend, "a", "p1", 2)).add(msg(KindTimeout, "a", "p1", 2))
+	b.readCopy("a", "p1", 1, "a", "1:0:0").readCopy("a", "p1", 3, "a", "1:2:0").readCopy("a", "p1", 2, "a", "1:1:0")
+	wantResult(t, run(t, b, CheckOrder, Options{}), false, 1)
 }

@@ -10,7 +10,10 @@ import (
 // acknowledged or not. A message whose send timed out or failed and that
 // one region stored and another did not is divergence, not loss; an
 // acknowledged one missing from a read-back is both (lost also looks at
-// the region's deliveries). Count is the number of distinct messages
+// the region's deliveries). When the reads name their copies
+// (Record.StoredOrigin, OriginID), a message held by every region but with
+// a copy (a resend stored by another region) missing from one is
+// divergence too. Count is the number of distinct messages
 // missing from at least one region. Without any read-back there is
 // nothing to compare and the checker passes, saying so.
 func checkDivergence(x *hindex, _ Options) Result {
@@ -25,7 +28,7 @@ func checkDivergence(x *hindex, _ Options) Result {
 	}
 	lacks := map[string]int{}
 	var ex examples
-	diverged, unacked := 0, 0
+	diverged, unacked, copies := 0, 0, 0
 	for _, k := range sortedKeys(all) {
 		var missing, holding []string
 		for _, r := range x.regions {
@@ -37,6 +40,16 @@ func checkDivergence(x *hindex, _ Options) Result {
 			}
 		}
 		if len(missing) == 0 {
+			// Every region holds the message: with copy IDs, every
+			// region must also hold each of its copies.
+			if m := x.missingCopies(k); len(m) > 0 {
+				diverged++
+				copies++
+				for _, r := range m {
+					lacks[r]++
+				}
+				ex.add("%s: a copy is not in %v", k, m)
+			}
 			continue
 		}
 		diverged++
@@ -55,8 +68,26 @@ func checkDivergence(x *hindex, _ Options) Result {
 	return Result{
 		Pass:  diverged == 0,
 		Count: diverged,
-		Detail: fmt.Sprintf("%d of %d messages not in every region's read-back (%d of them not acknowledged); missing per region: %s",
-			diverged, len(all), unacked, perRegionString(x.regions, lacks)),
+		Detail: fmt.Sprintf("%d of %d messages not in every region's read-back (%d of them not acknowledged, %d with only a copy missing); missing per region: %s%s",
+			diverged, len(all), unacked, copies, perRegionString(x.regions, lacks), x.noReadBack()),
 		Examples: ex,
 	}
+}
+
+// missingCopies returns the regions lacking a copy of k that another
+// region holds (nil when k's reads do not all name their copy).
+func (x *hindex) missingCopies(k msgKey) []string {
+	if x.noCopyID[k] {
+		return nil
+	}
+	var out []string
+	for _, r := range x.regions {
+		for ck := range x.copiesOf[k] {
+			if x.copyCount[r][ck] == 0 {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -13,7 +13,10 @@ import (
 // deduplicating producer must appear at most once, and every message must
 // appear as often in each region that holds it (replication copies each
 // stored entry exactly once; a copy stored twice by a receiver is a
-// failure whether or not its producer deduplicates). A non-deduplicating
+// failure whether or not its producer deduplicates: exactly, when the
+// reads name their copy (Record.StoredOrigin and OriginID), the same copy
+// read twice in one region; else a message read more often in one region
+// than in another that holds it). A non-deduplicating
 // producer's message stored twice everywhere (a resend after a timeout)
 // is counted only.
 func checkDuplicated(x *hindex, opt Options) Result {
@@ -49,6 +52,18 @@ func checkDuplicated(x *hindex, opt Options) Result {
 			all[k] = true
 		}
 	}
+	// A copy named by its storage origin and ID read twice in one region
+	// was stored twice by that region's replication receiver.
+	copyTwice := map[msgKey]bool{}
+	for _, r := range x.regions {
+		for ck, n := range x.copyCount[r] {
+			if n > 1 && !copyTwice[ck.msg] {
+				copyTwice[ck.msg] = true
+				replTwice++
+				ex.add("%s: copy %s@%s stored %d times in %s (a replicated copy stored twice)", ck.msg, ck.id, ck.origin, n, r)
+			}
+		}
+	}
 	for _, k := range sortedKeys(all) {
 		dedup := x.sends[k] != nil && x.sends[k].dedup
 		lo, hi, loR, hiR := 0, 0, "", ""
@@ -75,7 +90,9 @@ func checkDuplicated(x *hindex, opt Options) Result {
 		if twice {
 			dedupTwice++
 		}
-		if hi > lo {
+		// Without copy IDs: a message held more often in one region than
+		// in another (each holding it) had a copy stored twice.
+		if hi > lo && x.noCopyID[k] && !copyTwice[k] {
 			replTwice++
 			ex.add("%s stored %d times in %s but %d in %s (a replicated copy stored twice)", k, hi, hiR, lo, loR)
 		}

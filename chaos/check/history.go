@@ -82,6 +82,16 @@ type Record struct {
 	Sample *Sample `json:"sample,omitempty"`
 	Phase  string  `json:"phase,omitempty"`
 	Run    *Run    `json:"run,omitempty"`
+
+	// StoredOrigin and OriginID (deliver, read; optional) name the stored
+	// copy: the region whose log stored it first (the client's
+	// ReceivedMessage.OriginRegion, which differs from Origin when the
+	// producer had failed over) and its ID there (ReceivedMessage.OriginID).
+	// When set, the checkers tell a replicated copy stored twice (the same
+	// copy twice in one region) from a resend (two copies), and check order
+	// per storage origin, timed-out messages included.
+	StoredOrigin string `json:"stored_origin,omitempty"`
+	OriginID     string `json:"origin_id,omitempty"`
 }
 
 // Run describes the run a history belongs to.

@@ -31,7 +31,7 @@ func checkLost(x *hindex, _ Options) Result {
 	return Result{
 		Pass:     lost == 0,
 		Count:    lost,
-		Detail:   fmt.Sprintf("%d of %d acknowledged messages missing in some region (%s)", lost, acked, perRegionString(x.regions, perRegion)),
+		Detail:   fmt.Sprintf("%d of %d acknowledged messages missing in some region (%s)%s", lost, acked, perRegionString(x.regions, perRegion), x.noReadBack()),
 		Examples: ex,
 	}
 }

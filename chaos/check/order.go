@@ -7,12 +7,14 @@ import (
 
 // checkOrder checks per-producer order where Meridian promises it.
 //
-// A producer's messages acknowledged by one region are stored in that
-// region's log in sequence order and replicated in that order, so the
-// unit of order is (producer, acknowledging region): with client failover
-// a producer's messages acknowledged by different regions reach a third
-// log in replication order, which is not a violation. Only acknowledged
-// messages are checked (an indefinite send has no known place).
+// A producer's messages stored by one region are stored in that region's
+// log in sequence order and replicated in that order, so the unit of
+// order is (producer, storage origin): with client failover a producer's
+// messages stored by different regions reach a third log in replication
+// order, which is not a violation. The storage origin is the record's
+// StoredOrigin when the runner recorded it (then every sent message is
+// checked), else the acknowledging region (then only acknowledged
+// messages are checked: an indefinite send has no known place).
 //
 // Within a unit, the first occurrence of seq s after the first occurrence
 // of a higher seq is a violation; a second occurrence (a redelivery after
@@ -33,11 +35,20 @@ func checkOrder(x *hindex, _ Options) Result {
 		for _, r := range recs {
 			k := keyOf(r)
 			s := x.sends[k]
-			if s == nil || s.outcome != KindAck || first[k] {
+			if s == nil || first[k] {
 				continue
 			}
+			// The storage origin: named by the record, else the
+			// acknowledging region (only acknowledged messages have one).
+			origin := r.StoredOrigin
+			if origin == "" {
+				if s.outcome != KindAck {
+					continue
+				}
+				origin = s.ackRegion
+			}
 			first[k] = true
-			u := unit{where: where, producer: k.Origin + "/" + k.Producer, ackRegion: s.ackRegion}
+			u := unit{where: where, producer: k.Origin + "/" + k.Producer, ackRegion: origin}
 			if byKey {
 				u.key = r.Key
 			}
@@ -48,7 +59,7 @@ func checkOrder(x *hindex, _ Options) Result {
 				if byKey {
 					keyNote = fmt.Sprintf(" key %q", r.Key)
 				}
-				ex.add("%s: %s%s (acknowledged by %s) first seen after #%d", where, k, keyNote, s.ackRegion, m)
+				ex.add("%s: %s%s (stored first in %s) first seen after #%d", where, k, keyNote, origin, m)
 				continue
 			}
 			maxSeen[u] = max(maxSeen[u], k.Seq)
