@@ -241,7 +241,8 @@ func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
 		}
 		wait = readIdle
 		n++
-		rec := check.Record{Kind: check.KindRead, Region: reg, Topic: topic, MsgID: m.ID.String(), Key: m.Key}
+		rec := check.Record{Kind: check.KindRead, Region: reg, Topic: topic, MsgID: m.ID.String(), Key: m.Key,
+			StoredOrigin: m.OriginRegion, OriginID: m.OriginID}
 		if id, origin, producer, seq, ok := ParsePayload(m.Payload); ok && id == r.cfg.ID {
 			rec.Origin, rec.Producer, rec.Seq = origin, producer, seq
 		} else {

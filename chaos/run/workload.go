@@ -322,7 +322,8 @@ func (w *workload) consume(c *cons) {
 		}
 		reg := c.region()
 		rec := check.Record{Kind: check.KindDeliver, Region: reg, Topic: c.sub.Topic, Sub: c.sub.Name, SubType: c.sub.Type,
-			Replicated: c.sub.Replicated, Consumer: c.name, MsgID: m.ID.String(), Redelivery: int(m.RedeliveryCount), Key: m.Key}
+			Replicated: c.sub.Replicated, Consumer: c.name, MsgID: m.ID.String(), Redelivery: int(m.RedeliveryCount), Key: m.Key,
+			StoredOrigin: m.OriginRegion, OriginID: m.OriginID}
 		if id, origin, producer, seq, ok := ParsePayload(m.Payload); ok && id == w.id {
 			rec.Origin, rec.Producer, rec.Seq = origin, producer, seq
 		} else {
