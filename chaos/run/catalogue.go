@@ -301,17 +301,18 @@ var catalogue = []Kind{
 		},
 		healFn: healShape,
 	},
-	diskKind("disk-fail-sync", "fsync of one bookie's journal fails", func(*rand.Rand) string { return "fail sync journal" }, false),
-	diskKind("disk-full", "one bookie's disk is full", func(*rand.Rand) string { return "full on" }, false),
+	diskKind("disk-fail-sync", "fsync of one bookie's journal fails", func(*rand.Rand) string { return "fail sync journal" }, restartAfter),
+	diskKind("disk-full", "one bookie's disk is full", func(*rand.Rand) string { return "full on" }, restartAfter),
+	diskKind("disk-usage-high", "one bookie's disk reports 97% used (over its read-only threshold)", func(*rand.Rand) string { return "usage 0.97" }, clearOnly),
 	diskKind("disk-slow-sync", "fsync of one bookie's journal is slow", func(rng *rand.Rand) string {
 		return fmt.Sprintf("slow sync journal %dms", 50+50*rng.IntN(4))
-	}, false),
-	diskKind("disk-corrupt", "flip a bit in one bookie's newest journal or index file", func(rng *rand.Rand) string {
-		return "corrupt " + []string{".log", "index"}[rng.IntN(2)]
-	}, true),
-	diskKind("disk-truncate", "cut the tail of one bookie's newest journal or index file", func(rng *rand.Rand) string {
-		return fmt.Sprintf("truncate %s %d", []string{".log", "index"}[rng.IntN(2)], 16+rng.IntN(512))
-	}, true),
+	}, clearOnly),
+	diskKind("disk-corrupt", "flip a bit in one bookie's newest journal file or its index checkpoint", func(rng *rand.Rand) string {
+		return "corrupt " + []string{".log", "checkpoint"}[rng.IntN(2)]
+	}, damage),
+	diskKind("disk-truncate", "cut the tail of one bookie's newest journal file or its index checkpoint", func(rng *rand.Rand) string {
+		return fmt.Sprintf("truncate %s %d", []string{".log", "checkpoint"}[rng.IntN(2)], 16+rng.IntN(512))
+	}, damage),
 	{
 		Name: "powerloss", Family: FamilyDisk, Description: "one bookie loses every byte written since its last fsync and dies", Heal: "start it again",
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) {
@@ -355,21 +356,48 @@ func healShape(ctx context.Context, c *cluster, st Step) error {
 	return c.link(ctx, linkReq{Op: "shape", A: st.Targets[0], B: st.Targets[1], Bandwidth: "0", SlowClose: "0s"})
 }
 
-// diskKind is a disk fault of one bookie. A file fault (corrupt,
-// truncate) is seen on replay: its heal restarts the bookie (kill -9 and
-// start), which must detect the damage by checksum and never serve it.
-func diskKind(name, desc string, cmd func(*rand.Rand) string, restart bool) Kind {
-	heal := "clear the fault"
-	if restart {
-		heal = "clear, kill -9 and start the bookie (replay meets the damage)"
-	}
+// How a disk fault heals.
+const (
+	// clearOnly disarms the fault.
+	clearOnly = iota
+	// restartAfter disarms it and restarts the bookie (kill -9, start): a
+	// bookie that saw an fsync error or a full disk turns read-only and
+	// stays so until restarted (it cannot trust its page cache after a
+	// failed fsync).
+	restartAfter
+	// damage is restartAfter for a fault that damaged a file: the replay
+	// of the restart meets the damage, which the bookie must detect by
+	// checksum and never serve. Aimed at one bookie per region (Damages).
+	damage
+)
+
+// diskKind is a disk fault of one bookie (or several: a scenario).
+func diskKind(name, desc string, cmd func(*rand.Rand) string, heal int) Kind {
+	healDesc := map[int]string{
+		clearOnly:    "clear the fault",
+		restartAfter: "clear, kill -9 and start the bookie (it stays read-only after the error until restarted)",
+		damage:       "clear, kill -9 and start the bookie (replay meets the damage)",
+	}[heal]
+	restart := heal != clearOnly
 	return Kind{
-		Name: name, Family: FamilyDisk, Description: desc, Heal: heal, Damages: restart,
+		Name: name, Family: FamilyDisk, Description: desc, Heal: healDesc, Damages: heal == damage,
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) {
 			return []string{pickProc(rng, s, "bookie")}, cmd(rng)
 		},
 		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			return st.Param, forAll(st.Targets, func(b string) error { return c.diskOn(ctx, b, st.Param) })
+			detail := st.Param
+			err := forAll(st.Targets, func(b string) error {
+				err := c.diskOn(ctx, b, st.Param)
+				if err != nil && strings.Contains(st.Param, "checkpoint") && strings.Contains(err.Error(), "no non-empty file matching") {
+					// The bookie has not written (or opened) its index
+					// checkpoint since it started: hit its journal instead.
+					alt := strings.Replace(st.Param, "checkpoint", ".log", 1)
+					detail = alt + " (no checkpoint yet)"
+					err = c.diskOn(ctx, b, alt)
+				}
+				return err
+			})
+			return detail, err
 		},
 		healFn: func(ctx context.Context, c *cluster, st Step) error {
 			err := forAll(st.Targets, func(b string) error { return c.diskOn(ctx, b, "clear") })
