@@ -407,7 +407,23 @@ func diskKind(name, desc string, cmd func(*rand.Rand) string, heal int) Kind {
 			if err := c.signalAll(ctx, st.Targets, "KILL"); err != nil {
 				return err
 			}
-			return c.startAll(ctx, st.Targets)
+			if heal != damage {
+				return c.startAll(ctx, st.Targets)
+			}
+			return forAll(st.Targets, func(b string) error {
+				err := c.startOnce(ctx, b)
+				if err == nil || !strings.Contains(err.Error(), "refusing to start") {
+					return err
+				}
+				// A bookie whose index checkpoint is damaged refuses to
+				// start ("restore it or wipe the bookie"): the operator's
+				// remedy is a wipe; its ledgers are re-replicated.
+				c.note("%s refused to start after %q (%v): wiped and started empty", b, st.Param, err)
+				if err := c.process(ctx, "wipe", b, ""); err != nil {
+					return err
+				}
+				return c.startAll(ctx, []string{b})
+			})
 		},
 	}
 }

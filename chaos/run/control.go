@@ -11,7 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +36,50 @@ type cluster struct {
 	procs []string
 	// base: the WAN links' latency and jitter at the start, "a->b".
 	base map[string][2]time.Duration
+	// note adds a line to the run's notes (may be nil).
+	notes func(string)
+}
+
+func (c *cluster) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	c.log.Warn("chaos: " + msg)
+	if c.notes != nil {
+		c.notes(msg)
+	}
+}
+
+// startOnce starts an exited process once and reports why it failed
+// (the process's own last words included, as the dev API gives them).
+func (c *cluster) startOnce(ctx context.Context, name string) error {
+	if s, err := c.procState(ctx, name); err != nil || s == "running" {
+		return err
+	}
+	err := c.process(ctx, "start", name, "")
+	if err != nil {
+		if log := c.lastLog(name); log != "" {
+			err = fmt.Errorf("%w: %s", err, log)
+		}
+	}
+	return err
+}
+
+// lastLog returns the last line of a process's log file ("" if unknown).
+func (c *cluster) lastLog(name string) string {
+	st, err := c.status(context.Background())
+	if err != nil {
+		return ""
+	}
+	for _, p := range st.Processes {
+		if procName(p.Region, p.Role, p.Index) == name && p.Log != "" {
+			b, err := os.ReadFile(p.Log)
+			if err != nil {
+				return ""
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			return lines[len(lines)-1]
+		}
+	}
+	return ""
 }
 
 // newCluster reads the cluster's status through its control address.

@@ -213,6 +213,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("dev cluster at %s: %w", cfg.Control, err)
 	}
 	r.cl = cl
+	cl.notes = func(s string) { r.note("%s", s) }
 	for _, p := range st.Processes {
 		if p.State != "running" {
 			return nil, fmt.Errorf("process %s is %s: start it first", p.Name, p.State)
