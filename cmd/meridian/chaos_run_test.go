@@ -78,6 +78,24 @@ func requirePass(t *testing.T, v check.Verdict, names ...string) {
 	}
 }
 
+// keptDir is a temporary directory removed after the test unless it
+// failed (then its dev cluster logs and report are kept for diagnosis).
+func keptDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept %s (dev cluster logs, report)", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
+}
+
 // readHistory reads a run's history.jsonl.
 func readHistory(t *testing.T, dir string) check.History {
 	t.Helper()
@@ -93,6 +111,50 @@ func readHistory(t *testing.T, dir string) check.History {
 	return h
 }
 
+// dedupTwice counts the messages of deduplicating producers read back
+// more than once in some region: crossRegion when the copies name
+// different storage origins (a resend after a client failover, each region
+// storing one), sameRegion when one storage origin stored it twice (a
+// dedup failure of that region).
+func dedupTwice(h check.History) (crossRegion, sameRegion int) {
+	type key struct {
+		region, origin, producer string
+		seq                      int64
+	}
+	dedup := map[key]bool{}
+	copies := map[key][]string{}
+	for _, r := range h.Records {
+		k := key{"", r.Origin, r.Producer, r.Seq}
+		switch r.Kind {
+		case check.KindSend:
+			if r.Dedup {
+				dedup[k] = true
+			}
+		case check.KindRead:
+			k.region = r.Region
+			copies[k] = append(copies[k], r.StoredOrigin)
+		}
+	}
+	cross, same := map[key]bool{}, map[key]bool{}
+	for k, origins := range copies {
+		m := key{"", k.origin, k.producer, k.seq}
+		if len(origins) < 2 || !dedup[m] {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, o := range origins {
+			if seen[o] {
+				same[m] = true
+			}
+			seen[o] = true
+		}
+		if !same[m] {
+			cross[m] = true
+		}
+	}
+	return len(cross), len(same)
+}
+
 // smokeSeed is the smoke run's fixed seed.
 const smokeSeed = 12
 
@@ -106,7 +168,7 @@ func TestChaosSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev cluster for ~3 minutes (-short)")
 	}
-	dir := t.TempDir()
+	dir := keptDir(t)
 	report := filepath.Join(dir, "report")
 	start := time.Now()
 	v, code, stderr := runChaosCLI(t, 9*time.Minute, "run", "--dev", "a,b", "--data-dir", filepath.Join(dir, "dev"),
@@ -116,9 +178,31 @@ func TestChaosSmoke(t *testing.T) {
 		t.Fatalf("chaos run could not complete; stderr:\n%s", tail(stderr, 12000))
 	}
 	logVerdict(t, v)
-	requirePass(t, v, "lost", "unexpected", "divergence")
+	requirePass(t, v, "lost", "unexpected", "divergence", "order", "stuck")
+	h := readHistory(t, report)
 	if code != 0 || !v.Valid {
-		t.Errorf("chaos run: exit %d, valid %v; stderr:\n%s", code, v.Valid, tail(stderr, 12000))
+		// The one failure tolerated: a deduplicating producer's message
+		// stored once in each of two regions (two copies with different
+		// storage origins) by a client failover resend. That is the known
+		// broker bug of docs/parts/runner.md ("Bugs found"): the failover
+		// dedup carry-over is read only when the producer opens, so a copy
+		// that reaches the region by replication after the reopen does not
+		// stop the resend. Any other failure, and any message stored twice
+		// by one region, fails the test.
+		crossRegion, sameRegion := dedupTwice(h)
+		d, _ := v.Result("duplicated")
+		onlyDup := code == 1 && !d.Pass
+		for _, r := range v.Results {
+			if r.Name != "duplicated" && !r.Pass {
+				onlyDup = false
+			}
+		}
+		if !onlyDup || crossRegion == 0 || sameRegion > 0 {
+			t.Errorf("chaos run: exit %d, valid %v (dedup producer messages stored twice across regions %d, within one region %d); stderr:\n%s",
+				code, v.Valid, crossRegion, sameRegion, tail(stderr, 12000))
+		} else {
+			t.Logf("KNOWN BROKER BUG (seed %d): %d messages of deduplicating producers stored twice, once per storage region, by client failover resends; see docs/parts/runner.md", smokeSeed, crossRegion)
+		}
 	}
 	if v.Stats.Acked == 0 || len(v.Stats.ReadPerRegion) != 2 {
 		t.Errorf("chaos run: %d acknowledged, read back in %v: the workload did not run in both regions", v.Stats.Acked, v.Stats.ReadPerRegion)
@@ -126,7 +210,6 @@ func TestChaosSmoke(t *testing.T) {
 	t.Logf("duplicates: %d deliveries beyond the first per subscription; %d timed-out sends, %d of them stored", v.Stats.Duplicates, v.Stats.Timeouts, v.Stats.IndefiniteStored)
 
 	// Every fault kind two regions allow was injected and healed.
-	h := readHistory(t, report)
 	seen := map[string]int{}
 	for _, r := range h.Records {
 		if r.Kind != check.KindFaultStart && r.Kind != check.KindFaultEnd {
@@ -164,7 +247,7 @@ func TestChaosCatchesAckBeforeSync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev cluster (-short)")
 	}
-	dir := t.TempDir()
+	dir := keptDir(t)
 	report := filepath.Join(dir, "report")
 	v, code, stderr := runChaosCLI(t, 8*time.Minute, "run", "--dev", "a,b", "--data-dir", filepath.Join(dir, "dev"),
 		"--unsafe-ack-before-sync", "--scenario", "power-loss-quorum", "--rate", "400", "--topics", "1", "--quiet", "45s", "--report", report)
