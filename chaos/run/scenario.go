@@ -91,14 +91,21 @@ var scenarios = []Scenario{
 		},
 	},
 	{
-		Name: "power-loss-quorum", Families: []string{FamilyDisk},
-		Description: "every bookie of a region loses its unsynced writes at once (a power cut of the rack): with correct fsync nothing acknowledged is lost; the broken-build test runs it with unsafe_ack_before_sync",
+		Name: "power-loss-quorum", Families: []string{FamilyDisk, FamilyKill},
+		Description: "every bookie of a region loses its unsynced writes at once (a power cut of the rack) and the region's brokers are killed -9: with correct fsync nothing acknowledged is lost; the broken-build test runs it with unsafe_ack_before_sync",
 		steps: func(s Shape) []Step {
 			var t []string
 			for i := range s.Bookies {
 				t = append(t, procName(first(s), "bookie", i))
 			}
-			return []Step{{At: 8 * time.Second, Kind: "powerloss", Targets: t, For: 10 * time.Second, Param: "powerloss"}}
+			var b []string
+			for i := range s.Brokers {
+				b = append(b, procName(first(s), "broker", i))
+			}
+			// The region's brokers die too (their caches would still serve
+			// the lost entries) and come back after the bookies.
+			return []Step{{At: 8 * time.Second, Kind: "powerloss", Targets: t, For: 10 * time.Second, Param: "powerloss"},
+				{At: 9 * time.Second, Kind: "kill", Targets: b, For: 12 * time.Second}}
 		},
 	},
 	{
