@@ -277,9 +277,9 @@ func printDevStatus(w io.Writer, st region.DevStatus, output string) error {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LINK\tLATENCY\tJITTER\tCUT")
+	fmt.Fprintln(tw, "LINK\tLATENCY\tJITTER\tCUT\tSHAPE")
 	for _, l := range st.Links {
-		fmt.Fprintf(tw, "%s→%s\t%s\t%s\t%v\n", l.From, l.To, l.Latency, l.Jitter, l.Cut)
+		fmt.Fprintf(tw, "%s→%s\t%s\t%s\t%v\t%s\n", l.From, l.To, l.Latency, l.Jitter, l.Cut, devShapeText(l))
 	}
 	return tw.Flush()
 }

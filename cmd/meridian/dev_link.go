@@ -68,18 +68,30 @@ func printDevLinks(w io.Writer, req region.DevLinkRequest, links []region.DevLin
 		}
 		n++
 		fmt.Fprintf(w, "%s→%s: latency %s jitter %s cut %v", l.From, l.To, l.Latency, l.Jitter, l.Cut)
-		if l.Bandwidth > 0 {
-			fmt.Fprintf(w, " bandwidth %d B/s", l.Bandwidth)
-		}
-		if l.Drop > 0 {
-			fmt.Fprintf(w, " drop %g", l.Drop)
-		}
-		if l.SlowClose != "" {
-			fmt.Fprintf(w, " slow-close %s", l.SlowClose)
+		if sh := devShapeText(l); sh != "-" {
+			fmt.Fprint(w, " ", sh)
 		}
 		fmt.Fprintln(w)
 	}
 	if n == 0 && req.A == "" {
 		fmt.Fprintln(w, "every link in its default state (region links may keep a latency)")
 	}
+}
+
+// devShapeText is a link's shape in words ("-" for none).
+func devShapeText(l region.DevLinkStatus) string {
+	var parts []string
+	if l.Bandwidth > 0 {
+		parts = append(parts, fmt.Sprintf("bandwidth %d B/s", l.Bandwidth))
+	}
+	if l.Drop > 0 {
+		parts = append(parts, fmt.Sprintf("drop %g", l.Drop))
+	}
+	if l.SlowClose != "" {
+		parts = append(parts, "slow-close "+l.SlowClose)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
