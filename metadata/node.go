@@ -381,6 +381,7 @@ func (n *Node) tickLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.SessionTick)
 	defer t.Stop()
 	wasLeader := map[uint64]bool{}
+	anchors := map[uint64]tickAnchor{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -394,10 +395,23 @@ func (n *Node) tickLoop(ctx context.Context) {
 			renew := leader && !wasLeader[sc.ShardID]
 			wasLeader[sc.ShardID] = leader
 			if !leader {
+				delete(anchors, sc.ShardID)
 				continue
 			}
+			if _, ok := anchors[sc.ShardID]; !ok {
+				// New leadership: anchor the session time to the session
+				// clock as this replica knows it.
+				var v any
+				var err error
+				n.nhCall(func() { v, err = n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: 0}) })
+				if err != nil {
+					wasLeader[sc.ShardID] = false
+					continue
+				}
+				anchors[sc.ShardID] = tickAnchor{clock: v.(sessionDueResult).Clock, mono: time.Now()}
+			}
+			now := n.tickTime(anchors[sc.ShardID])
 			if !renew {
-				now := n.clock.Now().UnixNano()
 				var v any
 				var err error
 				n.nhCall(func() { v, err = n.nh.StaleRead(sc.ShardID, sessionDueQuery{Now: now}) })
@@ -414,12 +428,16 @@ func (n *Node) tickLoop(ctx context.Context) {
 				}
 			}
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			res, err := st.propose(pctx, command{Type: cmdTick, Renew: renew, MaxSkew: int64(n.cfg.MaxClockSkew)}, false)
+			res, err := st.propose(pctx, command{Type: cmdTick, Now: now, Renew: renew, MaxSkew: int64(n.cfg.MaxClockSkew)}, false)
 			cancel()
 			if err != nil {
 				wasLeader[sc.ShardID] = false // retry the renewal next tick
 				n.log.Debug("session tick failed", "shard", sc.Name, "err", err)
 				continue
+			}
+			if anchors[sc.ShardID].clock == 0 {
+				// The first session clock of the shard: anchor to it.
+				anchors[sc.ShardID] = tickAnchor{clock: now, mono: time.Now()}
 			}
 			if res.Expired > 0 {
 				n.metrics.sessionExpiries.WithLabelValues(sc.Name).Add(float64(res.Expired))
@@ -427,6 +445,31 @@ func (n *Node) tickLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// tickAnchor is the session clock as a shard leader found it when its
+// leadership began, and the monotonic time then.
+type tickAnchor struct {
+	clock int64 // Unix ns; 0: no session clock yet
+	mono  time.Time
+}
+
+// tickTime is the time a leader proposes in its ticks, which moves the
+// session clock. It is the node's wall clock, kept within [est, est +
+// MaxClockSkew] where est is the anchor's session clock advanced by the
+// monotonic time elapsed since: a leader whose wall clock jumps back still
+// advances the session clock at the real rate (before, sessions of dead
+// processes stopped expiring for as long as the jump), and one whose clock
+// jumps ahead cannot move it more than MaxClockSkew ahead (before, every
+// session of the shard expired at once). A skew present when the
+// leadership began is corrected only by the next leader.
+func (n *Node) tickTime(a tickAnchor) int64 {
+	wall := n.clock.Now().UnixNano()
+	if a.clock == 0 {
+		return wall
+	}
+	est := a.clock + int64(time.Since(a.mono))
+	return min(max(wall, est), est+int64(n.cfg.MaxClockSkew))
 }
 
 // nhCall runs f, a NodeHost call that reaches a state machine (reads,

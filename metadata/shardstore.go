@@ -58,6 +58,7 @@ func wait(ctx context.Context, d time.Duration) bool {
 func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResult, error) {
 	ctx, cancel := s.withDeadline(ctx)
 	defer cancel()
+	tickNow := c.Now
 	start := time.Now()
 	backoff := 5 * time.Millisecond
 	var uncertain error
@@ -70,7 +71,11 @@ func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResu
 			s.node.metrics.proposal(s.name, "unavailable", start)
 			return cmdResult{}, fmt.Errorf("%w: shard %q has no leader: %w", ErrUnavailable, s.name, ctx.Err())
 		}
-		c.Now = s.node.clock.Now().UnixNano()
+		if c.Type == cmdTick && tickNow != 0 {
+			c.Now = tickNow // the leader's session time (see Node.tickTime)
+		} else {
+			c.Now = s.node.clock.Now().UnixNano()
+		}
 		data, err := json.Marshal(c)
 		if err != nil {
 			return cmdResult{}, fmt.Errorf("%w: encode command: %v", ErrInvalidArgument, err)
