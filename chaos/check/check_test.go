@@ -169,8 +169,15 @@ func TestCheckDuplicated(t *testing.T) {
 		r.Dedup = true
 		b.add(r).add(msg(KindAck, "a", "d1", s))
 	}
+	// Their redeliveries are counted apart from the others'.
+	b.deliver("a", "s", "exclusive", "d1", 1, 2, 2)
+	r = run(t, b, CheckDuplicated, Options{})
+	wantResult(t, r, true, 1)
+	if !strings.Contains(r.Detail, "1 duplicate deliveries (1 of messages of deduplicating producers, 0 of others)") {
+		t.Fatalf("detail %q", r.Detail)
+	}
 	b.read("a", "d1", 1, 2, 2).read("b", "d1", 1, 2, 2)
-	wantResult(t, run(t, b, CheckDuplicated, Options{}), false, 1)
+	wantResult(t, run(t, b, CheckDuplicated, Options{}), false, 2)
 	// A replicated copy stored twice (b holds #2 twice, a once): a failure
 	// even without dedup.
 	b = healthy().read("b", "p1", 2)

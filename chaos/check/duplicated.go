@@ -21,7 +21,7 @@ import (
 // is counted only.
 func checkDuplicated(x *hindex, opt Options) Result {
 	var ex examples
-	total := 0
+	total, dedupDups := 0, 0
 	var perSub []string
 	over := 0
 	for _, sk := range x.subOrder {
@@ -32,6 +32,9 @@ func checkDuplicated(x *hindex, opt Options) Result {
 			seen[k]++
 			if seen[k] > 1 {
 				dups++
+				if s := x.sends[k]; s != nil && s.dedup {
+					dedupDups++
+				}
 			}
 		}
 		if dups == 0 {
@@ -99,9 +102,9 @@ func checkDuplicated(x *hindex, opt Options) Result {
 	}
 	failed := over + dedupTwice + replTwice
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d duplicate deliveries", total)
+	fmt.Fprintf(&b, "%d duplicate deliveries (%d of messages of deduplicating producers, %d of others)", total, dedupDups, total-dedupDups)
 	if len(perSub) > 0 {
-		fmt.Fprintf(&b, " (%s)", strings.Join(perSub, ", "))
+		fmt.Fprintf(&b, "; per subscription: %s", strings.Join(perSub, ", "))
 	}
 	if opt.BoundDuplicates {
 		fmt.Fprintf(&b, "; %d subscriptions over the bound %d", over, opt.MaxDuplicates)

@@ -129,6 +129,7 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 	var panels []chartPanel
 	// Throughput per region, computed from the records themselves.
 	sent, acked, delivered, errs := map[string][]time.Time{}, map[string][]time.Time{}, map[string][]time.Time{}, map[string][]time.Time{}
+	firstIn := map[string]map[msgKey]bool{}
 	for _, r := range x.all {
 		switch r.Kind {
 		case KindSend:
@@ -136,7 +137,16 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		case KindAck:
 			acked[r.Region] = append(acked[r.Region], r.T)
 		case KindDeliver:
-			delivered[r.Region] = append(delivered[r.Region], r.T)
+			// The first delivery of each message in the region: every
+			// message reaches several subscriptions, and their redeliveries
+			// would drown the acknowledgements.
+			if firstIn[r.Region] == nil {
+				firstIn[r.Region] = map[msgKey]bool{}
+			}
+			if k := keyOf(r); !r.Unparsed && !firstIn[r.Region][k] {
+				firstIn[r.Region][k] = true
+				delivered[r.Region] = append(delivered[r.Region], r.T)
+			}
 		case KindFail, KindTimeout:
 			errs[r.Region] = append(errs[r.Region], r.T)
 		}
@@ -145,19 +155,21 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		panels = append(panels, chartPanel{Title: "region " + reg + " throughput", Unit: "msg/s", Series: []chartSeries{
 			{Name: "sent", Color: "#c7c7c7", Width: 4, Values: ax.rate(sent[reg])},
 			{Name: "acknowledged", Color: "#1f77b4", Values: ax.rate(acked[reg])},
-			{Name: "delivered", Color: "#2ca02c", Dash: true, Values: ax.rate(delivered[reg])},
+			{Name: "delivered in " + reg + " (first time, any subscription)", Color: "#2ca02c", Dash: true, Values: ax.rate(delivered[reg])},
 		}})
 	}
-	// Replication and subscription backlogs from the samples.
+	// Replication and subscription backlogs from the samples: one line
+	// per region and remote (or per region: the subscriptions' backlogs
+	// of a region summed), summed over the topics.
 	for _, g := range []struct{ name, title string }{
 		{SeriesReplBacklog, "replication lag (region → remote)"},
-		{SeriesSubBacklog, "subscription backlog"},
+		{SeriesSubBacklog, "subscription backlog, all subscriptions of a region"},
 	} {
 		type acc struct {
 			ts   []time.Time
 			vals []float64
 		}
-		byName := map[string]*acc{}
+		byTopic := map[string]map[string]*acc{} // line label -> topic (and sub) -> readings
 		var names []string
 		for _, r := range samples {
 			s := r.Sample
@@ -165,14 +177,19 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 				continue
 			}
 			label := r.Region + " → " + s.Labels["remote"]
+			part := cmp.Or(s.Labels["topic"], r.Topic)
 			if g.name == SeriesSubBacklog {
-				label = r.Region + ":" + s.Labels["sub"]
+				label = r.Region
+				part += "\x00" + s.Labels["sub"]
 			}
-			a, ok := byName[label]
-			if !ok {
-				a = &acc{}
-				byName[label] = a
+			if byTopic[label] == nil {
+				byTopic[label] = map[string]*acc{}
 				names = append(names, label)
+			}
+			a := byTopic[label][part]
+			if a == nil {
+				a = &acc{}
+				byTopic[label][part] = a
 			}
 			a.ts, a.vals = append(a.ts, r.T), append(a.vals, s.Value)
 		}
@@ -181,8 +198,25 @@ func timelinePanels(x *hindex, ax timeAxis, samples []Record) []chartPanel {
 		}
 		slices.Sort(names)
 		p := chartPanel{Title: g.title, Unit: "messages"}
+		if g.name == SeriesReplBacklog && len(byTopic[names[0]]) > 1 {
+			p.Unit = "messages, all topics"
+		}
 		for i, n := range names {
-			p.Series = append(p.Series, chartSeries{Name: n, Color: palette[i%len(palette)], Values: ax.gauge(byName[n].ts, byName[n].vals)})
+			sum := make([]float64, ax.n)
+			for j := range sum {
+				sum[j] = math.NaN()
+			}
+			for _, a := range byTopic[n] {
+				for j, v := range ax.gauge(a.ts, a.vals) {
+					if !math.IsNaN(v) {
+						if math.IsNaN(sum[j]) {
+							sum[j] = 0
+						}
+						sum[j] += v
+					}
+				}
+			}
+			p.Series = append(p.Series, chartSeries{Name: n, Color: palette[i%len(palette)], Values: sum})
 		}
 		panels = append(panels, p)
 	}

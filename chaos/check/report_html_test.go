@@ -59,7 +59,9 @@ func synthetic(lose bool) History {
 			lag = float64(36-s) * 120
 		}
 		recs = append(recs,
-			Record{T: at(s * 1000), Kind: KindSample, Region: "a", Sample: &Sample{Name: SeriesReplBacklog, Labels: map[string]string{"remote": "b"}, Value: lag}},
+			Record{T: at(s * 1000), Kind: KindSample, Region: "a", Sample: &Sample{Name: SeriesReplBacklog, Labels: map[string]string{"remote": "b", "topic": "t"}, Value: lag / 2}},
+			Record{T: at(s * 1000), Kind: KindSample, Region: "a", Sample: &Sample{Name: SeriesReplBacklog, Labels: map[string]string{"remote": "b", "topic": "t2"}, Value: lag / 2}},
+			Record{T: at(s * 1000), Kind: KindSample, Region: "a", Sample: &Sample{Name: SeriesSubBacklog, Labels: map[string]string{"sub": "rep", "topic": "t"}, Value: lag / 3}},
 			Record{T: at(s * 1000), Kind: KindSample, Region: "b", Sample: &Sample{Name: SeriesReplBacklog, Labels: map[string]string{"remote": "a"}, Value: lag / 2}})
 	}
 	for _, a := range acked {
@@ -120,7 +122,7 @@ func TestWriteHTML(t *testing.T) {
 	}
 	html := b.String()
 	for _, want := range []string{"INVALID", "<svg", "#1 partition a,b", "#2 kill a/broker-0", "region a throughput", "region b throughput",
-		"replication lag", "send errors", "divergence", "background:#9467bd"} {
+		"replication lag", "messages, all topics", "subscription backlog, all subscriptions of a region", "send errors", "divergence", "background:#9467bd"} {
 		if !strings.Contains(html, want) {
 			t.Fatalf("report.html lacks %q", want)
 		}
