@@ -144,3 +144,37 @@ func TestPayloadRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanDamagesOneBookiePerRegion: corrupt, truncate and wipe hit one
+// bookie per region for the whole run (no entry loses two copies), and are
+// left out when a region has a single bookie.
+func TestPlanDamagesOneBookiePerRegion(t *testing.T) {
+	kinds := allKinds(t)
+	for seed := range int64(20) {
+		steps, err := Plan(seed, kinds, 20*time.Minute, testShape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := map[string]string{}
+		for _, s := range steps {
+			if k, _ := KindByName(s.Kind); !k.Damages {
+				continue
+			}
+			for _, tg := range s.Targets {
+				reg, _, _, _ := parseProc(tg)
+				if v, ok := victim[reg]; ok && v != tg {
+					t.Fatalf("seed %d: damaging faults hit %s and %s in region %s", seed, v, tg, reg)
+				}
+				victim[reg] = tg
+			}
+		}
+	}
+	one := testShape
+	one.Bookies = 1
+	steps, _ := Plan(1, kinds, 10*time.Minute, one)
+	for _, s := range steps {
+		if k, _ := KindByName(s.Kind); k.Damages {
+			t.Fatalf("one bookie per region: damaging step %s planned", s)
+		}
+	}
+}
