@@ -242,15 +242,15 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	kinds := cfg.Faults
-	if cfg.Scenario != "" {
-		kinds = nil
-		for _, s := range steps {
-			if !slices.Contains(kinds, s.Kind) {
-				kinds = append(kinds, s.Kind)
-			}
+	// The kinds the run injects (a kind the cluster's shape cannot take,
+	// such as a bridge between two regions, is left out).
+	var kinds []string
+	for _, s := range steps {
+		if !slices.Contains(kinds, s.Kind) {
+			kinds = append(kinds, s.Kind)
 		}
 	}
+	slices.SortStableFunc(kinds, func(a, b string) int { return kindIndex(a) - kindIndex(b) })
 	runRec := check.Run{ID: cfg.ID, Seed: cfg.Seed, Regions: cl.shape.Regions, Faults: kinds, Scenario: cfg.Scenario, Topics: r.topics, Quiet: cfg.Quiet}
 	for _, s := range r.subs {
 		runRec.Subscriptions = append(runRec.Subscriptions, s.Subscription)
