@@ -92,18 +92,20 @@ bench-geo:
 
 ## chaos: the long randomized chaos suite: `meridian chaos run --dev a,b,c` for each of CHAOS_SEEDS, every fault
 ## family, CHAOS_DURATION of faults each, then every named scenario on --dev a,b (reports in chaos-reports/);
-## stops at the first invalid verdict.
+## runs them all and fails if any verdict was invalid (or a run could not complete).
 chaos:
 	$(GO) build -o .bin/meridian ./cmd/meridian
-	@for seed in $(CHAOS_SEEDS); do \
+	@fail=0; \
+	for seed in $(CHAOS_SEEDS); do \
 	  echo "== chaos seed $$seed"; \
 	  .bin/meridian chaos run --dev a,b,c --seed $$seed --duration $(CHAOS_DURATION) --rate 1000 \
-	    --report chaos-reports/seed-$$seed || exit $$?; \
-	done
-	@for sc in $(CHAOS_SCENARIOS); do \
+	    --report chaos-reports/seed-$$seed || fail=1; \
+	done; \
+	for sc in $(CHAOS_SCENARIOS); do \
 	  echo "== chaos scenario $$sc"; \
-	  .bin/meridian chaos run --dev a,b --scenario $$sc --rate 1000 --report chaos-reports/$$sc || exit $$?; \
-	done
+	  .bin/meridian chaos run --dev a,b --scenario $$sc --rate 1000 --report chaos-reports/$$sc || fail=1; \
+	done; \
+	exit $$fail
 
 clean:
 	rm -rf .bin
