@@ -8,7 +8,11 @@ PKGS      := ./...
 RACE_PKGS := ./metadata/... ./bookie/... ./topology/... ./broker/... ./client/... ./region/... ./internal/... ./replicator/... ./chaos/...
 TEST_TIMEOUT ?= 10m
 
-.PHONY: all build test test-long test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare bench-geo clean
+CHAOS_SEEDS ?= 1 2 3
+CHAOS_DURATION ?= 5m
+CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump
+
+.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare bench-geo clean
 
 all: build
 
@@ -18,7 +22,8 @@ build:
 ## test: everything CI runs — lint, generated-code check, race tests of the core, the rest plainly.
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
-	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal|replicator|chaos)(/|$$)')
+	$(GO) test -timeout $(TEST_TIMEOUT) -skip 'TestChaosSmoke|TestChaosCatchesAckBeforeSync' $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal|replicator|chaos)(/|$$)')
+	$(GO) test -timeout 20m -count=1 -run 'TestChaosSmoke|TestChaosCatchesAckBeforeSync' ./cmd/meridian/
 
 ## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak); ~10 minutes.
 test-long:
@@ -84,6 +89,23 @@ bench-geo:
 	  GEO_BENCH=1 GEO_BENCH_RATE=$$rate GEO_BENCH_LATENCY=$$lat GEO_BENCH_SECONDS=20 GEO_BENCH_CUT=60s \
 	    $(GO) test -count=1 -timeout 15m -run 'TestGeoReplicationLagLong$$' -v ./region/ | grep -E 'geo_bench_test|^(ok|FAIL|---)' || exit 1; \
 	done; done
+
+## chaos: the long randomized chaos suite: `meridian chaos run --dev a,b,c` for each of CHAOS_SEEDS, every fault
+## family, CHAOS_DURATION of faults each, then every named scenario on --dev a,b (reports in chaos-reports/);
+## runs them all and fails if any verdict was invalid (or a run could not complete).
+chaos:
+	$(GO) build -o .bin/meridian ./cmd/meridian
+	@fail=0; \
+	for seed in $(CHAOS_SEEDS); do \
+	  echo "== chaos seed $$seed"; \
+	  .bin/meridian chaos run --dev a,b,c --seed $$seed --duration $(CHAOS_DURATION) --rate 1000 \
+	    --report chaos-reports/seed-$$seed || fail=1; \
+	done; \
+	for sc in $(CHAOS_SCENARIOS); do \
+	  echo "== chaos scenario $$sc"; \
+	  .bin/meridian chaos run --dev a,b --scenario $$sc --rate 1000 --report chaos-reports/$$sc || fail=1; \
+	done; \
+	exit $$fail
 
 clean:
 	rm -rf .bin

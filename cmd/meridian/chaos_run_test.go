@@ -1,0 +1,380 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridianmq/meridian/chaos/check"
+	"github.com/meridianmq/meridian/chaos/run"
+)
+
+// Process-level tests of `meridian chaos run`: the CLI starts its own
+// `meridian dev` cluster (--dev) with fault injection, runs the workload
+// under a fixed schedule, and prints one JSON verdict line.
+
+// runChaosCLI runs `meridian chaos ARGS --output json` and returns the
+// verdict (zero when the exit code is 2), the exit code and stderr.
+func runChaosCLI(t *testing.T, timeout time.Duration, args ...string) (check.Verdict, int, string) {
+	t.Helper()
+	cmd := exec.Command(cliBinary(t), append(append([]string{"chaos"}, args...), "--output", "json")...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		// SIGINT first: the run heals and stops its dev cluster.
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(90 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		t.Fatalf("chaos %v: still running after %v; stderr:\n%s", args, timeout, tail(se.String(), 8000))
+	}
+	var v check.Verdict
+	code := cmd.ProcessState.ExitCode()
+	if code != 2 {
+		lines := strings.Split(strings.TrimSpace(so.String()), "\n")
+		if len(lines) != 1 {
+			t.Fatalf("chaos %v: exit %d, want one JSON line on stdout, got %q; stderr:\n%s", args, code, so.String(), tail(se.String(), 8000))
+		}
+		if err := json.Unmarshal([]byte(lines[0]), &v); err != nil {
+			t.Fatalf("chaos %v: JSON line %q: %v", args, lines[0], err)
+		}
+	}
+	return v, code, se.String()
+}
+
+func logVerdict(t *testing.T, v check.Verdict) {
+	t.Helper()
+	var b bytes.Buffer
+	_ = v.WriteText(&b)
+	t.Logf("verdict:\n%s", b.String())
+}
+
+// requirePass fails unless the named checker ran and passed with count 0.
+func requirePass(t *testing.T, v check.Verdict, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		r, ok := v.Result(n)
+		if !ok || !r.Pass || r.Count != 0 {
+			t.Errorf("checker %s: ran %v, pass %v, count %d: %s %v", n, ok, r.Pass, r.Count, r.Detail, r.Examples)
+		}
+	}
+}
+
+// keptDir is a temporary directory removed after the test unless it
+// failed (then its dev cluster logs and report are kept for diagnosis).
+func keptDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept %s (dev cluster logs, report)", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// readHistory reads a run's history.jsonl.
+func readHistory(t *testing.T, dir string) check.History {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := check.ReadHistory(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// dedupTwice counts the messages of deduplicating producers read back
+// more than once in some region: crossRegion when the copies name
+// different storage origins (a resend after a client failover, each region
+// storing one), sameRegion when one storage origin stored it twice (a
+// dedup failure of that region).
+func dedupTwice(h check.History) (crossRegion, sameRegion int) {
+	type key struct {
+		region, origin, producer string
+		seq                      int64
+	}
+	dedup := map[key]bool{}
+	copies := map[key][]string{}
+	for _, r := range h.Records {
+		k := key{"", r.Origin, r.Producer, r.Seq}
+		switch r.Kind {
+		case check.KindSend:
+			if r.Dedup {
+				dedup[k] = true
+			}
+		case check.KindRead:
+			k.region = r.Region
+			copies[k] = append(copies[k], r.StoredOrigin)
+		}
+	}
+	cross, same := map[key]bool{}, map[key]bool{}
+	for k, origins := range copies {
+		m := key{"", k.origin, k.producer, k.seq}
+		if len(origins) < 2 || !dedup[m] {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, o := range origins {
+			if seen[o] {
+				same[m] = true
+			}
+			seen[o] = true
+		}
+		if !same[m] {
+			cross[m] = true
+		}
+	}
+	return len(cross), len(same)
+}
+
+// orderTolerated reports whether the order checker passed, or failed only
+// on replicated subscriptions whose consumers moved between regions: when
+// a failover consumer receives in region b the message after the one it
+// had received in a, and another consumer of the subscription then gets
+// the earlier one as a redelivery, the checker (which keys a replicated
+// subscription by region) counts a first delivery out of order in b. That
+// shape is logged as a checker issue. Violations in read-backs or on local
+// subscriptions (checked again here) are not tolerated.
+func orderTolerated(t *testing.T, v check.Verdict, h check.History) bool {
+	t.Helper()
+	o, _ := v.Result("order")
+	if o.Pass {
+		return true
+	}
+	if n, ex := orderLocalSubs(h); n > 0 {
+		t.Errorf("order: %d first deliveries out of order on local subscriptions: %v", n, ex)
+		return false
+	}
+	for _, e := range o.Examples {
+		if !strings.HasPrefix(e, "sub ") || !strings.Contains(e, ":rep-") {
+			t.Errorf("order: %s", e)
+			return false
+		}
+	}
+	t.Logf("CHECKER ISSUE (seed %d): order counts %d first deliveries out of order on replicated subscriptions whose consumers moved between regions: %v", smokeSeed, o.Count, o.Examples)
+	return true
+}
+
+// orderLocalSubs checks the exclusive and failover subscriptions that are
+// not replicated: the first delivery of a producer's seq must not come
+// after the first delivery of a higher seq of the same producer.
+func orderLocalSubs(h check.History) (int, []string) {
+	type key struct{ region, topic, sub, origin, producer string }
+	type seen struct {
+		max   int64
+		first map[int64]bool
+	}
+	state := map[key]*seen{}
+	n := 0
+	var ex []string
+	for _, r := range h.Records {
+		if r.Kind != check.KindDeliver || r.Unparsed || r.Replicated || (r.SubType != "exclusive" && r.SubType != "failover") {
+			continue
+		}
+		k := key{r.Region, r.Topic, r.Sub, r.Origin, r.Producer}
+		st := state[k]
+		if st == nil {
+			st = &seen{max: -1, first: map[int64]bool{}}
+			state[k] = st
+		}
+		if st.first[r.Seq] {
+			continue // a redelivery
+		}
+		st.first[r.Seq] = true
+		if r.Seq < st.max {
+			n++
+			if len(ex) < 10 {
+				ex = append(ex, fmt.Sprintf("%s:%s %s/%s#%d first delivered after #%d", r.Region, r.Sub, r.Origin, r.Producer, r.Seq, st.max))
+			}
+		}
+		st.max = max(st.max, r.Seq)
+	}
+	return n, ex
+}
+
+// smokeSeed is the smoke run's fixed seed.
+const smokeSeed = 12
+
+// TestChaosSmoke is the short seeded smoke of `make test`: `meridian
+// chaos run --dev a,b` (three bookies and two brokers per region, fault
+// injection on), seed 12, every fault kind of the catalogue that two
+// regions allow at least once, each injected and healed without error;
+// the verdict must be valid with 0 lost, 0 unexpected, 0 divergence.
+// Duplicates are logged. About 3 minutes (the faults take 100s).
+func TestChaosSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev cluster for ~3 minutes (-short)")
+	}
+	dir := keptDir(t)
+	report := filepath.Join(dir, "report")
+	start := time.Now()
+	v, code, stderr := runChaosCLI(t, 9*time.Minute, "run", "--dev", "a,b", "--data-dir", filepath.Join(dir, "dev"),
+		"--seed", strconv.Itoa(smokeSeed), "--duration", "100s", "--rate", "200", "--topics", "1", "--quiet", "90s", "--report", report)
+	t.Logf("chaos run: exit %d in %v", code, time.Since(start).Round(time.Second))
+	if code == 2 {
+		t.Fatalf("chaos run could not complete; stderr:\n%s", tail(stderr, 12000))
+	}
+	logVerdict(t, v)
+	requirePass(t, v, "lost", "unexpected", "divergence", "stuck")
+	h := readHistory(t, report)
+	// Order: tolerated only on replicated subscriptions (see
+	// orderTolerated); any violation in a read-back or on a local
+	// subscription fails.
+	orderOK := orderTolerated(t, v, h)
+	if code != 0 || !v.Valid {
+		// The one failure tolerated: a deduplicating producer's message
+		// stored once in each of two regions (two copies with different
+		// storage origins) by a client failover resend. That is the known
+		// broker bug of docs/parts/runner.md ("Bugs found"): the failover
+		// dedup carry-over is read only when the producer opens, so a copy
+		// that reaches the region by replication after the reopen does not
+		// stop the resend. Any other failure, and any message stored twice
+		// by one region, fails the test.
+		crossRegion, sameRegion := dedupTwice(h)
+		d, _ := v.Result("duplicated")
+		onlyDup := code == 1 && !d.Pass
+		for _, r := range v.Results {
+			if r.Name != "duplicated" && r.Name != "order" && !r.Pass {
+				onlyDup = false
+			}
+		}
+		if !orderOK {
+			onlyDup = false
+		}
+		if !onlyDup || crossRegion == 0 || sameRegion > 0 {
+			t.Errorf("chaos run: exit %d, valid %v (dedup producer messages stored twice across regions %d, within one region %d); stderr:\n%s",
+				code, v.Valid, crossRegion, sameRegion, tail(stderr, 12000))
+		} else {
+			t.Logf("KNOWN BROKER BUG (seed %d): %d messages of deduplicating producers stored twice, once per storage region, by client failover resends; see docs/parts/runner.md", smokeSeed, crossRegion)
+		}
+	}
+	if v.Stats.Acked == 0 || len(v.Stats.ReadPerRegion) != 2 {
+		t.Errorf("chaos run: %d acknowledged, read back in %v: the workload did not run in both regions", v.Stats.Acked, v.Stats.ReadPerRegion)
+	}
+	t.Logf("duplicates: %d deliveries beyond the first per subscription; %d timed-out sends, %d of them stored", v.Stats.Duplicates, v.Stats.Timeouts, v.Stats.IndefiniteStored)
+
+	// Every fault kind two regions allow was injected and healed.
+	seen := map[string]int{}
+	for _, r := range h.Records {
+		if r.Kind != check.KindFaultStart && r.Kind != check.KindFaultEnd {
+			continue
+		}
+		if r.Fault.Err != "" {
+			t.Errorf("fault %d %s on %v (%s): %s: %s", r.Fault.ID, r.Fault.Kind, r.Fault.Targets, r.Fault.Detail, r.Kind, r.Fault.Err)
+		}
+		if r.Kind == check.KindFaultEnd {
+			seen[r.Fault.Kind]++
+		}
+	}
+	for _, k := range run.Catalogue() {
+		if k.MinRegions <= 2 && seen[k.Name] == 0 {
+			t.Errorf("fault kind %s never ran (ran: %v)", k.Name, seen)
+		}
+	}
+	for _, f := range []string{"verdict.json", "verdict.txt", "schedule.json", "report.html"} {
+		if b, err := os.ReadFile(filepath.Join(report, f)); err != nil || len(b) == 0 {
+			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+	// The dev cluster is down: no process of it is left.
+	if _, err := os.Stat(filepath.Join(dir, "dev", "cluster.json")); !os.IsNotExist(err) {
+		t.Errorf("cluster.json still there after the run: %v", err)
+	}
+}
+
+// TestChaosCatchesAckBeforeSync is the broken-build test: the bookies run
+// with unsafe_ack_before_sync (they acknowledge adds before their fsync)
+// and scenario power-loss-quorum cuts the power of every bookie of region
+// a and kills its brokers. The acknowledged, unsynced entries are gone from
+// a's log: the run must report them (lost or divergence of acknowledged
+// messages) and exit 1.
+func TestChaosCatchesAckBeforeSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev cluster (-short)")
+	}
+	dir := keptDir(t)
+	report := filepath.Join(dir, "report")
+	v, code, stderr := runChaosCLI(t, 8*time.Minute, "run", "--dev", "a,b", "--data-dir", filepath.Join(dir, "dev"),
+		"--unsafe-ack-before-sync", "--scenario", "power-loss-quorum", "--rate", "400", "--topics", "1", "--quiet", "45s", "--report", report)
+	if code == 2 {
+		t.Fatalf("chaos run could not complete; stderr:\n%s", tail(stderr, 12000))
+	}
+	logVerdict(t, v)
+	// The acknowledged, unsynced entries are gone from region a's log. The
+	// checkers call an acknowledged message missing from a region "lost"
+	// when that region never delivered it either, and "divergence" when
+	// its consumers had received it before the power cut (they read the
+	// broker's cache): either must count it.
+	lost, _ := v.Result("lost")
+	div, _ := v.Result("divergence")
+	ackMissing := lost.Count
+	for _, e := range div.Examples {
+		if strings.Contains(e, "(ack)") {
+			ackMissing++
+		}
+	}
+	if code != 1 || v.Valid || ackMissing == 0 {
+		t.Fatalf("a build that acknowledges before fsync passed: exit %d, valid %v, lost %d, divergence %d; stderr:\n%s", code, v.Valid, lost.Count, div.Count, tail(stderr, 8000))
+	}
+	t.Logf("broken build caught: lost %d (%s); divergence %d (%s)", lost.Count, lost.Detail, div.Count, div.Detail)
+}
+
+// TestChaosRunBadInput: bad flags exit 2 naming the flag, before any
+// cluster starts; `chaos list` shows the catalogue.
+func TestChaosRunBadInput(t *testing.T) {
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--dev", "a,b", "--faults", "kill,flood"}, `"flood"`},
+		{[]string{"run"}, "exactly one of --cluster"},
+		{[]string{"run", "--dev", "a,b", "--cluster", "x"}, "exactly one of --cluster"},
+		{[]string{"run", "--dev", "a,b", "--rate", "0"}, "--rate"},
+		{[]string{"run", "--dev", "a,b", "--scenario", "nope"}, "--scenario"},
+		{[]string{"run", "--dev", "a,b", "--topics", "99"}, "--topics"},
+		{[]string{"run", "--cluster", t.TempDir()}, "no running cluster"},
+	} {
+		_, code, stderr := runChaosCLI(t, time.Minute, bad.args...)
+		if code != 2 || !strings.Contains(stderr, bad.want) {
+			t.Fatalf("chaos %v: exit %d, stderr %q; want exit 2 naming %q", bad.args, code, stderr, bad.want)
+		}
+	}
+	out, err := exec.Command(cliBinary(t), "chaos", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("chaos list: %v\n%s", err, out)
+	}
+	for _, k := range append(run.Catalogue(), run.Kind{Name: "zombie-owner"}, run.Kind{Name: "power-loss"}) {
+		if !strings.Contains(string(out), k.Name) {
+			t.Fatalf("chaos list lacks %s:\n%s", k.Name, out)
+		}
+	}
+}
