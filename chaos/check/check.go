@@ -209,13 +209,18 @@ type hindex struct {
 	// a subscription's deliveries name.
 	deliveries map[subKey][]Record
 	subTypes   map[subKey]string
-	subOrder   []subKey
+	// subRepl marks the subscriptions whose deliveries say replicated.
+	subRepl  map[subKey]bool
+	subOrder []subKey
 	// deliveredSet: the messages delivered to each subscription.
 	deliveredSet map[subKey]map[msgKey]bool
 	// deliveredIn: messages delivered in a region (any subscription).
 	deliveredIn map[string]map[msgKey]bool
 	// reads per region in history (= log) order.
-	reads     map[string][]Record
+	reads map[string][]Record
+	// complete names the (region, topic) read-backs that ended with a
+	// PhaseReadBackComplete record.
+	complete  map[[2]string]bool
 	readCount map[string]map[msgKey]int
 	// copyCount counts each stored copy (StoredOrigin, OriginID) per
 	// region's read-back; noCopyID marks the messages with a read that
@@ -312,6 +317,12 @@ func index(h History) *hindex {
 			if r.SubType != "" {
 				x.subTypes[sk] = r.SubType
 			}
+			if r.Replicated {
+				if x.subRepl == nil {
+					x.subRepl = map[subKey]bool{}
+				}
+				x.subRepl[sk] = true
+			}
 			if x.deliveredIn[r.Region] == nil {
 				x.deliveredIn[r.Region] = map[msgKey]bool{}
 			}
@@ -360,6 +371,14 @@ func index(h History) *hindex {
 				x.samples = append(x.samples, r)
 			}
 		case KindPhase:
+			if r.Phase == PhaseReadBackComplete {
+				if x.complete == nil {
+					x.complete = map[[2]string]bool{}
+				}
+				x.complete[[2]string{r.Region, r.Topic}] = true
+				addRegion(r.Region)
+				continue
+			}
 			x.phases = append(x.phases, r)
 		}
 	}
@@ -481,6 +500,13 @@ func sortedKeys[V any](m map[msgKey]V) []msgKey {
 
 // noReadBack names the regions of the run without a single read record
 // ("" when every region has some): their read-back failed or never ran.
+// hasReadBack reports whether region's read-back of topic is known to be
+// complete, so that a message missing from it is missing from the region.
+// Histories that do not record completeness never are.
+func (x *hindex) hasReadBack(region, topic string) bool {
+	return x.complete[[2]string{region, topic}]
+}
+
 func (x *hindex) noReadBack() string {
 	var out []string
 	for _, r := range x.regions {

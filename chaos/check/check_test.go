@@ -116,9 +116,15 @@ func TestCheckLost(t *testing.T) {
 	if !strings.Contains(r.Detail, "b: 1") || !strings.Contains(r.Examples[0], "a/p1#3") {
 		t.Fatalf("detail %q examples %q", r.Detail, r.Examples)
 	}
-	// A delivery in b counts as present there.
+	// A delivery in b counts as present there while b's read-back is not
+	// known to be complete.
 	b.deliver("b", "s", "shared", "p1", 3)
 	wantResult(t, run(t, b, CheckLost, Options{}), true, 0)
+	// Once b's read-back is complete it is the authority: #3 was
+	// delivered in b but is gone from its log (a bookie that acknowledged
+	// before its fsync and lost power): lost in b.
+	b.add(Record{Kind: KindPhase, Phase: PhaseReadBackComplete, Region: "b", Topic: "t"})
+	wantResult(t, run(t, b, CheckLost, Options{}), false, 1)
 	// A send that timed out and was never stored is not lost.
 	b = newHB().sendAck("a", "p1", 1).read("a", "p1", 1).read("b", "p1", 1)
 	b.add(msg(KindSend, "a", "p1", 2)).add(msg(KindTimeout, "a", "p1", 2))
@@ -224,6 +230,35 @@ func TestCheckOrder(t *testing.T) {
 		b.add(r)
 	}
 	wantResult(t, run(t, b, CheckOrder, Options{}), false, 1)
+
+	// A replicated subscription is one subscription in every region: its
+	// consumer got #1 and #3 in a, moved to b, and got #2 (first there)
+	// then #3 again. Merged in time order, #2 after #3 is a violation;
+	// #3 in b is a redelivery.
+	repl := func(region string, seqs ...int64) func(*hb) {
+		return func(b *hb) {
+			for _, s := range seqs {
+				r := msg(KindDeliver, region, "p1", s)
+				r.Sub, r.SubType, r.Replicated = "rs", "exclusive", true
+				b.add(r)
+			}
+		}
+	}
+	b = newHB().sendAck("a", "p1", 1, 2, 3).read("a", "p1", 1, 2, 3).read("b", "p1", 1, 2, 3)
+	repl("a", 1, 3)(b)
+	repl("b", 2, 3)(b)
+	r = run(t, b, CheckOrder, Options{})
+	wantResult(t, r, false, 1)
+	if !strings.Contains(r.Detail, "replicated t/rs: 1") {
+		t.Fatalf("detail %q", r.Detail)
+	}
+	// Moving on in order: #1 and #2 in a, #2 again (a redelivery) and #3
+	// in b. Per region, b's first #2 after... nothing; merged, in order.
+	b = newHB().sendAck("a", "p1", 1, 2, 3).read("a", "p1", 1, 2, 3).read("b", "p1", 1, 2, 3)
+	repl("a", 1, 2)(b)
+	repl("b", 3)(b)
+	repl("a", 2)(b)
+	wantResult(t, run(t, b, CheckOrder, Options{}), true, 0)
 }
 
 func TestCheckDivergence(t *testing.T) {

@@ -37,9 +37,16 @@ const (
 	// replication lag, backlog, errors.
 	KindSample Kind = "sample"
 	// KindPhase marks a phase of the run: "faults", "heal", "quiet",
-	// "readback", "done" (Phase set).
+	// "readback", "done" (Phase set), or the end of one topic's complete
+	// read-back in one region (PhaseReadBackComplete, Region and Topic
+	// set).
 	KindPhase Kind = "phase"
 )
+
+// PhaseReadBackComplete is the phase record that ends a complete
+// read-back: every entry the topic had stored in Region when the read
+// began was read. Without it, the region's read-back may be partial.
+const PhaseReadBackComplete = "readback-complete"
 
 // Record is one line of history.jsonl. Only the fields of its Kind are set.
 type Record struct {

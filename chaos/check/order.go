@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -20,8 +21,9 @@ import (
 // of a higher seq is a violation; a second occurrence (a redelivery after
 // a rewind, a resend stored twice) is a duplicate, not a violation. Checked:
 // each region's read-back; the deliveries of exclusive and failover
-// subscriptions (per subscription and region); key_shared per key. Shared
-// subscriptions promise no order and are not checked.
+// subscriptions (per subscription and region; a replicated subscription's
+// deliveries in every region merged in time order); key_shared per key.
+// Shared subscriptions promise no order and are not checked.
 func checkOrder(x *hindex, _ Options) Result {
 	var ex examples
 	violations := 0
@@ -68,16 +70,36 @@ func checkOrder(x *hindex, _ Options) Result {
 	for _, r := range x.regions {
 		scan("read-back "+r, x.reads[r], false)
 	}
+	// A replicated subscription is one subscription in every region: its
+	// consumers move between regions with its cursor, so its deliveries in
+	// all regions are merged in time order (a message first delivered in a
+	// and delivered again in b after a move is a redelivery there).
 	checked := 0
+	merged := map[[2]string][]Record{}
+	var mergedOrder [][2]string
+	byKey := map[[2]string]bool{}
 	for _, sk := range x.subOrder {
-		switch x.subType(sk) {
-		case "exclusive", "failover":
-			scan("sub "+sk.String(), x.deliveries[sk], false)
-		case "key_shared":
-			scan("sub "+sk.String(), x.deliveries[sk], true)
-		default:
+		typ := x.subType(sk)
+		if typ != "exclusive" && typ != "failover" && typ != "key_shared" {
 			continue
 		}
+		if x.subRepl[sk] || x.runSubReplicated(sk) {
+			k := [2]string{sk.Topic, sk.Sub}
+			if _, ok := merged[k]; !ok {
+				mergedOrder = append(mergedOrder, k)
+			}
+			merged[k] = append(merged[k], x.deliveries[sk]...)
+			byKey[k] = typ == "key_shared"
+			continue
+		}
+		scan("sub "+sk.String(), x.deliveries[sk], typ == "key_shared")
+		checked++
+	}
+	for _, k := range mergedOrder {
+		recs := merged[k]
+		slices.SortStableFunc(recs, func(a, b Record) int { return a.T.Compare(b.T) })
+		where := "replicated sub " + k[0] + "/" + k[1]
+		scan(where, recs, byKey[k])
 		checked++
 	}
 	var parts []string
@@ -91,11 +113,30 @@ func checkOrder(x *hindex, _ Options) Result {
 			parts = append(parts, fmt.Sprintf("%s: %d", sk, n))
 		}
 	}
+	for _, k := range mergedOrder {
+		if n := perWhere["replicated sub "+k[0]+"/"+k[1]]; n > 0 {
+			parts = append(parts, fmt.Sprintf("replicated %s/%s: %d", k[0], k[1], n))
+		}
+	}
 	detail := fmt.Sprintf("%d out-of-order first occurrences in %d read-backs and %d ordered subscriptions", violations, len(x.regions), checked)
 	if len(parts) > 0 {
 		detail += " (" + strings.Join(parts, ", ") + ")"
 	}
 	return Result{Pass: violations == 0, Count: violations, Detail: detail, Examples: ex}
+}
+
+// runSubReplicated reports whether the run describes sk's subscription
+// (by topic and name, in any region) as replicated.
+func (x *hindex) runSubReplicated(sk subKey) bool {
+	if x.run == nil {
+		return false
+	}
+	for _, s := range x.run.Subscriptions {
+		if s.Topic == sk.Topic && s.Name == sk.Sub && s.Replicated {
+			return true
+		}
+	}
+	return false
 }
 
 // subType is the type of a subscription: named by its deliveries, else by

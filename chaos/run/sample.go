@@ -214,10 +214,36 @@ func (r *runner) readBack(ctx context.Context) error {
 	return nil
 }
 
-// readIdle ends a read-back: no message for this long after the last.
-const readIdle = 10 * time.Second
+// readStall bounds the wait for the next message of a read-back that has
+// not yet reached the topic's last stored entry; readTail ends a read-back
+// that has (the rest of the last entry's batch, anything stored since).
+const (
+	readStall = time.Minute
+	readTail  = 5 * time.Second
+)
 
+// readTopic reads topic in reg from the earliest message up to the last
+// entry the topic had stored when the read began (its internal stats), so
+// that a complete read-back holds every stored message: a message missing
+// from it is missing from the region. A complete read-back ends with a
+// "readback-complete" phase record for (reg, topic); an incomplete one is
+// an error (the checkers then fall back to the region's deliveries).
 func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := r.admins[reg].TopicInternalStats(ictx, topic)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read-back of %s in %s: internal stats: %w", topic, reg, err)
+	}
+	last := st.GetLastConfirmedEntry()
+	complete := func(n int) error {
+		r.rec.add(check.Record{Kind: check.KindPhase, Phase: check.PhaseReadBackComplete, Region: reg, Topic: topic})
+		r.progress("read back %d messages of %s in %s", n, topic, reg)
+		return nil
+	}
+	if last == nil || last.GetLedgerId() < 0 || last.GetEntryId() < 0 {
+		return complete(0)
+	}
 	c, err := client.New(ctx, client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 10 * time.Second, OperationTimeout: 20 * time.Second,
 		MaxBackoff: time.Second, Logger: r.log.With("component", "reader", "region", reg)})
 	if err != nil {
@@ -234,9 +260,13 @@ func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
 	if err != nil {
 		return fmt.Errorf("read-back of %s in %s: %w", topic, reg, err)
 	}
-	n := 0
-	wait := 30 * time.Second // the first message may take a while
+	lastID := client.MessageID{LedgerID: last.GetLedgerId(), EntryID: last.GetEntryId()}
+	n, reached := 0, false
 	for {
+		wait := readStall
+		if reached {
+			wait = readTail
+		}
 		nctx, cancel := context.WithTimeout(ctx, wait)
 		m, err := rd.Next(nctx)
 		cancel()
@@ -244,10 +274,11 @@ func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			r.progress("read back %d messages of %s in %s", n, topic, reg)
-			return nil
+			if reached {
+				return complete(n)
+			}
+			return fmt.Errorf("read-back of %s in %s: stalled for %v after %d messages, before the last stored entry %d:%d", topic, reg, wait, n, lastID.LedgerID, lastID.EntryID)
 		}
-		wait = readIdle
 		n++
 		rec := check.Record{Kind: check.KindRead, Region: reg, Topic: topic, MsgID: m.ID.String(), Key: m.Key,
 			StoredOrigin: m.OriginRegion, OriginID: m.OriginID}
@@ -257,5 +288,8 @@ func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
 			rec.Unparsed, rec.Payload = true, string(m.Payload[:min(len(m.Payload), 64)])
 		}
 		r.rec.add(rec)
+		if m.ID.LedgerID > lastID.LedgerID || (m.ID.LedgerID == lastID.LedgerID && m.ID.EntryID >= lastID.EntryID) {
+			reached = true
+		}
 	}
 }

@@ -28,8 +28,18 @@ func (r *runner) setup(ctx context.Context) error {
 	ns := r.cfg.Namespace
 	first := r.admins[regions[0]]
 	if err := retry(ctx, "create namespace "+ns, func(ctx context.Context) error {
-		err := first.CreateNamespace(ctx, ns, &client.NamespacePolicies{ReplicationRegions: regions})
+		// Retention forever: the read-back from earliest must find every
+		// stored message, so that a message missing from it is lost.
+		err := first.CreateNamespace(ctx, ns, &client.NamespacePolicies{ReplicationRegions: regions, RetentionTimeSeconds: -1, RetentionSizeBytes: -1})
 		if errors.Is(err, client.ErrAlreadyExists) {
+			p, err := first.GetNamespacePolicies(ctx, ns)
+			if err != nil {
+				return err
+			}
+			p.RetentionTimeSeconds, p.RetentionSizeBytes = -1, -1
+			if err := first.SetNamespacePolicies(ctx, ns, p); err != nil {
+				return err
+			}
 			return first.SetNamespaceReplication(ctx, ns, regions)
 		}
 		return err
