@@ -123,10 +123,13 @@ func Plan(seed int64, kinds []string, duration time.Duration, shape Shape) ([]St
 			first = false
 		}
 		at := t + gap
-		// Sometimes a network fault overlaps the previous process fault.
+		// Sometimes a network fault overlaps the previous process fault;
+		// never a data-destroying one: until its bookie has restarted
+		// after a cut journal tail, the other copy of its last entries
+		// must stay reachable (docs/chaos/disk-clock.md).
 		if n := len(steps); n > 0 && i >= len(order) && k.Family == FamilyNet {
 			prev := steps[n-1]
-			if pk, _ := KindByName(prev.Kind); pk.Family != FamilyNet && pk.Family != FamilyPartition && rng.Float64() < overlapChance {
+			if pk, _ := KindByName(prev.Kind); pk.Family != FamilyNet && pk.Family != FamilyPartition && !pk.Damages && rng.Float64() < overlapChance {
 				at = prev.At + prev.For/2
 			}
 		}
