@@ -230,9 +230,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error
 	if err != nil {
 		return nil, wrapPlacement(err)
 	}
-	c.idMu.Lock()
-	id, err := c.ids.allocate(ctx)
-	c.idMu.Unlock()
+	id, err := c.allocateID(ctx, ens)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +252,55 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error
 	}
 	c.log.Debug("ledger created", "ledger", id, "ensemble", bookieIDs(ens))
 	return newWriter(c, md), nil
+}
+
+// allocateID returns a fresh ledger ID for a new ledger on ens. An ID
+// from a range this client reserved before a bookie of ens was
+// re-formatted can be below that bookie's limbo limit (the counter when it
+// was formatted, bookie/limbo.go): the bookie would refuse normal adds to
+// the ledger although it never lived on the previous instance, and
+// without a spare bookie to replace it every new ledger would fail at its
+// first add. The rest of such a range is skipped: a new reservation starts
+// at or above the limit. (A format after the limits were read is missed:
+// the writer then replaces the bookie, as before.)
+func (c *Client) allocateID(ctx context.Context, ens []topology.BookieInfo) (int64, error) {
+	limit := c.limboLimit(ctx, ens)
+	c.idMu.Lock()
+	defer c.idMu.Unlock()
+	id, err := c.ids.allocate(ctx)
+	if err != nil || id >= limit {
+		return id, err
+	}
+	skipped := c.ids.end - id
+	c.ids.next = c.ids.end
+	if id, err = c.ids.allocate(ctx); err != nil {
+		return 0, err
+	}
+	c.log.Info("ledger IDs reserved before a bookie's re-format skipped (they are in its limbo)",
+		"skipped", skipped, "limbo_below_ledger", limit, "ledger", id)
+	return id, nil
+}
+
+// limboLimit is the highest limbo limit (Cookie.LimboBelowLedger in the
+// metadata cookie) of the bookies of ens, 0 when none is in limbo or a
+// cookie cannot be read.
+func (c *Client) limboLimit(ctx context.Context, ens []topology.BookieInfo) int64 {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	var limit int64
+	for _, b := range ens {
+		kv, err := c.cfg.Store.Get(ctx, bookie.CookieKey(b.ID), metadata.ReadOptions{})
+		if err != nil {
+			c.log.Debug("bookie cookie lookup failed", "bookie", b.ID, "err", err)
+			continue
+		}
+		var ck bookie.Cookie
+		if err := json.Unmarshal(kv.Value, &ck); err != nil {
+			continue
+		}
+		limit = max(limit, ck.LimboBelowLedger)
+	}
+	return limit
 }
 
 func wrapPlacement(err error) error {

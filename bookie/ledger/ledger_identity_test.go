@@ -253,3 +253,63 @@ func startLegacyImpostor(t *testing.T, addr string) func() {
 	var once sync.Once
 	return func() { once.Do(srv.Stop) }
 }
+
+// TestCreateAfterFormatSkipsLimboIDs: a client that reserved a range of
+// ledger IDs before a bookie was re-formatted must not create new ledgers
+// with IDs from that range on the re-formatted bookie. The bookie is in
+// limbo for every ID below the counter it read at the format, so it
+// refuses normal adds to them; with no spare bookie (3 bookies, E3) the
+// writer cannot replace it, and every new ledger failed at its first add
+// (a broker unloaded and reloaded its topic each second until the limbo
+// ended: the chaos smoke's redelivery storm). Create skips the rest of the
+// reserved range instead: a new reservation starts at or above the limit.
+func TestCreateAfterFormatSkipsLimboIDs(t *testing.T) {
+	e := newEnv(t, 3, bookietestLimbo())
+	c := e.client(nil) // IDBatch 100: the first Create reserves [0, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w0, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := w0.Append(ctx, []byte(fmt.Sprintf("old-%d", i))); err != nil {
+			t.Fatalf("append to ledger %d: %v", w0.ID(), err)
+		}
+	}
+	// Ledger w0 stays open and names every bookie: the limbo lasts.
+	const wiped = 0
+	e.bk.Wipe(wiped)
+	if _, err := e.bk.Format(wiped); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bk.Restart(wiped); err != nil {
+		t.Fatal(err)
+	}
+	if !e.bk.Server(wiped).InLimbo() {
+		t.Fatal("re-formatted bookie not in limbo")
+	}
+	e.waitBookies(3)
+
+	w1, err := c.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ledger before the format: %d, after: %d", w0.ID(), w1.ID())
+	for i := range 10 {
+		if _, err := w1.Append(ctx, []byte(fmt.Sprintf("new-%d", i))); err != nil {
+			t.Fatalf("append %d to ledger %d created after the format (ensemble of every bookie, one of them in limbo): %v", i, w1.ID(), err)
+		}
+	}
+	md, err := c.Metadata(ctx, w1.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := md.Segments[len(md.Segments)-1].Ensemble
+	if len(md.Segments) != 1 || e.index(ens[0].ID)+e.index(ens[1].ID)+e.index(ens[2].ID) != 3 {
+		t.Errorf("ledger %d: segments %d, ensemble %v: want one segment on every bookie", w1.ID(), len(md.Segments), ens)
+	}
+	if !e.bk.Server(wiped).InLimbo() {
+		t.Error("the limbo ended: the test no longer covers a bookie in limbo")
+	}
+}
