@@ -151,6 +151,17 @@ type Config struct {
 	// fields take their defaults).
 	Replication ReplicationConfig `yaml:"replication"`
 
+	// DedupReplicatedCopies skips a replicated entry every message of which
+	// is already stored here under the same producer failover identity (a
+	// client failover stored the message in two regions; see
+	// docs/geo/failover-dedup.md): each region then keeps one copy, but not
+	// the same one, and a replicated subscription's acknowledgements of one
+	// copy do not cover the other, so its backlog in the other region never
+	// drains to zero for those messages. Off by default: both copies are
+	// stored (a message stored twice, never lost). Local sends of messages
+	// already stored are answered duplicate either way.
+	DedupReplicatedCopies bool `yaml:"dedup_replicated_copies"`
+
 	// FaultInjection enables the test-only unsafe modes below (the chaos
 	// suite's deliberately broken builds). Never set it in production.
 	FaultInjection bool `yaml:"fault_injection"`

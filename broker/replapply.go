@@ -583,7 +583,9 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 			continue
 		}
-		if covered, err := t.ml.identCovered(ctx, e.md); err != nil {
+		if !rs.b.cfg.DedupReplicatedCopies {
+			// Both copies are kept (Config.DedupReplicatedCopies).
+		} else if covered, err := t.ml.identCovered(ctx, e.md); err != nil {
 			t.replUnpush(name, seq)
 			reject(i, err)
 			continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/client"
 	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc"
@@ -128,6 +129,10 @@ func logCopies(t *testing.T, g *geoCluster, region, topic string, want []string)
 	}
 	return copies
 }
+
+// dedupCopies turns on Config.DedupReplicatedCopies: the tests that expect
+// one copy per region of a message stored by two regions need it.
+func dedupCopies(_ string, _ int, cfg *broker.Config) { cfg.DedupReplicatedCopies = true }
 
 // checkOnce asserts that region's log holds every message of want exactly
 // once and nothing else more than once, and logs the counts.
@@ -276,7 +281,7 @@ func TestFailoverDedupStalledResend(t *testing.T) {
 // is answered duplicate.
 func TestFailoverDedupArrivalOrder(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	g := startGeo(t, names, geoOptions{})
+	g := startGeo(t, names, geoOptions{broker: dedupCopies})
 	g.createNamespace("public/fo3", names...)
 	topic := "public/fo3/t"
 	for i, tc := range []struct {
@@ -340,7 +345,7 @@ func TestFailoverDedupArrivalOrder(t *testing.T) {
 // b's broker crashes again, losing the progress of the entries it skipped,
 // and a's later entries still reach it.
 func TestFailoverDedupTakeover(t *testing.T) {
-	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g := startGeo(t, []string{"a", "b"}, geoOptions{broker: dedupCopies})
 	g.createNamespace("public/fo", "a", "b")
 	topic := "public/fo/takeover"
 	g.net.Cut("a", "b", false)

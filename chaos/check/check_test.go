@@ -184,6 +184,41 @@ func TestCheckDuplicated(t *testing.T) {
 	}
 	b.read("a", "d1", 1, 2, 2).read("b", "d1", 1, 2, 2)
 	wantResult(t, run(t, b, CheckDuplicated, Options{}), false, 2)
+	// With copy IDs: #2 held in each region as two copies, one first stored
+	// by a and one by b (a client failover made both accept it): allowed,
+	// counted. Two copies first stored by the same region: a failure.
+	copyRead := func(b *hb, region, origin, id string, seq int64) {
+		r := msg(KindRead, region, "d1", seq)
+		r.StoredOrigin, r.OriginID = origin, id
+		b.add(r)
+	}
+	dedupRun := func() *hb {
+		b := newHB()
+		for _, s := range []int64{1, 2} {
+			r := msg(KindSend, "a", "d1", s)
+			r.Dedup = true
+			b.add(r).add(msg(KindAck, "a", "d1", s))
+		}
+		for _, reg := range []string{"a", "b"} {
+			copyRead(b, reg, "a", "1:1", 1)
+			copyRead(b, reg, "a", "1:2", 2)
+		}
+		return b
+	}
+	b = dedupRun()
+	for _, reg := range []string{"a", "b"} {
+		copyRead(b, reg, "b", "7:1", 2)
+	}
+	r = run(t, b, CheckDuplicated, Options{})
+	wantResult(t, r, true, 0)
+	if !strings.Contains(r.Detail, "first stored by different regions (a client failover; allowed) 2") {
+		t.Fatalf("detail %q", r.Detail)
+	}
+	b = dedupRun()
+	for _, reg := range []string{"a", "b"} {
+		copyRead(b, reg, "a", "1:3", 2)
+	}
+	wantResult(t, run(t, b, CheckDuplicated, Options{}), false, 1)
 	// A replicated copy stored twice (b holds #2 twice, a once): a failure
 	// even without dedup.
 	b = healthy().read("b", "p1", 2)
