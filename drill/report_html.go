@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meridianmq/meridian/internal/svgchart"
 )
 
 // The HTML report is one self-contained file: the text summary, the
@@ -47,30 +49,6 @@ type panel struct {
 func timelineStep(span time.Duration) time.Duration {
 	step := max(time.Duration(minBucketMs)*time.Millisecond, span/maxBuckets)
 	return step.Round(time.Millisecond)
-}
-
-// niceMax rounds v up to 1, 2 or 5 times a power of ten.
-func niceMax(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func fmtTick(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%gk", v/1e3)
-	}
-	return fmt.Sprintf("%g", v)
 }
 
 // markerStyle gives each event kind a color and a label.
@@ -197,14 +175,14 @@ func svgTimeline(h History, rep *Report) string {
 				}
 			}
 		}
-		ymax = niceMax(ymax)
+		ymax = svgchart.NiceCeil(ymax)
 		y := func(v float64) float64 { return top + panelH - panelH*v/ymax }
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" font-weight="bold">%s (%s)</text>`, chartLeft, top-8, template.HTMLEscapeString(p.Title), template.HTMLEscapeString(p.Unit))
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#ccc"/>`, chartLeft, top, plotW, panelH)
 		for i := 0; i <= 4; i++ {
 			v := ymax * float64(i) / 4
 			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`,
-				chartLeft, chartLeft+plotW, y(v), y(v), chartLeft-6, y(v)+4, fmtTick(v))
+				chartLeft, chartLeft+plotW, y(v), y(v), chartLeft-6, y(v)+4, svgchart.TickLabel(v))
 		}
 		legendX := chartLeft + 7*float64(len([]rune(p.Title+p.Unit))+3) + 20
 		for _, s := range p.Series {
@@ -234,7 +212,7 @@ func svgTimeline(h History, rep *Report) string {
 	// X axis under the last panel.
 	bottom := chartTop + float64(len(panels))*(panelH+panelGap) - panelGap
 	secs := span.Seconds()
-	tick := niceMax(secs / 10)
+	tick := svgchart.NiceCeil(secs / 10)
 	for t := 0.0; t <= secs+1e-9; t += tick {
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%gs</text>`,
 			x(t*1000), x(t*1000), bottom, bottom+4, x(t*1000), bottom+16, t)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meridianmq/meridian/internal/svgchart"
 )
 
 // The HTML report is one self-contained file: the verdict table, the
@@ -257,30 +259,6 @@ func keepTopSeries(s []chartSeries) ([]chartSeries, int) {
 	return out, len(s) - maxSeriesPerPanel
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v*(1-1e-9) {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func tickLabel(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%gk", v/1e3)
-	}
-	return fmt.Sprintf("%g", math.Round(v*100)/100)
-}
-
 // svgTimeline draws the panels stacked on one time axis, the faults as
 // labelled bands across all of them and the run's phases as dashed lines.
 func svgTimeline(x *hindex, samples []Record) string {
@@ -353,7 +331,7 @@ func svgTimeline(x *hindex, samples []Record) string {
 				}
 			}
 		}
-		ymax = niceCeil(ymax)
+		ymax = svgchart.NiceCeil(ymax)
 		Y := func(v float64) float64 { return pt + svgPanelH - svgPanelH*v/ymax }
 		title := fmt.Sprintf("%s (%s)", p.Title, p.Unit)
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" font-weight="bold" font-size="12">%s</text>`, svgLeft, pt-8, template.HTMLEscapeString(title))
@@ -361,7 +339,7 @@ func svgTimeline(x *hindex, samples []Record) string {
 		for i := 0; i <= 4; i++ {
 			v := ymax * float64(i) / 4
 			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`,
-				svgLeft, svgLeft+plotW, Y(v), Y(v), svgLeft-6, Y(v)+4, tickLabel(v))
+				svgLeft, svgLeft+plotW, Y(v), Y(v), svgLeft-6, Y(v)+4, svgchart.TickLabel(v))
 		}
 		legendX := svgLeft + 7*float64(len([]rune(title))) + 24
 		for _, s := range series {
@@ -418,7 +396,7 @@ func svgTimeline(x *hindex, samples []Record) string {
 	}
 	// Time axis.
 	secs := ax.span.Seconds()
-	tick := niceCeil(secs / 10)
+	tick := svgchart.NiceCeil(secs / 10)
 	for t := 0.0; t <= secs+1e-9; t += tick {
 		tx := X(ax.start.Add(time.Duration(t * float64(time.Second))))
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%gs</text>`,

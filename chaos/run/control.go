@@ -3,12 +3,9 @@
 package run
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -29,7 +26,7 @@ type linkReq = region.DevLinkRequest
 // restores them).
 type cluster struct {
 	addr  string
-	hc    *http.Client
+	ctl   *region.DevControlClient
 	log   *slog.Logger
 	shape Shape
 	// procs: every process endpoint, in status order.
@@ -84,7 +81,7 @@ func (c *cluster) lastLog(name string) string {
 
 // newCluster reads the cluster's status through its control address.
 func newCluster(ctx context.Context, addr string, log *slog.Logger) (*cluster, region.DevStatus, error) {
-	c := &cluster{addr: addr, hc: &http.Client{Timeout: faultTimeout}, log: log, base: map[string][2]time.Duration{}}
+	c := &cluster{addr: addr, ctl: &region.DevControlClient{Addr: addr, HTTP: &http.Client{Timeout: faultTimeout}}, log: log, base: map[string][2]time.Duration{}}
 	st, err := c.status(ctx)
 	if err != nil {
 		return nil, st, err
@@ -145,12 +142,12 @@ func (c *cluster) eachOther(r string, f func(other string) error) error {
 }
 
 func (c *cluster) status(ctx context.Context) (region.DevStatus, error) {
-	var st region.DevStatus
-	return st, c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
+	return c.ctl.Status(ctx)
 }
 
 func (c *cluster) link(ctx context.Context, req linkReq) error {
-	return c.do(ctx, http.MethodPost, "/v1/link", req, nil)
+	_, err := c.ctl.Link(ctx, req)
+	return err
 }
 
 func (c *cluster) process(ctx context.Context, op, name, sig string) error {
@@ -158,7 +155,7 @@ func (c *cluster) process(ctx context.Context, op, name, sig string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.do(ctx, http.MethodPost, "/v1/process", region.DevProcessRequest{Op: op, Role: role, Region: reg, Index: idx, Signal: sig}, nil); err != nil {
+	if _, err := c.ctl.Process(ctx, region.DevProcessRequest{Op: op, Role: role, Region: reg, Index: idx, Signal: sig}); err != nil {
 		return fmt.Errorf("%s %s %s: %w", op, sig, name, err)
 	}
 	return nil
@@ -169,7 +166,7 @@ func (c *cluster) diskOn(ctx context.Context, bookie, cmd string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.do(ctx, http.MethodPost, "/v1/disk", region.DevDiskRequest{Region: reg, Index: idx, Command: cmd}, nil); err != nil {
+	if _, err := c.ctl.Disk(ctx, region.DevDiskRequest{Region: reg, Index: idx, Command: cmd}); err != nil {
 		return fmt.Errorf("disk %q on %s: %w", cmd, bookie, err)
 	}
 	return nil
@@ -180,7 +177,7 @@ func (c *cluster) clock(ctx context.Context, meta, skew string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.do(ctx, http.MethodPost, "/v1/clock", region.DevClockRequest{Region: reg, Index: idx, Skew: skew}, nil); err != nil {
+	if _, err := c.ctl.Clock(ctx, region.DevClockRequest{Region: reg, Index: idx, Skew: skew}); err != nil {
 		return fmt.Errorf("clock %s on %s: %w", skew, meta, err)
 	}
 	return nil
@@ -331,42 +328,4 @@ func (c *cluster) healAll(ctx context.Context, withDisk, withClock bool) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (c *cluster) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.addr+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("dev control %s: %w", c.addr, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("dev control %s%s: %s", c.addr, path, resp.Status)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
 }
