@@ -84,6 +84,9 @@ func (r *runner) setup(ctx context.Context) error {
 			r.subs = append(r.subs,
 				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "rep-exclusive-" + reg, Type: "exclusive", Replicated: true}, typ: client.Exclusive, consumers: 1},
 				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "rep-failover-" + reg, Type: "failover", Replicated: true}, typ: client.Failover, consumers: 2},
+				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "rep-shared-" + reg, Type: "shared", Replicated: true}, typ: client.Shared, consumers: 2},
+				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "local-exclusive", Type: "exclusive"}, typ: client.Exclusive, consumers: 1},
+				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "local-failover", Type: "failover"}, typ: client.Failover, consumers: 2},
 				subSpec{Subscription: check.Subscription{Region: reg, Topic: t, Name: "local-shared", Type: "shared"}, typ: client.Shared, consumers: 2},
 			)
 		}

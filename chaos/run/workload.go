@@ -19,8 +19,8 @@ import (
 
 // The workload: in every region, producers (one with a dedup name, one
 // without, per topic) on a failover-enabled client, and consumers on a
-// replicated exclusive, a replicated failover and a local shared
-// subscription of every topic. Every send, completion and delivery is a
+// replicated and a local subscription of each type (exclusive, failover,
+// shared; Key_Shared waits for issue 10) of every topic. Every send, completion and delivery is a
 // history record.
 
 // payloadPrefix starts every payload of a chaos run.
@@ -296,16 +296,25 @@ func (w *workload) produce(p *prod, rate float64) {
 	}
 }
 
+// ackers is the number of goroutines acknowledging one consumer's
+// deliveries.
+const ackers = 8
+
 func (w *workload) consume(c *cons) {
+	// Ack waits for the broker to apply each acknowledgement (one round
+	// trip): several acknowledgers keep up with the deliveries, so that a
+	// topic move redelivers only what was really in flight.
 	acks := make(chan client.MessageID, 10_000)
 	var ackWG sync.WaitGroup
-	ackWG.Go(func() {
-		for id := range acks {
-			ctx, cancel := context.WithTimeout(w.runCtx, 10*time.Second)
-			_ = c.co.Ack(ctx, id)
-			cancel()
-		}
-	})
+	for range ackers {
+		ackWG.Go(func() {
+			for id := range acks {
+				ctx, cancel := context.WithTimeout(w.runCtx, 10*time.Second)
+				_ = c.co.Ack(ctx, id)
+				cancel()
+			}
+		})
+	}
 	defer func() {
 		close(acks)
 		ackWG.Wait()
