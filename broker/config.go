@@ -84,6 +84,14 @@ type Config struct {
 	CursorPersistInterval time.Duration `yaml:"cursor_persist_interval"`
 	// RetentionInterval is how often retention runs (default 1 min).
 	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// FailoverSwitchDelay (default 1s, at most 1 min; 0: at once) is how
+	// long a Failover subscription waits, when its active consumer changes
+	// while the previous one is still connected, before it redelivers the
+	// previous consumer's unacknowledged entries and dispatches to the new
+	// one: the previous consumer's acknowledgements of what it already
+	// received arrive meanwhile and are not redelivered (Pulsar's
+	// activeConsumerFailoverDelayTimeMillis).
+	FailoverSwitchDelay time.Duration `yaml:"failover_switch_delay"`
 	// SessionTTL is the metadata session TTL behind topic ownership
 	// (default 10s): a dead broker's topics move after at most this.
 	SessionTTL time.Duration `yaml:"session_ttl"`
@@ -212,6 +220,7 @@ func DefaultConfig() Config {
 		RolloverAge:           4 * time.Hour,
 		CursorPersistInterval: time.Second,
 		RetentionInterval:     time.Minute,
+		FailoverSwitchDelay:   time.Second,
 		SessionTTL:            10 * time.Second,
 		OperationTimeout:      30 * time.Second,
 		MaxPendingSends:       4096,
@@ -255,6 +264,8 @@ func (c Config) Validate() error {
 		return bad("cursor_persist_interval %v must be in (0, 1h]", c.CursorPersistInterval)
 	case c.RetentionInterval <= 0:
 		return bad("retention_interval %v must be > 0", c.RetentionInterval)
+	case c.FailoverSwitchDelay < 0 || c.FailoverSwitchDelay > time.Minute:
+		return bad("failover_switch_delay %v must be in [0, 1m]", c.FailoverSwitchDelay)
 	case c.SessionTTL < 500*time.Millisecond:
 		return bad("session_ttl %v must be >= 500ms", c.SessionTTL)
 	case c.OperationTimeout <= 0:

@@ -69,16 +69,20 @@ type subscription struct {
 
 	// mu guards the fields below. Lock order: subscription.mu, then
 	// managedLedger.mu.
-	mu          sync.Mutex
-	typ         clientv1.SubscriptionType
-	consumers   []*consumer
-	rr          int
-	markDelete  pos
-	acked       map[pos]struct{}
-	lastRead    pos // last position handed to the dispatcher's read path
-	pending     map[pos]*consumer
-	redeliver   map[pos]struct{}
-	redelivers  map[pos]int32
+	mu         sync.Mutex
+	typ        clientv1.SubscriptionType
+	consumers  []*consumer
+	rr         int
+	markDelete pos
+	acked      map[pos]struct{}
+	lastRead   pos // last position handed to the dispatcher's read path
+	pending    map[pos]*consumer
+	redeliver  map[pos]struct{}
+	redelivers map[pos]int32
+	// switchHold: until then a Failover subscription dispatches to no one
+	// (an active consumer change lets the previous one acknowledge what it
+	// holds first; see Config.FailoverSwitchDelay).
+	switchHold  time.Time
 	createdMs   int64
 	version     int64 // cursor key version (compare-and-set guard)
 	dirty       bool
@@ -151,11 +155,19 @@ func (s *subscription) updateActiveLocked() {
 		a, b := s.consumers[i], s.consumers[j]
 		return a.priority < b.priority || a.priority == b.priority && a.name < b.name
 	})
+	delay := s.t.b.cfg.FailoverSwitchDelay
 	for i, c := range s.consumers {
 		active := i == 0
 		if c.active != active {
-			// The old active consumer's unacknowledged entries go to the new one.
-			if !active {
+			// The old active consumer's unacknowledged entries go to the new
+			// one. A Failover consumer that is still connected first gets
+			// the switch delay to acknowledge them: nothing is dispatched
+			// meanwhile (so the new one still receives in order), and what
+			// it has not acknowledged by then is redelivered.
+			if !active && s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER && delay > 0 && c.pending > 0 {
+				s.switchHold = time.Now().Add(delay)
+				time.AfterFunc(delay, func() { s.endSwitchHold(c) })
+			} else if !active {
 				s.redeliverFromLocked(c)
 			}
 			c.active = active
@@ -164,6 +176,20 @@ func (s *subscription) updateActiveLocked() {
 			}
 		}
 	}
+}
+
+// endSwitchHold ends a failover switch delay: what prev (demoted, and
+// still connected) has not acknowledged goes to the active consumer.
+func (s *subscription) endSwitchHold(prev *consumer) {
+	s.mu.Lock()
+	if !prev.active {
+		s.redeliverFromLocked(prev) // a no-op if prev was removed meanwhile
+	}
+	if !time.Now().Before(s.switchHold) {
+		s.switchHold = time.Time{}
+	}
+	s.mu.Unlock()
+	s.kick()
 }
 
 // removeConsumer detaches c; its unacknowledged entries are redelivered.
@@ -368,6 +394,9 @@ func (s *subscription) dispatchLoop() {
 func (s *subscription) permitsLocked() int64 {
 	var n int64
 	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
+	if !s.switchHold.IsZero() && time.Now().Before(s.switchHold) {
+		return 0 // a failover switch delay: endSwitchHold kicks the dispatcher
+	}
 	for _, c := range s.consumers {
 		if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && !c.active || c.pending >= limit {
 			continue
