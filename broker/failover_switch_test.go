@@ -2,11 +2,13 @@ package broker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/metadata"
 )
 
 // subscribeAs subscribes a named Failover consumer with 1000 permits.
@@ -75,5 +77,32 @@ func TestFailoverSwitchLetsPreviousConsumerAck(t *testing.T) {
 	t.Logf("new active consumer received %v (duplicates: %d)", got, len(got)-2)
 	if len(got) != 2 || got[0] != "m5" {
 		t.Fatalf("new active consumer received %v, want [m5 m10]: entries the previous consumer acknowledged within the switch delay were redelivered", got)
+	}
+}
+
+// TestFailoverSwitchDelayLimits: a delay outside [0, 1m] is refused with
+// an error naming the field and the limit.
+func TestFailoverSwitchDelayLimits(t *testing.T) {
+	base := func() broker.Config {
+		c := broker.DefaultConfig()
+		c.Region = "a"
+		c.Global, c.Regional = struct{ metadata.Store }{}, struct{ metadata.Store }{}
+		c.Ledgers = struct{ broker.LedgerStore }{}
+		return c
+	}
+	for _, d := range []time.Duration{-time.Millisecond, time.Minute + time.Millisecond} {
+		c := base()
+		c.FailoverSwitchDelay = d
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "failover_switch_delay") || !strings.Contains(err.Error(), "[0, 1m]") {
+			t.Errorf("failover_switch_delay %v: %v, want an error naming the field and the limit", d, err)
+		}
+	}
+	for _, d := range []time.Duration{0, time.Second, time.Minute} {
+		c := base()
+		c.FailoverSwitchDelay = d
+		if err := c.Validate(); err != nil {
+			t.Errorf("failover_switch_delay %v refused: %v", d, err)
+		}
 	}
 }
