@@ -26,6 +26,7 @@ import (
 func runChaosCLI(t *testing.T, timeout time.Duration, args ...string) (check.Verdict, int, string) {
 	t.Helper()
 	cmd := exec.Command(cliBinary(t), append(append([]string{"chaos"}, args...), "--output", "json")...)
+	cmd.Dir = t.TempDir() // a run without --report writes chaos-ID/ in its working directory
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Start(); err != nil {
