@@ -189,8 +189,25 @@ func subTypeToProto(t SubscriptionType) clientv1.SubscriptionType {
 		return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED
 	case Failover:
 		return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER
+	case KeyShared:
+		return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_KEY_SHARED
 	}
 	return clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE
+}
+
+// keySharedToProto converts KeySharedOptions (nil for other types).
+func keySharedToProto(t SubscriptionType, o *KeySharedOptions) *clientv1.KeySharedPolicy {
+	if t != KeyShared || o == nil {
+		return nil
+	}
+	p := &clientv1.KeySharedPolicy{AllowOutOfOrder: o.AllowOutOfOrder}
+	if len(o.Sticky) > 0 {
+		p.Mode = clientv1.KeySharedMode_KEY_SHARED_MODE_STICKY
+		for _, r := range o.Sticky {
+			p.Ranges = append(p.Ranges, &clientv1.HashRange{Start: r.Start, End: r.End})
+		}
+	}
+	return p
 }
 
 func positionToProto(p InitialPosition) clientv1.InitialPosition {
@@ -231,6 +248,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		NonDurable:      co.opts.nonDurable,
 		Start:           start,
 		Replicated:      co.opts.Replicated,
+		KeyShared:       keySharedToProto(co.opts.Type, co.opts.KeyShared),
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)

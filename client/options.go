@@ -60,6 +60,9 @@ const (
 	// Failover has one active consumer (by priority, then name); the next
 	// one takes over when it disconnects.
 	Failover
+	// KeyShared splits the key space among consumers: every message of one
+	// key goes to one consumer, in publish order (see KeySharedOptions).
+	KeyShared
 )
 
 // String returns the lower-case type name.
@@ -71,6 +74,8 @@ func (t SubscriptionType) String() string {
 		return "shared"
 	case Failover:
 		return "failover"
+	case KeyShared:
+		return "key_shared"
 	}
 	return fmt.Sprintf("subscription-type(%d)", int(t))
 }
@@ -84,8 +89,10 @@ func ParseSubscriptionType(s string) (SubscriptionType, error) {
 		return Shared, nil
 	case "failover":
 		return Failover, nil
+	case "key_shared", "keyshared", "key-shared":
+		return KeyShared, nil
 	}
-	return 0, fmt.Errorf("%w: subscription type %q (want exclusive, shared or failover)", ErrInvalidArgument, s)
+	return 0, fmt.Errorf("%w: subscription type %q (want exclusive, shared, failover or key_shared)", ErrInvalidArgument, s)
 }
 
 // InitialPosition is where a NEW subscription starts; an existing one
@@ -417,9 +424,29 @@ type ConsumerOptions struct {
 	// same messages in every region (see StartPosition). An existing
 	// subscription keeps its position: use Seek to move it.
 	Start *StartPosition
+	// KeyShared configures a KeyShared consumer (nil: the broker splits the
+	// key space automatically, in order).
+	KeyShared *KeySharedOptions
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool
+}
+
+// HashRange is an inclusive range of key slots (wire.KeySlot), 0..65535.
+type HashRange struct {
+	Start, End int32
+}
+
+// KeySharedOptions configures a KeyShared consumer.
+type KeySharedOptions struct {
+	// Sticky, when not empty, names this consumer's key slots; the broker
+	// refuses ranges that overlap another connected consumer's. Empty: the
+	// broker assigns slots by consistent hashing (auto split).
+	Sticky []HashRange
+	// AllowOutOfOrder lets this consumer receive its keys as soon as it
+	// joins, before messages of those keys delivered earlier to other
+	// consumers are acknowledged: per-key order may break at a join.
+	AllowOutOfOrder bool
 }
 
 // DefaultConsumerOptions returns ConsumerOptions with defaults.

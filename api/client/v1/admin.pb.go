@@ -43,6 +43,10 @@ const (
 	// QUOTA_ACTION_PRODUCER_ERROR: fail the send at once with a retryable
 	// error (ERROR_CODE_QUOTA_EXCEEDED) naming the quota.
 	QuotaAction_QUOTA_ACTION_PRODUCER_ERROR QuotaAction = 1
+	// QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION: keep accepting writes and
+	// acknowledge the oldest backlog of the subscriptions past the quota
+	// (never a replicator's) until the topic is within it.
+	QuotaAction_QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION QuotaAction = 2
 )
 
 // Enum value maps for QuotaAction.
@@ -50,10 +54,12 @@ var (
 	QuotaAction_name = map[int32]string{
 		0: "QUOTA_ACTION_PRODUCER_HOLD",
 		1: "QUOTA_ACTION_PRODUCER_ERROR",
+		2: "QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION",
 	}
 	QuotaAction_value = map[string]int32{
-		"QUOTA_ACTION_PRODUCER_HOLD":  0,
-		"QUOTA_ACTION_PRODUCER_ERROR": 1,
+		"QUOTA_ACTION_PRODUCER_HOLD":             0,
+		"QUOTA_ACTION_PRODUCER_ERROR":            1,
+		"QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION": 2,
 	}
 )
 
@@ -428,6 +434,19 @@ type NamespacePolicies struct {
 	// replicate_subscriptions makes every subscription of the namespace's
 	// topics a replicated subscription (Subscribe.replicated).
 	ReplicateSubscriptions bool `protobuf:"varint,15,opt,name=replicate_subscriptions,json=replicateSubscriptions,proto3" json:"replicate_subscriptions,omitempty"`
+	// message_ttl_seconds expires (acknowledges on every subscription)
+	// messages published longer ago than this. Unset or 0 = no TTL.
+	MessageTtlSeconds *int64 `protobuf:"varint,16,opt,name=message_ttl_seconds,json=messageTtlSeconds,proto3,oneof" json:"message_ttl_seconds,omitempty"`
+	// backlog_quota_age_seconds bounds the age of the oldest unacknowledged
+	// message of any subscription; past it backlog_quota_action applies, as
+	// for backlog_quota_bytes. Unset or -1 = no age quota.
+	BacklogQuotaAgeSeconds *int64 `protobuf:"varint,17,opt,name=backlog_quota_age_seconds,json=backlogQuotaAgeSeconds,proto3,oneof" json:"backlog_quota_age_seconds,omitempty"`
+	// deduplication_enabled turns producer deduplication on or off (unset =
+	// on: the broker's default).
+	DeduplicationEnabled *bool `protobuf:"varint,18,opt,name=deduplication_enabled,json=deduplicationEnabled,proto3,oneof" json:"deduplication_enabled,omitempty"`
+	// delayed_delivery_enabled (unset = on): off delivers delayed messages
+	// at once.
+	DelayedDeliveryEnabled *bool `protobuf:"varint,19,opt,name=delayed_delivery_enabled,json=delayedDeliveryEnabled,proto3,oneof" json:"delayed_delivery_enabled,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -563,6 +582,34 @@ func (x *NamespacePolicies) GetReplicatorRateBytes() int64 {
 func (x *NamespacePolicies) GetReplicateSubscriptions() bool {
 	if x != nil {
 		return x.ReplicateSubscriptions
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetMessageTtlSeconds() int64 {
+	if x != nil && x.MessageTtlSeconds != nil {
+		return *x.MessageTtlSeconds
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetBacklogQuotaAgeSeconds() int64 {
+	if x != nil && x.BacklogQuotaAgeSeconds != nil {
+		return *x.BacklogQuotaAgeSeconds
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetDeduplicationEnabled() bool {
+	if x != nil && x.DeduplicationEnabled != nil {
+		return *x.DeduplicationEnabled
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetDelayedDeliveryEnabled() bool {
+	if x != nil && x.DelayedDeliveryEnabled != nil {
+		return *x.DelayedDeliveryEnabled
 	}
 	return false
 }
@@ -6505,7 +6552,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\x85\a\n" +
+	"\x14DeleteTenantResponse\"\xe0\t\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -6523,9 +6570,17 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1bmax_replication_lag_regions\x18\f \x03(\tR\x18maxReplicationLagRegions\x120\n" +
 	"\x14replicator_rate_msgs\x18\r \x01(\x03R\x12replicatorRateMsgs\x122\n" +
 	"\x15replicator_rate_bytes\x18\x0e \x01(\x03R\x13replicatorRateBytes\x127\n" +
-	"\x17replicate_subscriptions\x18\x0f \x01(\bR\x16replicateSubscriptionsB\x1d\n" +
+	"\x17replicate_subscriptions\x18\x0f \x01(\bR\x16replicateSubscriptions\x123\n" +
+	"\x13message_ttl_seconds\x18\x10 \x01(\x03H\x02R\x11messageTtlSeconds\x88\x01\x01\x12>\n" +
+	"\x19backlog_quota_age_seconds\x18\x11 \x01(\x03H\x03R\x16backlogQuotaAgeSeconds\x88\x01\x01\x128\n" +
+	"\x15deduplication_enabled\x18\x12 \x01(\bH\x04R\x14deduplicationEnabled\x88\x01\x01\x12=\n" +
+	"\x18delayed_delivery_enabled\x18\x13 \x01(\bH\x05R\x16delayedDeliveryEnabled\x88\x01\x01B\x1d\n" +
 	"\x1b_cursor_persist_interval_msB\x16\n" +
-	"\x14_backlog_quota_bytes\"/\n" +
+	"\x14_backlog_quota_bytesB\x16\n" +
+	"\x14_message_ttl_secondsB\x1c\n" +
+	"\x1a_backlog_quota_age_secondsB\x18\n" +
+	"\x16_deduplication_enabledB\x1b\n" +
+	"\x19_delayed_delivery_enabled\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"8\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
@@ -6946,10 +7001,11 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs*N\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs*z\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
-	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01*G\n" +
+	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01\x12*\n" +
+	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
 	"\x15METADATA_SHARD_GLOBAL\x10\x012\xd4$\n" +

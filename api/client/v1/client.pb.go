@@ -161,6 +161,9 @@ const (
 	// FAILOVER: one active consumer (lowest priority value, then name); the
 	// next takes over when it disconnects.
 	SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER SubscriptionType = 2
+	// KEY_SHARED: the key hash space (wire.KeySlot: 0..65535) is split among
+	// consumers; every entry of one key goes to one consumer, in order.
+	SubscriptionType_SUBSCRIPTION_TYPE_KEY_SHARED SubscriptionType = 3
 )
 
 // Enum value maps for SubscriptionType.
@@ -169,11 +172,13 @@ var (
 		0: "SUBSCRIPTION_TYPE_EXCLUSIVE",
 		1: "SUBSCRIPTION_TYPE_SHARED",
 		2: "SUBSCRIPTION_TYPE_FAILOVER",
+		3: "SUBSCRIPTION_TYPE_KEY_SHARED",
 	}
 	SubscriptionType_value = map[string]int32{
-		"SUBSCRIPTION_TYPE_EXCLUSIVE": 0,
-		"SUBSCRIPTION_TYPE_SHARED":    1,
-		"SUBSCRIPTION_TYPE_FAILOVER":  2,
+		"SUBSCRIPTION_TYPE_EXCLUSIVE":  0,
+		"SUBSCRIPTION_TYPE_SHARED":     1,
+		"SUBSCRIPTION_TYPE_FAILOVER":   2,
+		"SUBSCRIPTION_TYPE_KEY_SHARED": 3,
 	}
 )
 
@@ -202,6 +207,57 @@ func (x SubscriptionType) Number() protoreflect.EnumNumber {
 // Deprecated: Use SubscriptionType.Descriptor instead.
 func (SubscriptionType) EnumDescriptor() ([]byte, []int) {
 	return file_api_client_v1_client_proto_rawDescGZIP(), []int{1}
+}
+
+// KeySharedMode says how a Key_Shared subscription splits the hash space.
+type KeySharedMode int32
+
+const (
+	// AUTO_SPLIT: the broker splits it among connected consumers (consistent
+	// hashing); a joining or leaving consumer moves only its share.
+	KeySharedMode_KEY_SHARED_MODE_AUTO_SPLIT KeySharedMode = 0
+	// STICKY: each consumer names its ranges; the broker refuses a consumer
+	// whose ranges overlap a connected one's (INVALID_ARGUMENT names both).
+	KeySharedMode_KEY_SHARED_MODE_STICKY KeySharedMode = 1
+)
+
+// Enum value maps for KeySharedMode.
+var (
+	KeySharedMode_name = map[int32]string{
+		0: "KEY_SHARED_MODE_AUTO_SPLIT",
+		1: "KEY_SHARED_MODE_STICKY",
+	}
+	KeySharedMode_value = map[string]int32{
+		"KEY_SHARED_MODE_AUTO_SPLIT": 0,
+		"KEY_SHARED_MODE_STICKY":     1,
+	}
+)
+
+func (x KeySharedMode) Enum() *KeySharedMode {
+	p := new(KeySharedMode)
+	*p = x
+	return p
+}
+
+func (x KeySharedMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeySharedMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_client_v1_client_proto_enumTypes[2].Descriptor()
+}
+
+func (KeySharedMode) Type() protoreflect.EnumType {
+	return &file_api_client_v1_client_proto_enumTypes[2]
+}
+
+func (x KeySharedMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeySharedMode.Descriptor instead.
+func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{2}
 }
 
 type InitialPosition int32
@@ -236,11 +292,11 @@ func (x InitialPosition) String() string {
 }
 
 func (InitialPosition) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_client_v1_client_proto_enumTypes[2].Descriptor()
+	return file_api_client_v1_client_proto_enumTypes[3].Descriptor()
 }
 
 func (InitialPosition) Type() protoreflect.EnumType {
-	return &file_api_client_v1_client_proto_enumTypes[2]
+	return &file_api_client_v1_client_proto_enumTypes[3]
 }
 
 func (x InitialPosition) Number() protoreflect.EnumNumber {
@@ -249,7 +305,7 @@ func (x InitialPosition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InitialPosition.Descriptor instead.
 func (InitialPosition) EnumDescriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{2}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{3}
 }
 
 // Error is a classified failure.
@@ -631,8 +687,17 @@ type Send struct {
 	ReplicateTo []string `protobuf:"bytes,7,rep,name=replicate_to,json=replicateTo,proto3" json:"replicate_to,omitempty"`
 	// disable_replication keeps the batch in the local region only.
 	DisableReplication bool `protobuf:"varint,8,opt,name=disable_replication,json=disableReplication,proto3" json:"disable_replication,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// deliver_at_ms delays delivery of the batch to every subscription until
+	// this time (Unix ms, 0 = at once): EntryMetadata.deliver_at_ms.
+	DeliverAtMs int64 `protobuf:"varint,9,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
+	// batch_key is the key shared by every message of the batch
+	// (EntryMetadata.batch_key).
+	BatchKey string `protobuf:"bytes,10,opt,name=batch_key,json=batchKey,proto3" json:"batch_key,omitempty"`
+	// schema_version is the registry version of the producer's schema
+	// (ProducerOpened.schema_version; 0 = none).
+	SchemaVersion int32 `protobuf:"varint,11,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Send) Reset() {
@@ -719,6 +784,27 @@ func (x *Send) GetDisableReplication() bool {
 		return x.DisableReplication
 	}
 	return false
+}
+
+func (x *Send) GetDeliverAtMs() int64 {
+	if x != nil {
+		return x.DeliverAtMs
+	}
+	return 0
+}
+
+func (x *Send) GetBatchKey() string {
+	if x != nil {
+		return x.BatchKey
+	}
+	return ""
+}
+
+func (x *Send) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
 }
 
 type ProduceResponse struct {
@@ -950,6 +1036,125 @@ func (x *SendReceipt) GetDuplicate() bool {
 	return false
 }
 
+// HashRange is an inclusive range [start, end] of key slots, 0..65535.
+type HashRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         int32                  `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           int32                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HashRange) Reset() {
+	*x = HashRange{}
+	mi := &file_api_client_v1_client_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HashRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HashRange) ProtoMessage() {}
+
+func (x *HashRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HashRange.ProtoReflect.Descriptor instead.
+func (*HashRange) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HashRange) GetStart() int32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *HashRange) GetEnd() int32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// KeySharedPolicy configures a Key_Shared consumer.
+type KeySharedPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  KeySharedMode          `protobuf:"varint,1,opt,name=mode,proto3,enum=meridian.client.v1.KeySharedMode" json:"mode,omitempty"`
+	// ranges are this consumer's slots in STICKY mode (required there,
+	// refused in AUTO_SPLIT).
+	Ranges []*HashRange `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// allow_out_of_order lets a joining consumer receive its keys at once,
+	// before the entries of those keys delivered earlier to other consumers
+	// are acknowledged (per-key order may break at a join; never otherwise).
+	AllowOutOfOrder bool `protobuf:"varint,3,opt,name=allow_out_of_order,json=allowOutOfOrder,proto3" json:"allow_out_of_order,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KeySharedPolicy) Reset() {
+	*x = KeySharedPolicy{}
+	mi := &file_api_client_v1_client_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeySharedPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeySharedPolicy) ProtoMessage() {}
+
+func (x *KeySharedPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeySharedPolicy.ProtoReflect.Descriptor instead.
+func (*KeySharedPolicy) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KeySharedPolicy) GetMode() KeySharedMode {
+	if x != nil {
+		return x.Mode
+	}
+	return KeySharedMode_KEY_SHARED_MODE_AUTO_SPLIT
+}
+
+func (x *KeySharedPolicy) GetRanges() []*HashRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *KeySharedPolicy) GetAllowOutOfOrder() bool {
+	if x != nil {
+		return x.AllowOutOfOrder
+	}
+	return false
+}
+
 type ConsumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -967,7 +1172,7 @@ type ConsumeRequest struct {
 
 func (x *ConsumeRequest) Reset() {
 	*x = ConsumeRequest{}
-	mi := &file_api_client_v1_client_proto_msgTypes[9]
+	mi := &file_api_client_v1_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1184,7 @@ func (x *ConsumeRequest) String() string {
 func (*ConsumeRequest) ProtoMessage() {}
 
 func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[9]
+	mi := &file_api_client_v1_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1197,7 @@ func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{9}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConsumeRequest) GetKind() isConsumeRequest_Kind {
@@ -1119,14 +1324,17 @@ type Subscribe struct {
 	NonDurable bool `protobuf:"varint,8,opt,name=non_durable,json=nonDurable,proto3" json:"non_durable,omitempty"`
 	// start positions a new (or non-durable) subscription; unset =
 	// initial_position.
-	Start         *StartPosition `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
+	Start *StartPosition `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
+	// key_shared configures a KEY_SHARED consumer (unset = AUTO_SPLIT, in
+	// order).
+	KeyShared     *KeySharedPolicy `protobuf:"bytes,10,opt,name=key_shared,json=keyShared,proto3" json:"key_shared,omitempty"` // field 11 is reserved for the consumer's schema (issue 10, schemas).
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_api_client_v1_client_proto_msgTypes[10]
+	mi := &file_api_client_v1_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1346,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[10]
+	mi := &file_api_client_v1_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1359,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{10}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Subscribe) GetTopic() string {
@@ -1217,6 +1425,13 @@ func (x *Subscribe) GetStart() *StartPosition {
 	return nil
 }
 
+func (x *Subscribe) GetKeyShared() *KeySharedPolicy {
+	if x != nil {
+		return x.KeyShared
+	}
+	return nil
+}
+
 // OriginPosition names an entry by where it was first produced: its
 // origin region and its position (ledger, entry) in that region's copy of
 // the topic (EntryMetadata.origin_ledger_id / origin_entry_id). It names
@@ -1232,7 +1447,7 @@ type OriginPosition struct {
 
 func (x *OriginPosition) Reset() {
 	*x = OriginPosition{}
-	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	mi := &file_api_client_v1_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1459,7 @@ func (x *OriginPosition) String() string {
 func (*OriginPosition) ProtoMessage() {}
 
 func (x *OriginPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[11]
+	mi := &file_api_client_v1_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1472,7 @@ func (x *OriginPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OriginPosition.ProtoReflect.Descriptor instead.
 func (*OriginPosition) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{11}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OriginPosition) GetRegion() string {
@@ -1303,7 +1518,7 @@ type StartPosition struct {
 
 func (x *StartPosition) Reset() {
 	*x = StartPosition{}
-	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	mi := &file_api_client_v1_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1530,7 @@ func (x *StartPosition) String() string {
 func (*StartPosition) ProtoMessage() {}
 
 func (x *StartPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[12]
+	mi := &file_api_client_v1_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1543,7 @@ func (x *StartPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPosition.ProtoReflect.Descriptor instead.
 func (*StartPosition) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{12}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartPosition) GetKind() isStartPosition_Kind {
@@ -1415,7 +1630,7 @@ type Seek struct {
 
 func (x *Seek) Reset() {
 	*x = Seek{}
-	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	mi := &file_api_client_v1_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1642,7 @@ func (x *Seek) String() string {
 func (*Seek) ProtoMessage() {}
 
 func (x *Seek) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[13]
+	mi := &file_api_client_v1_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1655,7 @@ func (x *Seek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seek.ProtoReflect.Descriptor instead.
 func (*Seek) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{13}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Seek) GetPosition() *StartPosition {
@@ -1467,7 +1682,7 @@ type SeekResponse struct {
 
 func (x *SeekResponse) Reset() {
 	*x = SeekResponse{}
-	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	mi := &file_api_client_v1_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1694,7 @@ func (x *SeekResponse) String() string {
 func (*SeekResponse) ProtoMessage() {}
 
 func (x *SeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[14]
+	mi := &file_api_client_v1_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1707,7 @@ func (x *SeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekResponse.ProtoReflect.Descriptor instead.
 func (*SeekResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{14}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SeekResponse) GetRequestId() uint64 {
@@ -1520,7 +1735,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_api_client_v1_client_proto_msgTypes[15]
+	mi := &file_api_client_v1_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1747,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[15]
+	mi := &file_api_client_v1_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1760,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{15}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Flow) GetPermits() uint32 {
@@ -1565,14 +1780,24 @@ type Ack struct {
 	Cumulative bool                   `protobuf:"varint,2,opt,name=cumulative,proto3" json:"cumulative,omitempty"`
 	// request_id != 0 asks for an AckResponse (after the ack is applied to the
 	// cursor in memory; cursors persist periodically and on close).
-	RequestId     uint64 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId uint64 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// batch_index_acks acknowledge single messages of multi-message entries
+	// whose other messages are not all acknowledged yet: the broker counts
+	// them in the message backlog and, on redelivery, tells the consumer
+	// which indexes to skip (Message.acked_batch_indexes). An entry is
+	// acknowledged as a whole through message_ids as before.
+	BatchIndexAcks []*BatchIndexAck `protobuf:"bytes,4,rep,name=batch_index_acks,json=batchIndexAcks,proto3" json:"batch_index_acks,omitempty"`
+	// dead_letter says the entries in message_ids were written to a
+	// dead-letter topic before being acknowledged here (counted in the
+	// subscription's dead-lettered messages).
+	DeadLetter    bool `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_api_client_v1_client_proto_msgTypes[16]
+	mi := &file_api_client_v1_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1809,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[16]
+	mi := &file_api_client_v1_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1822,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{16}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ack) GetMessageIds() []*MessageId {
@@ -1621,6 +1846,81 @@ func (x *Ack) GetRequestId() uint64 {
 	return 0
 }
 
+func (x *Ack) GetBatchIndexAcks() []*BatchIndexAck {
+	if x != nil {
+		return x.BatchIndexAcks
+	}
+	return nil
+}
+
+func (x *Ack) GetDeadLetter() bool {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return false
+}
+
+// BatchIndexAck acknowledges messages of one entry by batch index.
+type BatchIndexAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	EntryId       int64                  `protobuf:"varint,2,opt,name=entry_id,json=entryId,proto3" json:"entry_id,omitempty"`
+	BatchIndexes  []int32                `protobuf:"varint,3,rep,packed,name=batch_indexes,json=batchIndexes,proto3" json:"batch_indexes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchIndexAck) Reset() {
+	*x = BatchIndexAck{}
+	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchIndexAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchIndexAck) ProtoMessage() {}
+
+func (x *BatchIndexAck) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchIndexAck.ProtoReflect.Descriptor instead.
+func (*BatchIndexAck) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BatchIndexAck) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *BatchIndexAck) GetEntryId() int64 {
+	if x != nil {
+		return x.EntryId
+	}
+	return 0
+}
+
+func (x *BatchIndexAck) GetBatchIndexes() []int32 {
+	if x != nil {
+		return x.BatchIndexes
+	}
+	return nil
+}
+
 // Redeliver asks the broker to send again unacknowledged entries delivered
 // to this consumer (all of them when message_ids is empty).
 type Redeliver struct {
@@ -1632,7 +1932,7 @@ type Redeliver struct {
 
 func (x *Redeliver) Reset() {
 	*x = Redeliver{}
-	mi := &file_api_client_v1_client_proto_msgTypes[17]
+	mi := &file_api_client_v1_client_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1944,7 @@ func (x *Redeliver) String() string {
 func (*Redeliver) ProtoMessage() {}
 
 func (x *Redeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[17]
+	mi := &file_api_client_v1_client_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1957,7 @@ func (x *Redeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redeliver.ProtoReflect.Descriptor instead.
 func (*Redeliver) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{17}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Redeliver) GetMessageIds() []*MessageId {
@@ -1677,7 +1977,7 @@ type Unsubscribe struct {
 
 func (x *Unsubscribe) Reset() {
 	*x = Unsubscribe{}
-	mi := &file_api_client_v1_client_proto_msgTypes[18]
+	mi := &file_api_client_v1_client_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1989,7 @@ func (x *Unsubscribe) String() string {
 func (*Unsubscribe) ProtoMessage() {}
 
 func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[18]
+	mi := &file_api_client_v1_client_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +2002,7 @@ func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
 func (*Unsubscribe) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{18}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{21}
 }
 
 type ConsumeResponse struct {
@@ -1723,7 +2023,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	mi := &file_api_client_v1_client_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +2035,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[19]
+	mi := &file_api_client_v1_client_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +2048,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{19}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsumeResponse) GetKind() isConsumeResponse_Kind {
@@ -1879,7 +2179,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_api_client_v1_client_proto_msgTypes[20]
+	mi := &file_api_client_v1_client_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2191,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[20]
+	mi := &file_api_client_v1_client_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2204,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{20}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Subscribed) GetConsumerName() string {
@@ -1930,13 +2230,16 @@ type Message struct {
 	Payload   []byte         `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// redelivery_count is how many times this entry was delivered before.
 	RedeliveryCount int32 `protobuf:"varint,4,opt,name=redelivery_count,json=redeliveryCount,proto3" json:"redelivery_count,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// acked_batch_indexes lists the messages of this entry already
+	// acknowledged (BatchIndexAck): the consumer skips them.
+	AckedBatchIndexes []int32 `protobuf:"varint,5,rep,packed,name=acked_batch_indexes,json=ackedBatchIndexes,proto3" json:"acked_batch_indexes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_api_client_v1_client_proto_msgTypes[21]
+	mi := &file_api_client_v1_client_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2251,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[21]
+	mi := &file_api_client_v1_client_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2264,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{21}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -1992,6 +2295,13 @@ func (x *Message) GetRedeliveryCount() int32 {
 	return 0
 }
 
+func (x *Message) GetAckedBatchIndexes() []int32 {
+	if x != nil {
+		return x.AckedBatchIndexes
+	}
+	return nil
+}
+
 // ActiveConsumerChange tells a Failover consumer whether it is now active.
 type ActiveConsumerChange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2002,7 +2312,7 @@ type ActiveConsumerChange struct {
 
 func (x *ActiveConsumerChange) Reset() {
 	*x = ActiveConsumerChange{}
-	mi := &file_api_client_v1_client_proto_msgTypes[22]
+	mi := &file_api_client_v1_client_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2324,7 @@ func (x *ActiveConsumerChange) String() string {
 func (*ActiveConsumerChange) ProtoMessage() {}
 
 func (x *ActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[22]
+	mi := &file_api_client_v1_client_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2337,7 @@ func (x *ActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*ActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{22}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActiveConsumerChange) GetIsActive() bool {
@@ -2047,7 +2357,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_api_client_v1_client_proto_msgTypes[23]
+	mi := &file_api_client_v1_client_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2369,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[23]
+	mi := &file_api_client_v1_client_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2382,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{23}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AckResponse) GetRequestId() uint64 {
@@ -2097,7 +2407,7 @@ type Unsubscribed struct {
 
 func (x *Unsubscribed) Reset() {
 	*x = Unsubscribed{}
-	mi := &file_api_client_v1_client_proto_msgTypes[24]
+	mi := &file_api_client_v1_client_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2419,7 @@ func (x *Unsubscribed) String() string {
 func (*Unsubscribed) ProtoMessage() {}
 
 func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_client_proto_msgTypes[24]
+	mi := &file_api_client_v1_client_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2432,7 @@ func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
 func (*Unsubscribed) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_client_proto_rawDescGZIP(), []int{24}
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{27}
 }
 
 var File_api_client_v1_client_proto protoreflect.FileDescriptor
@@ -2151,7 +2461,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
 	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\x12#\n" +
 	"\rfailover_from\x18\x03 \x03(\tR\ffailoverFrom\x12+\n" +
-	"\x11failover_identity\x18\x04 \x01(\tR\x10failoverIdentity\"\xd4\x02\n" +
+	"\x11failover_identity\x18\x04 \x01(\tR\x10failoverIdentity\"\xbc\x03\n" +
 	"\x04Send\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12!\n" +
@@ -2161,7 +2471,11 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0fpublish_time_ms\x18\x05 \x01(\x03R\rpublishTimeMs\x12\x18\n" +
 	"\apayload\x18\x06 \x01(\fR\apayload\x12!\n" +
 	"\freplicate_to\x18\a \x03(\tR\vreplicateTo\x12/\n" +
-	"\x13disable_replication\x18\b \x01(\bR\x12disableReplication\"\x94\x01\n" +
+	"\x13disable_replication\x18\b \x01(\bR\x12disableReplication\x12\"\n" +
+	"\rdeliver_at_ms\x18\t \x01(\x03R\vdeliverAtMs\x12\x1b\n" +
+	"\tbatch_key\x18\n" +
+	" \x01(\tR\bbatchKey\x12%\n" +
+	"\x0eschema_version\x18\v \x01(\x05R\rschemaVersion\"\x94\x01\n" +
 	"\x0fProduceResponse\x12<\n" +
 	"\x06opened\x18\x01 \x01(\v2\".meridian.client.v1.ProducerOpenedH\x00R\x06opened\x12;\n" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.meridian.client.v1.SendReceiptH\x00R\areceiptB\x06\n" +
@@ -2177,7 +2491,14 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\v2\x1d.meridian.client.v1.MessageIdR\tmessageId\x12/\n" +
 	"\x05error\x18\x03 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xe8\x02\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"3\n" +
+	"\tHashRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x05R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x05R\x03end\"\xac\x01\n" +
+	"\x0fKeySharedPolicy\x125\n" +
+	"\x04mode\x18\x01 \x01(\x0e2!.meridian.client.v1.KeySharedModeR\x04mode\x125\n" +
+	"\x06ranges\x18\x02 \x03(\v2\x1d.meridian.client.v1.HashRangeR\x06ranges\x12+\n" +
+	"\x12allow_out_of_order\x18\x03 \x01(\bR\x0fallowOutOfOrder\"\xe8\x02\n" +
 	"\x0eConsumeRequest\x12=\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1d.meridian.client.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x04flow\x18\x02 \x01(\v2\x18.meridian.client.v1.FlowH\x00R\x04flow\x12+\n" +
@@ -2185,7 +2506,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\tredeliver\x18\x04 \x01(\v2\x1d.meridian.client.v1.RedeliverH\x00R\tredeliver\x12C\n" +
 	"\vunsubscribe\x18\x05 \x01(\v2\x1f.meridian.client.v1.UnsubscribeH\x00R\vunsubscribe\x12.\n" +
 	"\x04seek\x18\x06 \x01(\v2\x18.meridian.client.v1.SeekH\x00R\x04seekB\x06\n" +
-	"\x04kind\"\x8a\x03\n" +
+	"\x04kind\"\xce\x03\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x128\n" +
@@ -2198,7 +2519,10 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"replicated\x12\x1f\n" +
 	"\vnon_durable\x18\b \x01(\bR\n" +
 	"nonDurable\x127\n" +
-	"\x05start\x18\t \x01(\v2!.meridian.client.v1.StartPositionR\x05start\"`\n" +
+	"\x05start\x18\t \x01(\v2!.meridian.client.v1.StartPositionR\x05start\x12B\n" +
+	"\n" +
+	"key_shared\x18\n" +
+	" \x01(\v2#.meridian.client.v1.KeySharedPolicyR\tkeyShared\"`\n" +
 	"\x0eOriginPosition\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
 	"\tledger_id\x18\x02 \x01(\x03R\bledgerId\x12\x19\n" +
@@ -2219,7 +2543,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\" \n" +
 	"\x04Flow\x12\x18\n" +
-	"\apermits\x18\x01 \x01(\rR\apermits\"\x84\x01\n" +
+	"\apermits\x18\x01 \x01(\rR\apermits\"\xf2\x01\n" +
 	"\x03Ack\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.meridian.client.v1.MessageIdR\n" +
 	"messageIds\x12\x1e\n" +
@@ -2227,7 +2551,14 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"cumulative\x18\x02 \x01(\bR\n" +
 	"cumulative\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\x04R\trequestId\"K\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\x12K\n" +
+	"\x10batch_index_acks\x18\x04 \x03(\v2!.meridian.client.v1.BatchIndexAckR\x0ebatchIndexAcks\x12\x1f\n" +
+	"\vdead_letter\x18\x05 \x01(\bR\n" +
+	"deadLetter\"l\n" +
+	"\rBatchIndexAck\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
+	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12#\n" +
+	"\rbatch_indexes\x18\x03 \x03(\x05R\fbatchIndexes\"K\n" +
 	"\tRedeliver\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.meridian.client.v1.MessageIdR\n" +
 	"messageIds\"\r\n" +
@@ -2246,13 +2577,14 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"Subscribed\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xcb\x01\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xfb\x01\n" +
 	"\aMessage\x12<\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdR\tmessageId\x12=\n" +
 	"\bmetadata\x18\x02 \x01(\v2!.meridian.client.v1.EntryMetadataR\bmetadata\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12)\n" +
-	"\x10redelivery_count\x18\x04 \x01(\x05R\x0fredeliveryCount\"3\n" +
+	"\x10redelivery_count\x18\x04 \x01(\x05R\x0fredeliveryCount\x12.\n" +
+	"\x13acked_batch_indexes\x18\x05 \x03(\x05R\x11ackedBatchIndexes\"3\n" +
 	"\x14ActiveConsumerChange\x12\x1b\n" +
 	"\tis_active\x18\x01 \x01(\bR\bisActive\"]\n" +
 	"\vAckResponse\x12\x1d\n" +
@@ -2276,11 +2608,15 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\v\x12\x16\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\f\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\r\x12\x1d\n" +
-	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0e*q\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0e*\x93\x01\n" +
 	"\x10SubscriptionType\x12\x1f\n" +
 	"\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x00\x12\x1c\n" +
 	"\x18SUBSCRIPTION_TYPE_SHARED\x10\x01\x12\x1e\n" +
-	"\x1aSUBSCRIPTION_TYPE_FAILOVER\x10\x02*M\n" +
+	"\x1aSUBSCRIPTION_TYPE_FAILOVER\x10\x02\x12 \n" +
+	"\x1cSUBSCRIPTION_TYPE_KEY_SHARED\x10\x03*K\n" +
+	"\rKeySharedMode\x12\x1e\n" +
+	"\x1aKEY_SHARED_MODE_AUTO_SPLIT\x10\x00\x12\x1a\n" +
+	"\x16KEY_SHARED_MODE_STICKY\x10\x01*M\n" +
 	"\x0fInitialPosition\x12\x1b\n" +
 	"\x17INITIAL_POSITION_LATEST\x10\x00\x12\x1d\n" +
 	"\x19INITIAL_POSITION_EARLIEST\x10\x012\x8b\x02\n" +
@@ -2301,87 +2637,95 @@ func file_api_client_v1_client_proto_rawDescGZIP() []byte {
 	return file_api_client_v1_client_proto_rawDescData
 }
 
-var file_api_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_client_v1_client_proto_goTypes = []any{
 	(ErrorCode)(0),               // 0: meridian.client.v1.ErrorCode
 	(SubscriptionType)(0),        // 1: meridian.client.v1.SubscriptionType
-	(InitialPosition)(0),         // 2: meridian.client.v1.InitialPosition
-	(*Error)(nil),                // 3: meridian.client.v1.Error
-	(*LookupRequest)(nil),        // 4: meridian.client.v1.LookupRequest
-	(*LookupResponse)(nil),       // 5: meridian.client.v1.LookupResponse
-	(*ProduceRequest)(nil),       // 6: meridian.client.v1.ProduceRequest
-	(*OpenProducer)(nil),         // 7: meridian.client.v1.OpenProducer
-	(*Send)(nil),                 // 8: meridian.client.v1.Send
-	(*ProduceResponse)(nil),      // 9: meridian.client.v1.ProduceResponse
-	(*ProducerOpened)(nil),       // 10: meridian.client.v1.ProducerOpened
-	(*SendReceipt)(nil),          // 11: meridian.client.v1.SendReceipt
-	(*ConsumeRequest)(nil),       // 12: meridian.client.v1.ConsumeRequest
-	(*Subscribe)(nil),            // 13: meridian.client.v1.Subscribe
-	(*OriginPosition)(nil),       // 14: meridian.client.v1.OriginPosition
-	(*StartPosition)(nil),        // 15: meridian.client.v1.StartPosition
-	(*Seek)(nil),                 // 16: meridian.client.v1.Seek
-	(*SeekResponse)(nil),         // 17: meridian.client.v1.SeekResponse
-	(*Flow)(nil),                 // 18: meridian.client.v1.Flow
-	(*Ack)(nil),                  // 19: meridian.client.v1.Ack
-	(*Redeliver)(nil),            // 20: meridian.client.v1.Redeliver
-	(*Unsubscribe)(nil),          // 21: meridian.client.v1.Unsubscribe
-	(*ConsumeResponse)(nil),      // 22: meridian.client.v1.ConsumeResponse
-	(*Subscribed)(nil),           // 23: meridian.client.v1.Subscribed
-	(*Message)(nil),              // 24: meridian.client.v1.Message
-	(*ActiveConsumerChange)(nil), // 25: meridian.client.v1.ActiveConsumerChange
-	(*AckResponse)(nil),          // 26: meridian.client.v1.AckResponse
-	(*Unsubscribed)(nil),         // 27: meridian.client.v1.Unsubscribed
-	(CompressionType)(0),         // 28: meridian.client.v1.CompressionType
-	(*MessageId)(nil),            // 29: meridian.client.v1.MessageId
-	(*EntryMetadata)(nil),        // 30: meridian.client.v1.EntryMetadata
+	(KeySharedMode)(0),           // 2: meridian.client.v1.KeySharedMode
+	(InitialPosition)(0),         // 3: meridian.client.v1.InitialPosition
+	(*Error)(nil),                // 4: meridian.client.v1.Error
+	(*LookupRequest)(nil),        // 5: meridian.client.v1.LookupRequest
+	(*LookupResponse)(nil),       // 6: meridian.client.v1.LookupResponse
+	(*ProduceRequest)(nil),       // 7: meridian.client.v1.ProduceRequest
+	(*OpenProducer)(nil),         // 8: meridian.client.v1.OpenProducer
+	(*Send)(nil),                 // 9: meridian.client.v1.Send
+	(*ProduceResponse)(nil),      // 10: meridian.client.v1.ProduceResponse
+	(*ProducerOpened)(nil),       // 11: meridian.client.v1.ProducerOpened
+	(*SendReceipt)(nil),          // 12: meridian.client.v1.SendReceipt
+	(*HashRange)(nil),            // 13: meridian.client.v1.HashRange
+	(*KeySharedPolicy)(nil),      // 14: meridian.client.v1.KeySharedPolicy
+	(*ConsumeRequest)(nil),       // 15: meridian.client.v1.ConsumeRequest
+	(*Subscribe)(nil),            // 16: meridian.client.v1.Subscribe
+	(*OriginPosition)(nil),       // 17: meridian.client.v1.OriginPosition
+	(*StartPosition)(nil),        // 18: meridian.client.v1.StartPosition
+	(*Seek)(nil),                 // 19: meridian.client.v1.Seek
+	(*SeekResponse)(nil),         // 20: meridian.client.v1.SeekResponse
+	(*Flow)(nil),                 // 21: meridian.client.v1.Flow
+	(*Ack)(nil),                  // 22: meridian.client.v1.Ack
+	(*BatchIndexAck)(nil),        // 23: meridian.client.v1.BatchIndexAck
+	(*Redeliver)(nil),            // 24: meridian.client.v1.Redeliver
+	(*Unsubscribe)(nil),          // 25: meridian.client.v1.Unsubscribe
+	(*ConsumeResponse)(nil),      // 26: meridian.client.v1.ConsumeResponse
+	(*Subscribed)(nil),           // 27: meridian.client.v1.Subscribed
+	(*Message)(nil),              // 28: meridian.client.v1.Message
+	(*ActiveConsumerChange)(nil), // 29: meridian.client.v1.ActiveConsumerChange
+	(*AckResponse)(nil),          // 30: meridian.client.v1.AckResponse
+	(*Unsubscribed)(nil),         // 31: meridian.client.v1.Unsubscribed
+	(CompressionType)(0),         // 32: meridian.client.v1.CompressionType
+	(*MessageId)(nil),            // 33: meridian.client.v1.MessageId
+	(*EntryMetadata)(nil),        // 34: meridian.client.v1.EntryMetadata
 }
 var file_api_client_v1_client_proto_depIdxs = []int32{
 	0,  // 0: meridian.client.v1.Error.code:type_name -> meridian.client.v1.ErrorCode
-	7,  // 1: meridian.client.v1.ProduceRequest.open:type_name -> meridian.client.v1.OpenProducer
-	8,  // 2: meridian.client.v1.ProduceRequest.send:type_name -> meridian.client.v1.Send
-	28, // 3: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
-	10, // 4: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
-	11, // 5: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
-	29, // 6: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
-	3,  // 7: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
-	13, // 8: meridian.client.v1.ConsumeRequest.subscribe:type_name -> meridian.client.v1.Subscribe
-	18, // 9: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
-	19, // 10: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
-	20, // 11: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
-	21, // 12: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
-	16, // 13: meridian.client.v1.ConsumeRequest.seek:type_name -> meridian.client.v1.Seek
-	1,  // 14: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
-	2,  // 15: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
-	15, // 16: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
-	29, // 17: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
-	14, // 18: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
-	2,  // 19: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
-	15, // 20: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
-	3,  // 21: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
-	29, // 22: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
-	29, // 23: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
-	23, // 24: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
-	24, // 25: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
-	25, // 26: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
-	26, // 27: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
-	3,  // 28: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
-	27, // 29: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
-	17, // 30: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
-	29, // 31: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
-	30, // 32: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
-	3,  // 33: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
-	4,  // 34: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
-	6,  // 35: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
-	12, // 36: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
-	5,  // 37: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
-	9,  // 38: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
-	22, // 39: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
-	37, // [37:40] is the sub-list for method output_type
-	34, // [34:37] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	8,  // 1: meridian.client.v1.ProduceRequest.open:type_name -> meridian.client.v1.OpenProducer
+	9,  // 2: meridian.client.v1.ProduceRequest.send:type_name -> meridian.client.v1.Send
+	32, // 3: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
+	11, // 4: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
+	12, // 5: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
+	33, // 6: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
+	4,  // 7: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
+	2,  // 8: meridian.client.v1.KeySharedPolicy.mode:type_name -> meridian.client.v1.KeySharedMode
+	13, // 9: meridian.client.v1.KeySharedPolicy.ranges:type_name -> meridian.client.v1.HashRange
+	16, // 10: meridian.client.v1.ConsumeRequest.subscribe:type_name -> meridian.client.v1.Subscribe
+	21, // 11: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
+	22, // 12: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
+	24, // 13: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
+	25, // 14: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
+	19, // 15: meridian.client.v1.ConsumeRequest.seek:type_name -> meridian.client.v1.Seek
+	1,  // 16: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
+	3,  // 17: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
+	18, // 18: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
+	14, // 19: meridian.client.v1.Subscribe.key_shared:type_name -> meridian.client.v1.KeySharedPolicy
+	33, // 20: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
+	17, // 21: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
+	3,  // 22: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
+	18, // 23: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
+	4,  // 24: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
+	33, // 25: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
+	23, // 26: meridian.client.v1.Ack.batch_index_acks:type_name -> meridian.client.v1.BatchIndexAck
+	33, // 27: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
+	27, // 28: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
+	28, // 29: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
+	29, // 30: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
+	30, // 31: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
+	4,  // 32: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
+	31, // 33: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
+	20, // 34: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
+	33, // 35: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
+	34, // 36: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
+	4,  // 37: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
+	5,  // 38: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
+	7,  // 39: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
+	15, // 40: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
+	6,  // 41: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
+	10, // 42: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
+	26, // 43: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
+	41, // [41:44] is the sub-list for method output_type
+	38, // [38:41] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_client_proto_init() }
@@ -2398,7 +2742,7 @@ func file_api_client_v1_client_proto_init() {
 		(*ProduceResponse_Opened)(nil),
 		(*ProduceResponse_Receipt)(nil),
 	}
-	file_api_client_v1_client_proto_msgTypes[9].OneofWrappers = []any{
+	file_api_client_v1_client_proto_msgTypes[11].OneofWrappers = []any{
 		(*ConsumeRequest_Subscribe)(nil),
 		(*ConsumeRequest_Flow)(nil),
 		(*ConsumeRequest_Ack)(nil),
@@ -2406,13 +2750,13 @@ func file_api_client_v1_client_proto_init() {
 		(*ConsumeRequest_Unsubscribe)(nil),
 		(*ConsumeRequest_Seek)(nil),
 	}
-	file_api_client_v1_client_proto_msgTypes[12].OneofWrappers = []any{
+	file_api_client_v1_client_proto_msgTypes[14].OneofWrappers = []any{
 		(*StartPosition_MessageId)(nil),
 		(*StartPosition_PublishTimeMs)(nil),
 		(*StartPosition_Origin)(nil),
 		(*StartPosition_Initial)(nil),
 	}
-	file_api_client_v1_client_proto_msgTypes[19].OneofWrappers = []any{
+	file_api_client_v1_client_proto_msgTypes[22].OneofWrappers = []any{
 		(*ConsumeResponse_Subscribed)(nil),
 		(*ConsumeResponse_Message)(nil),
 		(*ConsumeResponse_ActiveChange)(nil),
@@ -2426,8 +2770,8 @@ func file_api_client_v1_client_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_client_proto_rawDesc), len(file_api_client_v1_client_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   25,
+			NumEnums:      4,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

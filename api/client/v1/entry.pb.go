@@ -201,8 +201,20 @@ type EntryMetadata struct {
 	// whichever region stored them: a region keeps one copy of each message
 	// of a producer that failed over (broker/ident_dedup.go).
 	ProducerIdentity string `protobuf:"bytes,16,opt,name=producer_identity,json=producerIdentity,proto3" json:"producer_identity,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// deliver_at_ms (Unix ms, 0 = at once) holds the entry back from every
+	// subscription until then (delayed delivery, Send.deliver_at_ms). The
+	// tracking is durable by construction: the time is stored with the entry,
+	// and an undelivered entry stays in the backlog.
+	DeliverAtMs int64 `protobuf:"varint,17,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
+	// batch_key is the key of every message of the batch (the client never
+	// batches messages of different keys together); "" for keyless messages.
+	// Key_Shared dispatch routes the entry by wire.KeySlot(batch_key).
+	BatchKey string `protobuf:"bytes,18,opt,name=batch_key,json=batchKey,proto3" json:"batch_key,omitempty"`
+	// schema_version is the version, in the topic's schema registry, of the
+	// schema the batch was written with (0 = none).
+	SchemaVersion int32 `protobuf:"varint,19,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -347,6 +359,27 @@ func (x *EntryMetadata) GetProducerIdentity() string {
 	return ""
 }
 
+func (x *EntryMetadata) GetDeliverAtMs() int64 {
+	if x != nil {
+		return x.DeliverAtMs
+	}
+	return 0
+}
+
+func (x *EntryMetadata) GetBatchKey() string {
+	if x != nil {
+		return x.BatchKey
+	}
+	return ""
+}
+
+func (x *EntryMetadata) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -473,7 +506,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\xb0\x05\n" +
+	"batchIndex\"\x98\x06\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -495,7 +528,10 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\n" +
 	"origin_seq\x18\x0e \x01(\x03R\toriginSeq\x12/\n" +
 	"\x13disable_replication\x18\x0f \x01(\bR\x12disableReplication\x12+\n" +
-	"\x11producer_identity\x18\x10 \x01(\tR\x10producerIdentity\"\xf1\x01\n" +
+	"\x11producer_identity\x18\x10 \x01(\tR\x10producerIdentity\x12\"\n" +
+	"\rdeliver_at_ms\x18\x11 \x01(\x03R\vdeliverAtMs\x12\x1b\n" +
+	"\tbatch_key\x18\x12 \x01(\tR\bbatchKey\x12%\n" +
+	"\x0eschema_version\x18\x13 \x01(\x05R\rschemaVersion\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +
