@@ -27,6 +27,14 @@ type Message struct {
 	// DisableReplication keeps the message in the region it is produced
 	// in. It excludes ReplicateTo.
 	DisableReplication bool
+	// DeliverAt holds the message back from every subscription until this
+	// time (delayed delivery; zero = at once). The time travels with the
+	// stored message, so it survives broker restarts and topic moves, and
+	// applies in every region the message is replicated to.
+	DeliverAt time.Time
+	// DeliverAfter is DeliverAt = now + DeliverAfter, taken when the
+	// message is sent (ignored when DeliverAt is set).
+	DeliverAfter time.Duration
 	// SequenceID is an output: the producer sets it when it accepts the
 	// message (before the callback runs). Do not reuse a Message for
 	// another send until its send is resolved.
