@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/bookie/autorecovery"
@@ -82,7 +83,7 @@ func (a *adminService) DeleteNamespace(ctx context.Context, r *clientv1.DeleteNa
 	if _, err := a.b.getPolicies(ctx, r.GetNamespace()); err != nil {
 		return nil, GRPCError(err)
 	}
-	topics, err := listKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/")
+	topics, err := listTopicKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/")
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -136,13 +137,8 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
 	a.b.policies.learn(nkv)
-	for _, t := range a.b.loadedTopics() {
-		if t.name.NamespaceName() == r.GetNamespace() {
-			t.mu.Lock()
-			t.policies = p
-			t.mu.Unlock()
-		}
-	}
+	// Loaded topics get their new effective policies (policies.go).
+	a.b.policyChanged(namespacePrefix + r.GetNamespace())
 	return &clientv1.SetNamespacePoliciesResponse{}, nil
 }
 
@@ -153,12 +149,16 @@ func (a *adminService) ListTopics(ctx context.Context, r *clientv1.ListTopicsReq
 	if _, err := a.b.getPolicies(ctx, r.GetNamespace()); err != nil {
 		return nil, GRPCError(err)
 	}
-	ts, err := listKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/")
+	if p := r.GetPrefix(); len(p) > MaxTopicBytes {
+		return nil, GRPCError(fmt.Errorf("%w: prefix is %d bytes, limit %d", ErrInvalidArgument, len(p), MaxTopicBytes))
+	}
+	// The store lists by key prefix: the prefix narrows the listing itself.
+	ts, err := listTopicKeys(ctx, a.b.cfg.Regional, managedLedgerPrefix+r.GetNamespace()+"/"+r.GetPrefix())
 	if err != nil {
 		return nil, GRPCError(err)
 	}
 	for i := range ts {
-		ts[i] = r.GetNamespace() + "/" + ts[i]
+		ts[i] = r.GetNamespace() + "/" + r.GetPrefix() + ts[i]
 	}
 	return &clientv1.ListTopicsResponse{Topics: ts}, nil
 }
@@ -274,7 +274,12 @@ func (s *Server) deleteUnloadedTopic(ctx context.Context, name TopicName, closed
 		}
 	}
 	var cursors []metadata.KV
-	if err := s.listAll(ctx, cursorPrefix+name.String()+"/", func(c metadata.KV) { cursors = append(cursors, c) }); err != nil {
+	cprefix := cursorPrefix + name.String() + "/"
+	if err := s.listAll(ctx, cprefix, func(c metadata.KV) {
+		if !strings.Contains(c.Key[len(cprefix):], "/") { // not a deeper topic's cursor
+			cursors = append(cursors, c)
+		}
+	}); err != nil {
 		return err
 	}
 	// Cursors go first, in transactions that each check the ledger list's

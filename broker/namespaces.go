@@ -209,6 +209,27 @@ func (s *Server) EnsureDefaultNamespace(ctx context.Context) error {
 	return nil
 }
 
+// listTopicKeys lists the topics of a namespace from the managed ledger
+// keys under prefix ("managed-ledgers/tenant/ns/"): every key below it is
+// one topic, hierarchical names included ("video/uploaded/v1").
+func listTopicKeys(ctx context.Context, store metadata.Store, prefix string) ([]string, error) {
+	var out []string
+	page := metadata.Page{}
+	for {
+		res, err := store.List(ctx, prefix, page, metadata.ReadOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("%w: list %s: %v", ErrUnavailable, prefix, err)
+		}
+		for _, kv := range res.KVs {
+			out = append(out, kv.Key[len(prefix):])
+		}
+		if !res.More || len(res.KVs) == 0 {
+			return out, nil
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
+}
+
 // listKeys lists the child names directly under prefix in store.
 func listKeys(ctx context.Context, store metadata.Store, prefix string) ([]string, error) {
 	var out []string

@@ -13,12 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// topicPolicyPrefix + "tenant/namespace/topic" holds a topic's replication
-// override (topicPolicyRecord, JSON) in the global shard.
+// topicPolicyPrefix + "tenant/namespace/topic" holds a topic's overrides
+// (replication regions and policy fields: topicPolicyRecord, JSON) in the
+// global shard.
 const topicPolicyPrefix = "topic-policies/"
 
 // cachedPrefixes are the global-shard prefixes the policy cache mirrors.
-var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, regionPrefix, failoverPrefix}
+var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, prefixPolicyPrefix, regionPrefix, failoverPrefix}
 
 // Bounds of the policy cache's background work.
 const (
@@ -34,7 +35,7 @@ const (
 )
 
 // policyCache mirrors the policy keys of the global shard (tenants,
-// namespaces, topic overrides, regions, failover groups) in the broker's memory, so that a
+// namespaces, topic overrides, prefix policies, regions, failover groups) in the broker's memory, so that a
 // region cut off from the global quorum keeps serving with the policies it
 // last saw.
 //

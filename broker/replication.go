@@ -609,7 +609,7 @@ func (s *Server) DeleteReplicatorCursors(ctx context.Context, namespace, region 
 	if slices.Contains(pol.GetReplicationRegions(), region) {
 		return nil, fmt.Errorf("%w: region %s is still a replication region of %s; remove it from the namespace first", ErrNotAllowed, region, namespace)
 	}
-	topics, err := listKeys(ctx, s.cfg.Regional, managedLedgerPrefix+namespace+"/")
+	topics, err := listTopicKeys(ctx, s.cfg.Regional, managedLedgerPrefix+namespace+"/")
 	if err != nil {
 		return nil, err
 	}

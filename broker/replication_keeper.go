@@ -65,7 +65,7 @@ func (m *replManager) keep() error {
 
 func (m *replManager) keepNamespace(ctx context.Context, ns string, regions []string, loaded map[string]bool) error {
 	s := m.s
-	topics, err := listKeys(ctx, s.cfg.Regional, managedLedgerPrefix+ns+"/")
+	topics, err := listTopicKeys(ctx, s.cfg.Regional, managedLedgerPrefix+ns+"/")
 	if err != nil {
 		return err
 	}

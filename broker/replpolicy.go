@@ -31,9 +31,17 @@ import (
 // MaxReplicateTo caps Send.replicate_to (a producer's per-message targets).
 const MaxReplicateTo = 16
 
-// topicPolicyRecord is a topic's override in the global shard (JSON).
+// topicPolicyRecord is a topic's overrides in the global shard (JSON), or
+// a prefix's policies (policies.go; never replication regions).
 type topicPolicyRecord struct {
-	ReplicationRegions []string `json:"replication_regions"`
+	// ReplicationRegions is the replication override; nil = none (an
+	// empty list turns replication off for the topic).
+	ReplicationRegions *[]string `json:"replication_regions,omitempty"`
+	// Policies (protojson NamespacePolicies) holds the values of Fields.
+	Policies json.RawMessage `json:"policies,omitempty"`
+	// Fields lists the NamespacePolicies fields (proto names) the record
+	// sets; the others inherit.
+	Fields []string `json:"fields,omitempty"`
 }
 
 // ReplicationRegions returns the regions a topic replicates to: its
@@ -52,8 +60,8 @@ func (s *Server) ReplicationRegions(ctx context.Context, name TopicName) ([]stri
 	if err != nil {
 		return nil, err
 	}
-	if ok {
-		regions = ov.ReplicationRegions
+	if ok && ov.ReplicationRegions != nil {
+		regions = *ov.ReplicationRegions
 	}
 	ten, err := s.getTenant(ctx, name.Tenant)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -195,40 +203,22 @@ func (a *adminService) SetNamespaceReplication(ctx context.Context, r *clientv1.
 	}
 }
 
-// applyNamespacePolicies gives the loaded topics of ns their new policies.
-func (s *Server) applyNamespacePolicies(ns string, p *clientv1.NamespacePolicies) {
-	for _, t := range s.loadedTopics() {
-		if t.name.NamespaceName() == ns {
-			t.mu.Lock()
-			t.policies = p
-			t.mu.Unlock()
-			// Start or stop its replicators now rather than at the next
-			// reconcile tick.
-			if s.repl != nil {
-				go s.repl.sync(t)
-			}
-		}
-	}
+// applyNamespacePolicies gives the loaded topics of ns their new
+// effective policies and starts or stops their replicators now rather
+// than at the next reconcile tick.
+func (s *Server) applyNamespacePolicies(ns string, _ *clientv1.NamespacePolicies) {
+	s.policyChanged(namespacePrefix + ns)
 }
 
-// policyChanged is the policy cache's change hook: a namespace's new
-// policies reach its loaded topics at once (also when they were changed
-// while this region was cut off, as soon as the watch resumes).
+// policyChanged is the policy cache's change hook: a new namespace policy,
+// prefix policy or topic override reaches the loaded topics it concerns
+// at once, as their new effective policies (also when it was changed
+// while this region was cut off, as soon as the watch resumes). A
+// replication change starts or stops their replicators.
 func (s *Server) policyChanged(key string) {
-	ns, ok := strings.CutPrefix(key, namespacePrefix)
-	if !ok {
-		return
+	for _, t := range s.topicsUnder(key) {
+		s.refreshTopicPolicies(t)
 	}
-	kv, ok, _ := s.policies.cached(key)
-	if !ok {
-		return
-	}
-	p, err := parsePolicies(ns, kv.Value)
-	if err != nil {
-		s.log.Warn("namespace policies corrupt; topics keep their previous ones", "namespace", ns, "err", err)
-		return
-	}
-	s.applyNamespacePolicies(ns, p)
 }
 
 func (a *adminService) GetNamespaceReplication(ctx context.Context, r *clientv1.GetNamespaceReplicationRequest) (*clientv1.GetNamespaceReplicationResponse, error) {
@@ -334,7 +324,10 @@ func (s *Server) checkTenantUses(ctx context.Context, tenant string, allowed []s
 		err = listGlobal(ctx, s.cfg.Global, topicPolicyPrefix+tenant+"/", func(kv metadata.KV) {
 			var rec topicPolicyRecord
 			if json.Unmarshal(kv.Value, &rec) == nil && ferr == nil {
-				if r := outside(rec.ReplicationRegions); r != "" {
+				if rec.ReplicationRegions == nil {
+					return
+				}
+				if r := outside(*rec.ReplicationRegions); r != "" {
 					ferr = fmt.Errorf("%w: topic %s replicates to region %q, which allowed_regions leaves out; change its replication first", ErrNotAllowed, strings.TrimPrefix(kv.Key, topicPolicyPrefix), r)
 				}
 			}
@@ -357,12 +350,15 @@ func (a *adminService) SetTopicReplication(ctx context.Context, r *clientv1.SetT
 	if err := a.b.checkRegionsAllowed(ctx, name.NamespaceName(), "regions", r.GetRegions()); err != nil {
 		return nil, GRPCError(err)
 	}
-	val, _ := json.Marshal(topicPolicyRecord{ReplicationRegions: append([]string{}, r.GetRegions()...)})
-	kv, err := a.b.cfg.Global.Put(ctx, topicPolicyPrefix+name.String(), val, metadata.AnyVersion, 0)
+	regions := append([]string{}, r.GetRegions()...)
+	// The record also holds the topic's policy fields (policies.go): keep them.
+	err = a.b.updatePolicyRecord(ctx, topicPolicyPrefix+name.String(), func(rec *topicPolicyRecord, _ bool) error {
+		rec.ReplicationRegions = &regions
+		return nil
+	})
 	if err != nil {
-		return nil, GRPCError(fmt.Errorf("%w: write replication override of %s: %v", ErrUnavailable, name, err))
+		return nil, GRPCError(fmt.Errorf("write replication override of %s: %w", name, err))
 	}
-	a.b.policies.learn(kv)
 	a.b.log.Info("topic replication override set", "topic", name.String(), "regions", r.GetRegions())
 	return &clientv1.SetTopicReplicationResponse{}, nil
 }
@@ -383,7 +379,9 @@ func (a *adminService) GetTopicReplication(ctx context.Context, r *clientv1.GetT
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
 			return nil, GRPCError(fmt.Errorf("broker: replication override of %s corrupt: %v", name, err))
 		}
-		resp.HasOverride, resp.OverrideRegions = true, rec.ReplicationRegions
+		if rec.ReplicationRegions != nil {
+			resp.HasOverride, resp.OverrideRegions = true, *rec.ReplicationRegions
+		}
 	case !errors.Is(err, metadata.ErrNotFound):
 		return nil, GRPCError(fmt.Errorf("%w: read replication override of %s: %v", ErrUnavailable, name, err))
 	}
@@ -401,15 +399,18 @@ func (a *adminService) RemoveTopicReplication(ctx context.Context, r *clientv1.R
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	key := topicPolicyPrefix + name.String()
-	if err := a.b.cfg.Global.Delete(ctx, key, metadata.AnyVersion); err != nil {
-		if errors.Is(err, metadata.ErrNotFound) {
-			a.b.policies.forget(key)
-			return nil, GRPCError(fmt.Errorf("%w: topic %s has no replication override", ErrNotFound, name))
+	// The record may also hold policy fields (policies.go): it is deleted
+	// only when nothing is left in it.
+	err = a.b.updatePolicyRecord(ctx, topicPolicyPrefix+name.String(), func(rec *topicPolicyRecord, _ bool) error {
+		if rec.ReplicationRegions == nil {
+			return fmt.Errorf("%w: topic %s has no replication override", ErrNotFound, name)
 		}
-		return nil, GRPCError(fmt.Errorf("%w: delete replication override of %s: %v", ErrUnavailable, name, err))
+		rec.ReplicationRegions = nil
+		return nil
+	})
+	if err != nil {
+		return nil, GRPCError(err)
 	}
-	a.b.policies.forget(key)
 	a.b.log.Info("topic replication override removed", "topic", name.String())
 	return &clientv1.RemoveTopicReplicationResponse{}, nil
 }

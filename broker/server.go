@@ -506,7 +506,7 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 	if s.zombie.Load() {
 		return nil, fmt.Errorf("%w: broker session suspended", ErrUnavailable)
 	}
-	pol, err := s.getPolicies(ctx, name.NamespaceName())
+	pol, err := s.effectivePolicies(ctx, name)
 	if err != nil {
 		return nil, err
 	}

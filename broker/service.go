@@ -226,7 +226,12 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		return
 	}
 	highest := sd.GetSequenceId() + int64(sd.GetNumMessages()) - 1
-	dup, d, err := t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest)
+	var dup bool
+	var d dupResult
+	var err error
+	if t.dedupEnabled() { // the effective deduplication_enabled (policies.go)
+		dup, d, err = t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest)
+	}
 	if err != nil {
 		// Refused like a quota refusal: a later batch stored first would
 		// make this one's resend look like a stored duplicate.

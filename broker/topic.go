@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"strings"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,9 @@ func (t *topic) load(ctx context.Context, create bool) error {
 		}
 		for _, kv := range res.KVs {
 			name := kv.Key[len(prefix):]
+			if strings.Contains(name, "/") {
+				continue // a cursor of a deeper topic (prefix/x/sub)
+			}
 			// Fence the cursor before using it: the previous owner, if it
 			// still runs, can no longer write it.
 			fenced, err := t.fenceCursor(ctx, kv)
@@ -266,8 +270,10 @@ func (t *topic) updateRates() {
 	t.rateAt = now
 }
 
+// refreshPolicies reads the topic's effective policies again (namespace,
+// prefixes, topic override: policies.go).
 func (t *topic) refreshPolicies(ctx context.Context) {
-	pol, err := t.b.getPolicies(ctx, t.name.NamespaceName())
+	pol, err := t.b.effectivePolicies(ctx, t.name)
 	if err != nil {
 		return
 	}

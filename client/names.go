@@ -10,16 +10,17 @@ import (
 // rules.
 const maxNameLen = 256
 
-// ValidateTopicName checks the shape "tenant/namespace/topic" (three
-// non-empty parts without whitespace, each at most 256 bytes). The broker
+// ValidateTopicName checks the shape "tenant/namespace/topic" (at least
+// three non-empty parts without whitespace, each at most 256 bytes; the
+// topic may have several /-separated segments). The broker
 // applies the full character rules and answers ErrInvalidName.
 func ValidateTopicName(topic string) error {
 	if topic == "" {
 		return fmt.Errorf("%w: topic is required (tenant/namespace/topic)", ErrInvalidName)
 	}
 	parts := strings.Split(topic, "/")
-	if len(parts) != 3 {
-		return fmt.Errorf("%w: topic %q must have the form tenant/namespace/topic", ErrInvalidName, topic)
+	if len(parts) < 3 {
+		return fmt.Errorf("%w: topic %q must have the form tenant/namespace/topic (the topic may have /-separated segments)", ErrInvalidName, topic)
 	}
 	for _, p := range parts {
 		if p == "" {

@@ -73,6 +73,13 @@ const (
 	Admin_DeleteReplicationCursors_FullMethodName = "/meridian.client.v1.Admin/DeleteReplicationCursors"
 	Admin_SetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/SetFailoverTarget"
 	Admin_GetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/GetFailoverTarget"
+	Admin_SetTopicPolicies_FullMethodName         = "/meridian.client.v1.Admin/SetTopicPolicies"
+	Admin_GetTopicPolicies_FullMethodName         = "/meridian.client.v1.Admin/GetTopicPolicies"
+	Admin_RemoveTopicPolicies_FullMethodName      = "/meridian.client.v1.Admin/RemoveTopicPolicies"
+	Admin_SetPrefixPolicies_FullMethodName        = "/meridian.client.v1.Admin/SetPrefixPolicies"
+	Admin_ListPrefixPolicies_FullMethodName       = "/meridian.client.v1.Admin/ListPrefixPolicies"
+	Admin_RemovePrefixPolicies_FullMethodName     = "/meridian.client.v1.Admin/RemovePrefixPolicies"
+	Admin_GetEffectivePolicies_FullMethodName     = "/meridian.client.v1.Admin/GetEffectivePolicies"
 )
 
 // AdminClient is the client API for Admin service.
@@ -191,6 +198,30 @@ type AdminClient interface {
 	// was set). It answers from the broker's policy cache, so it works in a
 	// region cut off from the global quorum.
 	GetFailoverTarget(ctx context.Context, in *GetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error)
+	// SetTopicPolicies sets fields of a topic's policy override (the fields
+	// named in fields; empty = every field populated in policies). Other
+	// fields of the override are kept; a field never set inherits from the
+	// prefix policies and the namespace. Validated like namespace policies
+	// (on the effective result); INVALID_ARGUMENT names the field and the
+	// limit and changes nothing. The topic need not exist yet.
+	SetTopicPolicies(ctx context.Context, in *SetTopicPoliciesRequest, opts ...grpc.CallOption) (*SetTopicPoliciesResponse, error)
+	// GetTopicPolicies reports a topic's override (only the fields it sets).
+	GetTopicPolicies(ctx context.Context, in *GetTopicPoliciesRequest, opts ...grpc.CallOption) (*GetTopicPoliciesResponse, error)
+	// RemoveTopicPolicies removes fields of a topic's override (empty = all);
+	// they inherit again. NOT_FOUND when the topic has no override.
+	RemoveTopicPolicies(ctx context.Context, in *RemoveTopicPoliciesRequest, opts ...grpc.CallOption) (*RemoveTopicPoliciesResponse, error)
+	// SetPrefixPolicies sets fields of the policies of a topic-name prefix
+	// ("tenant/ns/video/": segments below the namespace, ending in '/'),
+	// which apply to every topic under it; the longest prefix wins.
+	SetPrefixPolicies(ctx context.Context, in *SetPrefixPoliciesRequest, opts ...grpc.CallOption) (*SetPrefixPoliciesResponse, error)
+	// ListPrefixPolicies lists a namespace's prefix policies.
+	ListPrefixPolicies(ctx context.Context, in *ListPrefixPoliciesRequest, opts ...grpc.CallOption) (*ListPrefixPoliciesResponse, error)
+	// RemovePrefixPolicies removes fields of a prefix's policies (empty = all).
+	RemovePrefixPolicies(ctx context.Context, in *RemovePrefixPoliciesRequest, opts ...grpc.CallOption) (*RemovePrefixPoliciesResponse, error)
+	// GetEffectivePolicies reports the policies a topic runs with: the
+	// namespace's, overlaid by every matching prefix from the shortest to the
+	// longest, overlaid by the topic's override; and where each came from.
+	GetEffectivePolicies(ctx context.Context, in *GetEffectivePoliciesRequest, opts ...grpc.CallOption) (*GetEffectivePoliciesResponse, error)
 }
 
 type adminClient struct {
@@ -631,6 +662,76 @@ func (c *adminClient) GetFailoverTarget(ctx context.Context, in *GetFailoverTarg
 	return out, nil
 }
 
+func (c *adminClient) SetTopicPolicies(ctx context.Context, in *SetTopicPoliciesRequest, opts ...grpc.CallOption) (*SetTopicPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTopicPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_SetTopicPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetTopicPolicies(ctx context.Context, in *GetTopicPoliciesRequest, opts ...grpc.CallOption) (*GetTopicPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTopicPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_GetTopicPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemoveTopicPolicies(ctx context.Context, in *RemoveTopicPoliciesRequest, opts ...grpc.CallOption) (*RemoveTopicPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveTopicPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_RemoveTopicPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetPrefixPolicies(ctx context.Context, in *SetPrefixPoliciesRequest, opts ...grpc.CallOption) (*SetPrefixPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPrefixPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_SetPrefixPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListPrefixPolicies(ctx context.Context, in *ListPrefixPoliciesRequest, opts ...grpc.CallOption) (*ListPrefixPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPrefixPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPrefixPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemovePrefixPolicies(ctx context.Context, in *RemovePrefixPoliciesRequest, opts ...grpc.CallOption) (*RemovePrefixPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemovePrefixPoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_RemovePrefixPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetEffectivePolicies(ctx context.Context, in *GetEffectivePoliciesRequest, opts ...grpc.CallOption) (*GetEffectivePoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEffectivePoliciesResponse)
+	err := c.cc.Invoke(ctx, Admin_GetEffectivePolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -747,6 +848,30 @@ type AdminServer interface {
 	// was set). It answers from the broker's policy cache, so it works in a
 	// region cut off from the global quorum.
 	GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error)
+	// SetTopicPolicies sets fields of a topic's policy override (the fields
+	// named in fields; empty = every field populated in policies). Other
+	// fields of the override are kept; a field never set inherits from the
+	// prefix policies and the namespace. Validated like namespace policies
+	// (on the effective result); INVALID_ARGUMENT names the field and the
+	// limit and changes nothing. The topic need not exist yet.
+	SetTopicPolicies(context.Context, *SetTopicPoliciesRequest) (*SetTopicPoliciesResponse, error)
+	// GetTopicPolicies reports a topic's override (only the fields it sets).
+	GetTopicPolicies(context.Context, *GetTopicPoliciesRequest) (*GetTopicPoliciesResponse, error)
+	// RemoveTopicPolicies removes fields of a topic's override (empty = all);
+	// they inherit again. NOT_FOUND when the topic has no override.
+	RemoveTopicPolicies(context.Context, *RemoveTopicPoliciesRequest) (*RemoveTopicPoliciesResponse, error)
+	// SetPrefixPolicies sets fields of the policies of a topic-name prefix
+	// ("tenant/ns/video/": segments below the namespace, ending in '/'),
+	// which apply to every topic under it; the longest prefix wins.
+	SetPrefixPolicies(context.Context, *SetPrefixPoliciesRequest) (*SetPrefixPoliciesResponse, error)
+	// ListPrefixPolicies lists a namespace's prefix policies.
+	ListPrefixPolicies(context.Context, *ListPrefixPoliciesRequest) (*ListPrefixPoliciesResponse, error)
+	// RemovePrefixPolicies removes fields of a prefix's policies (empty = all).
+	RemovePrefixPolicies(context.Context, *RemovePrefixPoliciesRequest) (*RemovePrefixPoliciesResponse, error)
+	// GetEffectivePolicies reports the policies a topic runs with: the
+	// namespace's, overlaid by every matching prefix from the shortest to the
+	// longest, overlaid by the topic's override; and where each came from.
+	GetEffectivePolicies(context.Context, *GetEffectivePoliciesRequest) (*GetEffectivePoliciesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -885,6 +1010,27 @@ func (UnimplementedAdminServer) SetFailoverTarget(context.Context, *SetFailoverT
 }
 func (UnimplementedAdminServer) GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetFailoverTarget not implemented")
+}
+func (UnimplementedAdminServer) SetTopicPolicies(context.Context, *SetTopicPoliciesRequest) (*SetTopicPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTopicPolicies not implemented")
+}
+func (UnimplementedAdminServer) GetTopicPolicies(context.Context, *GetTopicPoliciesRequest) (*GetTopicPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetTopicPolicies not implemented")
+}
+func (UnimplementedAdminServer) RemoveTopicPolicies(context.Context, *RemoveTopicPoliciesRequest) (*RemoveTopicPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveTopicPolicies not implemented")
+}
+func (UnimplementedAdminServer) SetPrefixPolicies(context.Context, *SetPrefixPoliciesRequest) (*SetPrefixPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetPrefixPolicies not implemented")
+}
+func (UnimplementedAdminServer) ListPrefixPolicies(context.Context, *ListPrefixPoliciesRequest) (*ListPrefixPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListPrefixPolicies not implemented")
+}
+func (UnimplementedAdminServer) RemovePrefixPolicies(context.Context, *RemovePrefixPoliciesRequest) (*RemovePrefixPoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemovePrefixPolicies not implemented")
+}
+func (UnimplementedAdminServer) GetEffectivePolicies(context.Context, *GetEffectivePoliciesRequest) (*GetEffectivePoliciesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetEffectivePolicies not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1681,6 +1827,132 @@ func _Admin_GetFailoverTarget_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetTopicPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTopicPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetTopicPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetTopicPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetTopicPolicies(ctx, req.(*SetTopicPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetTopicPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTopicPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetTopicPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetTopicPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetTopicPolicies(ctx, req.(*GetTopicPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemoveTopicPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveTopicPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemoveTopicPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemoveTopicPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemoveTopicPolicies(ctx, req.(*RemoveTopicPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetPrefixPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPrefixPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetPrefixPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetPrefixPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetPrefixPolicies(ctx, req.(*SetPrefixPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListPrefixPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPrefixPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPrefixPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPrefixPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPrefixPolicies(ctx, req.(*ListPrefixPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemovePrefixPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemovePrefixPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemovePrefixPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemovePrefixPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemovePrefixPolicies(ctx, req.(*RemovePrefixPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetEffectivePolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEffectivePoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetEffectivePolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetEffectivePolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetEffectivePolicies(ctx, req.(*GetEffectivePoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1859,6 +2131,34 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFailoverTarget",
 			Handler:    _Admin_GetFailoverTarget_Handler,
+		},
+		{
+			MethodName: "SetTopicPolicies",
+			Handler:    _Admin_SetTopicPolicies_Handler,
+		},
+		{
+			MethodName: "GetTopicPolicies",
+			Handler:    _Admin_GetTopicPolicies_Handler,
+		},
+		{
+			MethodName: "RemoveTopicPolicies",
+			Handler:    _Admin_RemoveTopicPolicies_Handler,
+		},
+		{
+			MethodName: "SetPrefixPolicies",
+			Handler:    _Admin_SetPrefixPolicies_Handler,
+		},
+		{
+			MethodName: "ListPrefixPolicies",
+			Handler:    _Admin_ListPrefixPolicies_Handler,
+		},
+		{
+			MethodName: "RemovePrefixPolicies",
+			Handler:    _Admin_RemovePrefixPolicies_Handler,
+		},
+		{
+			MethodName: "GetEffectivePolicies",
+			Handler:    _Admin_GetEffectivePolicies_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
