@@ -34,7 +34,9 @@ func waitLive(t *testing.T, s *broker.Server, topic, what string, cond func(*cli
 }
 
 func ttlIs(v int64) func(*clientv1.NamespacePolicies) bool {
-	return func(p *clientv1.NamespacePolicies) bool { return p.MessageTtlSeconds != nil && *p.MessageTtlSeconds == v }
+	return func(p *clientv1.NamespacePolicies) bool {
+		return p.MessageTtlSeconds != nil && *p.MessageTtlSeconds == v
+	}
 }
 
 // TestPrefixPoliciesLongestWins: the longest matching prefix wins for a
@@ -120,7 +122,9 @@ func TestPrefixPoliciesLongestWins(t *testing.T) {
 	if _, err := adm.RemovePrefixPolicies(ctx, &clientv1.RemovePrefixPoliciesRequest{Prefix: "public/default/video/", Fields: []string{"message_ttl_seconds"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitLive(t, srv, deep, "no ttl", func(p *clientv1.NamespacePolicies) bool { return p.MessageTtlSeconds == nil && p.RetentionSizeBytes == 1000 })
+	waitLive(t, srv, deep, "no ttl", func(p *clientv1.NamespacePolicies) bool {
+		return p.MessageTtlSeconds == nil && p.RetentionSizeBytes == 1000
+	})
 }
 
 // TestTopicOverridesInheritAndValidate: a topic override sets only its
