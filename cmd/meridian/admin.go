@@ -225,14 +225,17 @@ func newAdminCmd() *cobra.Command {
 		return nil
 	})
 	del.Flags().BoolVar(&force, "force", false, "disconnect producers and consumers first")
+	var listPrefix string
+	listTopics := leaf("list TENANT/NS", "List a namespace's topics", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		ts, err := a.ListTopicsWithPrefix(ctx, args[0], listPrefix)
+		if err == nil {
+			out.list("topics", ts)
+		}
+		return err
+	})
+	listTopics.Flags().StringVar(&listPrefix, "prefix", "", "only the topics whose name below the namespace starts with this (e.g. video/)")
 	topics := group("topics", "Topics",
-		leaf("list TENANT/NS", "List a namespace's topics", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
-			ts, err := a.ListTopics(ctx, args[0])
-			if err == nil {
-				out.list("topics", ts)
-			}
-			return err
-		}),
+		listTopics,
 		leaf("create TOPIC", "Create a topic", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			if err := a.CreateTopic(ctx, args[0]); err != nil {
 				return err
@@ -348,6 +351,7 @@ func newAdminCmd() *cobra.Command {
 	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
 	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
 	addReplicationCmds(o, root, tenants, namespaces, topics)
+	addPolicyCmds(o, namespaces, topics)
 	root.AddCommand(newFailoverAdminCmd(o))
 	return root
 }
