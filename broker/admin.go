@@ -94,6 +94,7 @@ func (a *adminService) DeleteNamespace(ctx context.Context, r *clientv1.DeleteNa
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
 	a.b.policies.forget(namespacePrefix + r.GetNamespace())
+	a.b.deleteNamespaceOverlays(ctx, r.GetNamespace())
 	return &clientv1.DeleteNamespaceResponse{}, nil
 }
 

@@ -437,6 +437,27 @@ func fieldList(fields []string) string {
 	return " for " + strings.Join(fields, ", ")
 }
 
+// deleteNamespaceOverlays deletes the prefix policies and topic overrides
+// of a deleted namespace, so that a namespace created again under the
+// name starts clean. Best effort: a failure is logged (the records are
+// inert without their namespace).
+func (s *Server) deleteNamespaceOverlays(ctx context.Context, ns string) {
+	for _, p := range []string{prefixPolicyPrefix, topicPolicyPrefix} {
+		var keys []metadata.KV
+		err := listGlobal(ctx, s.cfg.Global, p+ns+"/", func(kv metadata.KV) { keys = append(keys, kv) })
+		for _, kv := range keys {
+			if derr := s.cfg.Global.Delete(ctx, kv.Key, kv.Version); derr != nil && !errors.Is(derr, metadata.ErrNotFound) {
+				err = errors.Join(err, derr)
+				continue
+			}
+			s.policies.forget(kv.Key)
+		}
+		if err != nil {
+			s.log.Warn("policy records of a deleted namespace left behind", "namespace", ns, "err", err)
+		}
+	}
+}
+
 // ---- admin RPCs ----
 
 func (a *adminService) SetTopicPolicies(ctx context.Context, r *clientv1.SetTopicPoliciesRequest) (*clientv1.SetTopicPoliciesResponse, error) {

@@ -233,6 +233,24 @@ func TestTopicOverridesInheritAndValidate(t *testing.T) {
 	if e := effective(t, adm, topic); e.Policies.GetMessageTtlSeconds() != 30 || e.Policies.RetentionTimeSeconds != 7200 {
 		t.Fatalf("effective after refused changes: %v", e)
 	}
+
+	// A deleted namespace takes its prefix policies and overrides along:
+	// created again, it starts clean.
+	if _, err := adm.SetPrefixPolicies(ctx, &clientv1.SetPrefixPoliciesRequest{Prefix: "public/ov/orders/", Policies: &clientv1.NamespacePolicies{RetentionSizeBytes: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteTopic(ctx, &clientv1.DeleteTopicRequest{Topic: topic, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteNamespace(ctx, &clientv1.DeleteNamespaceRequest{Namespace: "public/ov"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/ov"}); err != nil {
+		t.Fatal(err)
+	}
+	if e := effective(t, adm, topic); len(e.Sources) != 0 {
+		t.Fatalf("policies of the deleted namespace still apply: %v", e)
+	}
 }
 
 // TestHierarchicalTopicsKeepTheirCursors: a/b/x and a/b/x/y coexist; each
