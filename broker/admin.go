@@ -120,6 +120,10 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 	if err := a.b.validatePolicies(p); err != nil {
 		return nil, GRPCError(err)
 	}
+	// Nor may it make a prefix policy or topic override invalid (policies.go).
+	if err := a.b.checkOverlaysUnder(ctx, r.GetNamespace(), "", p, nil); err != nil {
+		return nil, GRPCError(err)
+	}
 	kv, err := a.b.cfg.Global.Get(ctx, namespacePrefix+r.GetNamespace(), metadata.ReadOptions{})
 	if err != nil {
 		if errors.Is(err, metadata.ErrNotFound) {

@@ -222,6 +222,12 @@ func (s *Server) resolvePolicies(ctx context.Context, ns string, keys []string, 
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.resolveFrom(ctx, base, keys, pending)
+}
+
+// resolveFrom is resolvePolicies from the namespace policies base.
+func (s *Server) resolveFrom(ctx context.Context, base *clientv1.NamespacePolicies, keys []string, pending map[string]*topicPolicyRecord) (*clientv1.NamespacePolicies, map[string]string, error) {
+	var err error
 	eff := proto.Clone(base).(*clientv1.NamespacePolicies)
 	sources := map[string]string{}
 	for _, k := range keys {
@@ -405,12 +411,62 @@ func (s *Server) setOverlay(ctx context.Context, ns string, chain []string, p *c
 		}
 		// Validated as the policies the topic (or a topic right under the
 		// prefix) would run with; nothing is written when they are invalid.
-		eff, _, err := s.resolvePolicies(ctx, ns, chain, map[string]*topicPolicyRecord{key: rec})
+		pending := map[string]*topicPolicyRecord{key: rec}
+		eff, _, err := s.resolvePolicies(ctx, ns, chain, pending)
 		if err != nil {
 			return err
 		}
-		return s.validatePolicies(eff)
+		if err := s.validatePolicies(eff); err != nil {
+			return err
+		}
+		if rel, ok := strings.CutPrefix(key, prefixPolicyPrefix+ns+"/"); ok {
+			// The deeper prefixes and topic overrides resolve through it.
+			base, err := s.getPolicies(ctx, ns)
+			if err != nil {
+				return err
+			}
+			return s.checkOverlaysUnder(ctx, ns, rel+"/", base, pending)
+		}
+		return nil
 	})
+}
+
+// checkOverlaysUnder validates the effective policies of every prefix and
+// topic override of ns below under ("" = all, else "seg/.../") as they
+// would be with the namespace policies base and the pending records: a
+// change of a namespace or a prefix must not make a deeper level invalid
+// (say a topic's write_quorum above a lowered ensemble_size). It reads the
+// policy cache's mirror of the records.
+func (s *Server) checkOverlaysUnder(ctx context.Context, ns, under string, base *clientv1.NamespacePolicies, pending map[string]*topicPolicyRecord) error {
+	type level struct {
+		key, rel string
+		topic    bool
+	}
+	var levels []level
+	s.policies.mu.Lock()
+	for k := range s.policies.keys {
+		for _, p := range []string{prefixPolicyPrefix, topicPolicyPrefix} {
+			if rel, ok := strings.CutPrefix(k, p+ns+"/"); ok && strings.HasPrefix(rel, under) {
+				levels = append(levels, level{k, rel, p == topicPolicyPrefix})
+			}
+		}
+	}
+	s.policies.mu.Unlock()
+	sort.Slice(levels, func(i, j int) bool { return levels[i].key < levels[j].key })
+	for _, l := range levels {
+		eff, _, err := s.resolveFrom(ctx, base, policyChain(ns, l.rel, l.topic), pending)
+		if err != nil {
+			return err
+		}
+		if err := s.validatePolicies(eff); err != nil {
+			what := "prefix " + ns + "/" + l.rel + "/"
+			if l.topic {
+				what = "topic " + ns + "/" + l.rel
+			}
+			return fmt.Errorf("%w (with the policies of %s, which this change would make invalid: change or remove them first)", err, what)
+		}
+	}
+	return nil
 }
 
 // removeOverlay removes fields (all when empty) of the record at key.

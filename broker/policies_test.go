@@ -234,6 +234,25 @@ func TestTopicOverridesInheritAndValidate(t *testing.T) {
 		t.Fatalf("effective after refused changes: %v", e)
 	}
 
+	// A namespace or prefix change may not make a deeper level invalid.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/q",
+		Policies: &clientv1.NamespacePolicies{EnsembleSize: 2, WriteQuorum: 1, AckQuorum: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.SetPrefixPolicies(ctx, &clientv1.SetPrefixPoliciesRequest{Prefix: "public/q/x/", Policies: &clientv1.NamespacePolicies{WriteQuorum: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.SetTopicPolicies(ctx, &clientv1.SetTopicPoliciesRequest{Topic: "public/q/x/y/t", Policies: &clientv1.NamespacePolicies{AckQuorum: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: "public/q", Policies: &clientv1.NamespacePolicies{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1}})
+	wantCode(t, "namespace change invalidating a prefix", err, codes.InvalidArgument, "write_quorum 2", "prefix public/q/x/")
+	_, err = adm.SetPrefixPolicies(ctx, &clientv1.SetPrefixPoliciesRequest{Prefix: "public/q/x/", Policies: &clientv1.NamespacePolicies{WriteQuorum: 1}})
+	wantCode(t, "prefix change invalidating a topic override", err, codes.InvalidArgument, "ack_quorum 2", "topic public/q/x/y/t")
+	if e := effective(t, adm, "public/q/x/y/t"); e.Policies.EnsembleSize != 2 || e.Policies.WriteQuorum != 2 || e.Policies.AckQuorum != 2 {
+		t.Fatalf("refused changes applied: %v", e)
+	}
+
 	// A deleted namespace takes its prefix policies and overrides along:
 	// created again, it starts clean.
 	if _, err := adm.SetPrefixPolicies(ctx, &clientv1.SetPrefixPoliciesRequest{Prefix: "public/ov/orders/", Policies: &clientv1.NamespacePolicies{RetentionSizeBytes: 1}}); err != nil {
