@@ -29,7 +29,8 @@ func TestCursorRecordRoundTrip(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for _, ok := range []string{"public/default/t", "a-b/c_d/e.f-1", strings.Repeat("x", 128) + "/n/t"} {
+	for _, ok := range []string{"public/default/t", "a-b/c_d/e.f-1", strings.Repeat("x", 128) + "/n/t",
+		"a/b/c/d", "t/ns/video/uploaded/v1", "t/ns/" + strings.Repeat("s/", 7) + "s"} {
 		if _, err := ParseTopic(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
@@ -37,7 +38,10 @@ func TestNames(t *testing.T) {
 	for _, bad := range []struct{ in, want string }{
 		{"", "tenant/namespace/topic"},
 		{"a/b", "tenant/namespace/topic"},
-		{"a/b/c/d", "tenant/namespace/topic"},
+		{"a/b/c//d", "topic segment 2 is empty"},
+		{"a/b/c/", "topic segment 2 is empty"},
+		{"a/b/" + strings.Repeat("s/", 8) + "s", "9 segments below the namespace, limit 8"},
+		{"a/b/" + strings.Repeat("x", 128) + "/" + strings.Repeat("y", 128), "257 bytes below the namespace, limit 255"},
 		{"a//c", "namespace is empty"},
 		{"a/b/c d", "character ' '"},
 		{"a/b/ü", "allowed"},
