@@ -371,9 +371,10 @@ func addPolicyCmds(o *adminOpts, namespaces, topics *cobra.Command) {
 			arg    string
 			level  func(string) policyLevel
 			help   string
+			remove string
 		}{
-			{namespaces, "TENANT/NS", func(string) policyLevel { return levelNamespace }, "the namespace's"},
-			{topics, "TOPIC|PREFIX/", topicLevel, "a topic's override (or, with a trailing '/', a prefix's)"},
+			{namespaces, "TENANT/NS", func(string) policyLevel { return levelNamespace }, "the namespace's", " (back to the zero value: none / broker default)"},
+			{topics, "TOPIC|PREFIX/", topicLevel, "a topic's override (or, with a trailing '/', a prefix's)", " (it inherits again)"},
 		} {
 			set := &cobra.Command{Use: "set-" + k.name + " " + g.arg, Short: "Set " + g.help + " " + k.what}
 			build := k.flags(set)
@@ -410,7 +411,7 @@ func addPolicyCmds(o *adminOpts, namespaces, topics *cobra.Command) {
 			if k.name == "backlog-quota" {
 				get.Aliases = []string{"get-backlog-quotas"}
 			}
-			remove := &cobra.Command{Use: "remove-" + k.name + " " + g.arg, Short: "Remove " + g.help + " " + k.what + " (a topic or prefix inherits again)",
+			remove := &cobra.Command{Use: "remove-" + k.name + " " + g.arg, Short: "Remove " + g.help + " " + k.what + g.remove,
 				RunE: adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 					lv := g.level(args[0])
 					if err := removePolicy(ctx, a, lv, args[0], k.fields); err != nil {
