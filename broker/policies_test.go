@@ -90,7 +90,6 @@ func TestPrefixPoliciesLongestWins(t *testing.T) {
 	if r := p.send(1, []byte("again")); !r.GetDuplicate() {
 		t.Fatalf("resend with deduplication on: %v", r)
 	}
-	setPrefix("public/default/video/", &clientv1.NamespacePolicies{}, "deduplication_enabled")
 	setPrefix("public/default/video/", &clientv1.NamespacePolicies{DeduplicationEnabled: proto.Bool(false)})
 	waitLive(t, srv, deep, "deduplication off from the prefix", func(p *clientv1.NamespacePolicies) bool {
 		return p.DeduplicationEnabled != nil && !*p.DeduplicationEnabled
