@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +76,16 @@ func TestPrefixPoliciesLongestWins(t *testing.T) {
 		t.Fatalf("a topic under no prefix: %v", e)
 	}
 	srv := rc.Broker(0)
+	// The JSON admin API has the same methods.
+	resp, err := http.Post("http://"+srv.HTTPAddr()+"/admin/v1/GetEffectivePolicies", "application/json", strings.NewReader(`{"topic":"`+deep+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"prefix:public/default/video/uploaded/"`) {
+		t.Fatalf("HTTP GetEffectivePolicies: %s %s", resp.Status, body)
+	}
 	waitLive(t, srv, deep, "ttl 200 from the longest prefix", ttlIs(200))
 	waitLive(t, srv, side, "ttl 100", ttlIs(100))
 	lp, err := adm.ListPrefixPolicies(ctx, &clientv1.ListPrefixPoliciesRequest{Namespace: "public/default"})
