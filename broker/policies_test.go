@@ -109,6 +109,7 @@ func TestPrefixPoliciesLongestWins(t *testing.T) {
 	if r := p.send(1, []byte("again")); r.GetDuplicate() || r.GetError() != nil {
 		t.Fatalf("resend with deduplication off: %v, want stored", r)
 	}
+	p.sendOK(3) // stored while off: still remembered when it is on again
 	if _, err := adm.SetTopicPolicies(ctx, &clientv1.SetTopicPoliciesRequest{Topic: deep,
 		Policies: &clientv1.NamespacePolicies{DeduplicationEnabled: proto.Bool(true)}}); err != nil {
 		t.Fatal(err)
@@ -116,8 +117,10 @@ func TestPrefixPoliciesLongestWins(t *testing.T) {
 	if e := effective(t, adm, deep); !e.Policies.GetDeduplicationEnabled() || e.Sources["deduplication_enabled"] != "topic" {
 		t.Fatalf("topic override of deduplication: %v", e)
 	}
-	if r := p.send(2, []byte("again")); !r.GetDuplicate() {
-		t.Fatalf("resend with deduplication on again: %v", r)
+	for _, seq := range []int64{2, 3} {
+		if r := p.send(seq, []byte("again")); !r.GetDuplicate() {
+			t.Fatalf("resend of %d with deduplication on again: %v", seq, r)
+		}
 	}
 	// The side topic still runs without deduplication (the override is the deep topic's).
 	waitLive(t, srv, side, "deduplication off", func(p *clientv1.NamespacePolicies) bool { return !p.GetDeduplicationEnabled() })
