@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -82,25 +79,9 @@ func (o *adminOut) done(action, what string) {
 }
 
 // message prints a protocol message as JSON: one line for --output json,
-// indented for text. protojson deliberately varies its whitespace, so the
-// bytes are re-laid out with encoding/json to keep the output stable.
+// indented for text, 64-bit integers as JSON numbers (jsonout.go).
 func (o *adminOut) message(m proto.Message) {
-	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
-	if err != nil {
-		fmt.Fprintf(o.w, "%v\n", m)
-		return
-	}
-	var out bytes.Buffer
-	if o.json {
-		err = json.Compact(&out, b)
-	} else {
-		err = json.Indent(&out, b, "", "  ")
-	}
-	if err != nil {
-		out.Reset()
-		out.Write(b)
-	}
-	fmt.Fprintln(o.w, out.String())
+	printProto(o.w, m, o.json)
 }
 
 func newAdminCmd() *cobra.Command {

@@ -48,7 +48,7 @@ func TestCLIOperatorGaps(t *testing.T) {
 
 	// Standalone's public/default keeps data: 7 days / 10 GiB.
 	r := ok("admin", "--url", url, "namespaces", "policies", "public/default", "--output", "json")
-	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != "604800" || p[0]["retentionSizeBytes"] != "10737418240" {
+	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != float64(604800) || p[0]["retentionSizeBytes"] != float64(10737418240) {
 		t.Fatalf("standalone default retention: %q", r.stdout)
 	}
 
