@@ -89,8 +89,9 @@ type subscription struct {
 	lastPersist time.Time
 	deleted     bool
 	readEpoch   int64
-	blocked     *blockedRead // dispatch cannot read its next entry (see lost.go)
-	cov         coverState   // cover vector and replicated-subscription state (subcover.go)
+	blocked     *blockedRead    // dispatch cannot read its next entry (see lost.go)
+	cov         coverState      // cover vector and replicated-subscription state (subcover.go)
+	bl          backlogSubState // backlog operation counters (backlogops.go)
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {

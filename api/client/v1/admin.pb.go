@@ -1659,9 +1659,15 @@ type SubscriptionStats struct {
 	Replicated     bool                   `protobuf:"varint,8,opt,name=replicated,proto3" json:"replicated,omitempty"`
 	AckReplication []*AckReplicationStats `protobuf:"bytes,9,rep,name=ack_replication,json=ackReplication,proto3" json:"ack_replication,omitempty"`
 	// durable is false for a reader (non-durable cursor).
-	Durable       bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Durable bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
+	// expired_entries_total counts the entries acknowledged on this
+	// subscription by message TTL and expire-messages, evicted_entries_total
+	// those acknowledged by consumer_backlog_eviction (since the topic was
+	// loaded on this broker).
+	ExpiredEntriesTotal int64 `protobuf:"varint,25,opt,name=expired_entries_total,json=expiredEntriesTotal,proto3" json:"expired_entries_total,omitempty"`
+	EvictedEntriesTotal int64 `protobuf:"varint,26,opt,name=evicted_entries_total,json=evictedEntriesTotal,proto3" json:"evicted_entries_total,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1762,6 +1768,20 @@ func (x *SubscriptionStats) GetDurable() bool {
 		return x.Durable
 	}
 	return false
+}
+
+func (x *SubscriptionStats) GetExpiredEntriesTotal() int64 {
+	if x != nil {
+		return x.ExpiredEntriesTotal
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetEvictedEntriesTotal() int64 {
+	if x != nil {
+		return x.EvictedEntriesTotal
+	}
+	return 0
 }
 
 // AckReplicationStats is the state of a replicated subscription's
@@ -1962,9 +1982,16 @@ type TopicStats struct {
 	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
 	// replicators has one element per remote region this topic replicates
 	// to from this region (the owner's replicators).
-	Replicators   []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicators []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	// backlog_size_bytes is the largest backlog in bytes of any durable
+	// cursor (what backlog_quota_bytes is compared with, replicators
+	// included); oldest_backlog_age_seconds the age of the oldest
+	// unacknowledged entry of any of them (what backlog_quota_age_seconds is
+	// compared with; 0 when nothing is unacknowledged).
+	BacklogSizeBytes        int64 `protobuf:"varint,25,opt,name=backlog_size_bytes,json=backlogSizeBytes,proto3" json:"backlog_size_bytes,omitempty"`
+	OldestBacklogAgeSeconds int64 `protobuf:"varint,26,opt,name=oldest_backlog_age_seconds,json=oldestBacklogAgeSeconds,proto3" json:"oldest_backlog_age_seconds,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -2100,6 +2127,20 @@ func (x *TopicStats) GetReplicators() []*ReplicatorStats {
 		return x.Replicators
 	}
 	return nil
+}
+
+func (x *TopicStats) GetBacklogSizeBytes() int64 {
+	if x != nil {
+		return x.BacklogSizeBytes
+	}
+	return 0
+}
+
+func (x *TopicStats) GetOldestBacklogAgeSeconds() int64 {
+	if x != nil {
+		return x.OldestBacklogAgeSeconds
+	}
+	return 0
 }
 
 type LedgerInfo struct {
@@ -6538,6 +6579,333 @@ func (x *FailoverTarget) GetUpdatedMs() int64 {
 	return 0
 }
 
+type SkipMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// subscription names one subscription; all_subscriptions applies the
+	// operation to every durable subscription instead (give one of them).
+	Subscription     string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	// entries to skip (>= 1).
+	Entries       int64 `protobuf:"varint,4,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipMessagesRequest) Reset() {
+	*x = SkipMessagesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipMessagesRequest) ProtoMessage() {}
+
+func (x *SkipMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipMessagesRequest.ProtoReflect.Descriptor instead.
+func (*SkipMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *SkipMessagesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SkipMessagesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SkipMessagesRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+func (x *SkipMessagesRequest) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+type ClearBacklogRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Topic            string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription     string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool                   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClearBacklogRequest) Reset() {
+	*x = ClearBacklogRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearBacklogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearBacklogRequest) ProtoMessage() {}
+
+func (x *ClearBacklogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearBacklogRequest.ProtoReflect.Descriptor instead.
+func (*ClearBacklogRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *ClearBacklogRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ClearBacklogRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ClearBacklogRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+type ExpireMessagesRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Topic            string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription     string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool                   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	// expire_time_seconds: entries published longer ago than this are
+	// acknowledged (>= 0; 0 expires everything published so far).
+	ExpireTimeSeconds int64 `protobuf:"varint,4,opt,name=expire_time_seconds,json=expireTimeSeconds,proto3" json:"expire_time_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExpireMessagesRequest) Reset() {
+	*x = ExpireMessagesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireMessagesRequest) ProtoMessage() {}
+
+func (x *ExpireMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ExpireMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *ExpireMessagesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ExpireMessagesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ExpireMessagesRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+func (x *ExpireMessagesRequest) GetExpireTimeSeconds() int64 {
+	if x != nil {
+		return x.ExpireTimeSeconds
+	}
+	return 0
+}
+
+// BacklogOpResponse has one result per subscription the operation moved.
+type BacklogOpResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscriptions []*BacklogOpResult     `protobuf:"bytes,1,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogOpResponse) Reset() {
+	*x = BacklogOpResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogOpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogOpResponse) ProtoMessage() {}
+
+func (x *BacklogOpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogOpResponse.ProtoReflect.Descriptor instead.
+func (*BacklogOpResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *BacklogOpResponse) GetSubscriptions() []*BacklogOpResult {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+type BacklogOpResult struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Subscription string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// acknowledged_entries is how many entries the operation acknowledged
+	// (already acknowledged ones are not counted).
+	AcknowledgedEntries int64 `protobuf:"varint,2,opt,name=acknowledged_entries,json=acknowledgedEntries,proto3" json:"acknowledged_entries,omitempty"`
+	// mark_delete_position and backlog_entries are the cursor afterwards.
+	MarkDeletePosition *MessageId `protobuf:"bytes,3,opt,name=mark_delete_position,json=markDeletePosition,proto3" json:"mark_delete_position,omitempty"`
+	BacklogEntries     int64      `protobuf:"varint,4,opt,name=backlog_entries,json=backlogEntries,proto3" json:"backlog_entries,omitempty"`
+	// replicated: the subscription is replicated, so the acknowledgements
+	// reach its copies in the other regions through its ack vector.
+	Replicated    bool `protobuf:"varint,5,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogOpResult) Reset() {
+	*x = BacklogOpResult{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogOpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogOpResult) ProtoMessage() {}
+
+func (x *BacklogOpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogOpResult.ProtoReflect.Descriptor instead.
+func (*BacklogOpResult) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *BacklogOpResult) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *BacklogOpResult) GetAcknowledgedEntries() int64 {
+	if x != nil {
+		return x.AcknowledgedEntries
+	}
+	return 0
+}
+
+func (x *BacklogOpResult) GetMarkDeletePosition() *MessageId {
+	if x != nil {
+		return x.MarkDeletePosition
+	}
+	return nil
+}
+
+func (x *BacklogOpResult) GetBacklogEntries() int64 {
+	if x != nil {
+		return x.BacklogEntries
+	}
+	return 0
+}
+
+func (x *BacklogOpResult) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -6634,7 +7002,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\x85\x04\n" +
+	"msgRateOut\"\xed\x04\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -6649,7 +7017,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"replicated\x12P\n" +
 	"\x0fack_replication\x18\t \x03(\v2'.meridian.client.v1.AckReplicationStatsR\x0eackReplication\x12\x18\n" +
 	"\adurable\x18\n" +
-	" \x01(\bR\adurable\"\xd5\x01\n" +
+	" \x01(\bR\adurable\x122\n" +
+	"\x15expired_entries_total\x18\x19 \x01(\x03R\x13expiredEntriesTotal\x122\n" +
+	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -6664,7 +7034,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8a\x05\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xf5\x05\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -6683,7 +7053,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
 	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
 	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
-	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\"\x99\x01\n" +
+	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\x12,\n" +
+	"\x12backlog_size_bytes\x18\x19 \x01(\x03R\x10backlogSizeBytes\x12;\n" +
+	"\x1aoldest_backlog_age_seconds\x18\x1a \x01(\x03R\x17oldestBacklogAgeSeconds\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -7001,14 +7373,38 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs*z\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\x96\x01\n" +
+	"\x13SkipMessagesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\x12\x18\n" +
+	"\aentries\x18\x04 \x01(\x03R\aentries\"|\n" +
+	"\x13ClearBacklogRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\"\xae\x01\n" +
+	"\x15ExpireMessagesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\x12.\n" +
+	"\x13expire_time_seconds\x18\x04 \x01(\x03R\x11expireTimeSeconds\"^\n" +
+	"\x11BacklogOpResponse\x12I\n" +
+	"\rsubscriptions\x18\x01 \x03(\v2#.meridian.client.v1.BacklogOpResultR\rsubscriptions\"\x82\x02\n" +
+	"\x0fBacklogOpResult\x12\"\n" +
+	"\fsubscription\x18\x01 \x01(\tR\fsubscription\x121\n" +
+	"\x14acknowledged_entries\x18\x02 \x01(\x03R\x13acknowledgedEntries\x12O\n" +
+	"\x14mark_delete_position\x18\x03 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x12'\n" +
+	"\x0fbacklog_entries\x18\x04 \x01(\x03R\x0ebacklogEntries\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x05 \x01(\bR\n" +
+	"replicated*z\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01\x12*\n" +
 	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xd4$\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xf8&\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -7053,7 +7449,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponse\x12\x85\x01\n" +
 	"\x18DeleteReplicationCursors\x123.meridian.client.v1.DeleteReplicationCursorsRequest\x1a4.meridian.client.v1.DeleteReplicationCursorsResponse\x12e\n" +
 	"\x11SetFailoverTarget\x12,.meridian.client.v1.SetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTarget\x12e\n" +
-	"\x11GetFailoverTarget\x12,.meridian.client.v1.GetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTargetB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x11GetFailoverTarget\x12,.meridian.client.v1.GetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTarget\x12^\n" +
+	"\fSkipMessages\x12'.meridian.client.v1.SkipMessagesRequest\x1a%.meridian.client.v1.BacklogOpResponse\x12^\n" +
+	"\fClearBacklog\x12'.meridian.client.v1.ClearBacklogRequest\x1a%.meridian.client.v1.BacklogOpResponse\x12b\n" +
+	"\x0eExpireMessages\x12).meridian.client.v1.ExpireMessagesRequest\x1a%.meridian.client.v1.BacklogOpResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -7068,7 +7467,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
 	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
@@ -7177,11 +7576,16 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*SetFailoverTargetRequest)(nil),         // 104: meridian.client.v1.SetFailoverTargetRequest
 	(*GetFailoverTargetRequest)(nil),         // 105: meridian.client.v1.GetFailoverTargetRequest
 	(*FailoverTarget)(nil),                   // 106: meridian.client.v1.FailoverTarget
-	nil,                                      // 107: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                    // 108: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 109: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 110: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 111: meridian.client.v1.OriginPosition
+	(*SkipMessagesRequest)(nil),              // 107: meridian.client.v1.SkipMessagesRequest
+	(*ClearBacklogRequest)(nil),              // 108: meridian.client.v1.ClearBacklogRequest
+	(*ExpireMessagesRequest)(nil),            // 109: meridian.client.v1.ExpireMessagesRequest
+	(*BacklogOpResponse)(nil),                // 110: meridian.client.v1.BacklogOpResponse
+	(*BacklogOpResult)(nil),                  // 111: meridian.client.v1.BacklogOpResult
+	nil,                                      // 112: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                    // 113: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 114: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 115: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                   // 116: meridian.client.v1.OriginPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -7189,23 +7593,23 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	108, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	113, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	109, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	114, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	33,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
 	32,  // 9: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	109, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	114, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
 	29,  // 11: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	31,  // 12: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
 	101, // 13: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	109, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	114, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	35,  // 15: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
 	36,  // 16: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	109, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	110, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	109, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	110, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	111, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	114, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	115, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	114, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	115, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	116, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
 	47,  // 22: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
 	49,  // 23: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
 	52,  // 24: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
@@ -7217,104 +7621,112 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	67,  // 30: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
 	71,  // 31: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
 	72,  // 32: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	107, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	112, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
 	73,  // 34: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
 	78,  // 35: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
 	79,  // 36: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	109, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	114, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
 	98,  // 38: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
 	99,  // 39: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	2,   // 40: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 41: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 42: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 43: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 44: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 45: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 46: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 47: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 48: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 49: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 50: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 51: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 52: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 53: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 54: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 55: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 56: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 57: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 58: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 59: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 60: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 61: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 62: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 63: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 64: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 65: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 66: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 67: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 68: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 69: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 70: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 71: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 72: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 73: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 74: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 75: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 76: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 77: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 78: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 79: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 80: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 81: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 82: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	3,   // 83: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 84: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 85: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 86: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 87: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 88: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 89: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 90: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 91: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 92: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 93: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 94: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 95: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 96: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 97: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 98: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 99: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 100: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 101: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 102: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 103: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 104: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 105: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 106: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 107: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 108: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 109: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 110: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 111: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 112: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 113: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 114: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 115: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 116: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 117: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 118: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 119: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 120: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 121: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 122: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 123: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 124: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 125: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	83,  // [83:126] is the sub-list for method output_type
-	40,  // [40:83] is the sub-list for method input_type
-	40,  // [40:40] is the sub-list for extension type_name
-	40,  // [40:40] is the sub-list for extension extendee
-	0,   // [0:40] is the sub-list for field type_name
+	111, // 40: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	114, // 41: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	2,   // 42: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 43: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 44: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 45: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 46: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 47: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 48: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 49: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 50: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 51: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 52: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 53: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 54: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 55: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 56: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 57: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 58: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 59: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 60: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 61: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 62: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 63: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 64: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 65: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 66: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 67: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 68: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 69: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 70: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 71: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 72: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 73: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 74: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 75: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 76: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 77: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 78: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 79: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 80: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 81: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 82: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 83: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 84: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 85: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	108, // 86: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	109, // 87: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	3,   // 88: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 89: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 90: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 91: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 92: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 93: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 94: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 95: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 96: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 97: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 98: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 99: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 100: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 101: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 102: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 103: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 104: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 105: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 106: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 107: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 108: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 109: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 110: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 111: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 112: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 113: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 114: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 115: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 116: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 117: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 118: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 119: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 120: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 121: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 122: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 123: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 124: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 125: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 126: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 127: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 128: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 129: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 130: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	110, // 131: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	110, // 132: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	110, // 133: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	88,  // [88:134] is the sub-list for method output_type
+	42,  // [42:88] is the sub-list for method input_type
+	42,  // [42:42] is the sub-list for extension type_name
+	42,  // [42:42] is the sub-list for extension extendee
+	0,   // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -7341,7 +7753,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   106,
+			NumMessages:   111,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -73,6 +73,9 @@ const (
 	Admin_DeleteReplicationCursors_FullMethodName = "/meridian.client.v1.Admin/DeleteReplicationCursors"
 	Admin_SetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/SetFailoverTarget"
 	Admin_GetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/GetFailoverTarget"
+	Admin_SkipMessages_FullMethodName             = "/meridian.client.v1.Admin/SkipMessages"
+	Admin_ClearBacklog_FullMethodName             = "/meridian.client.v1.Admin/ClearBacklog"
+	Admin_ExpireMessages_FullMethodName           = "/meridian.client.v1.Admin/ExpireMessages"
 )
 
 // AdminClient is the client API for Admin service.
@@ -191,6 +194,19 @@ type AdminClient interface {
 	// was set). It answers from the broker's policy cache, so it works in a
 	// region cut off from the global quorum.
 	GetFailoverTarget(ctx context.Context, in *GetFailoverTargetRequest, opts ...grpc.CallOption) (*FailoverTarget, error)
+	// SkipMessages acknowledges the next `entries` unacknowledged entries
+	// (entries, not messages: one entry is one producer batch) after the
+	// mark-delete of one subscription, or of every durable subscription
+	// (all_subscriptions; replicator cursors never). They go through the
+	// acknowledgement path, so on a replicated subscription they replicate
+	// like acks.
+	SkipMessages(ctx context.Context, in *SkipMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
+	// ClearBacklog acknowledges everything up to the last stored entry.
+	ClearBacklog(ctx context.Context, in *ClearBacklogRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
+	// ExpireMessages acknowledges the entries published more than
+	// expire_time_seconds ago (from the mark-delete up to the first entry
+	// published later than that).
+	ExpireMessages(ctx context.Context, in *ExpireMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
 }
 
 type adminClient struct {
@@ -631,6 +647,36 @@ func (c *adminClient) GetFailoverTarget(ctx context.Context, in *GetFailoverTarg
 	return out, nil
 }
 
+func (c *adminClient) SkipMessages(ctx context.Context, in *SkipMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_SkipMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ClearBacklog(ctx context.Context, in *ClearBacklogRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_ClearBacklog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ExpireMessages(ctx context.Context, in *ExpireMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_ExpireMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -747,6 +793,19 @@ type AdminServer interface {
 	// was set). It answers from the broker's policy cache, so it works in a
 	// region cut off from the global quorum.
 	GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error)
+	// SkipMessages acknowledges the next `entries` unacknowledged entries
+	// (entries, not messages: one entry is one producer batch) after the
+	// mark-delete of one subscription, or of every durable subscription
+	// (all_subscriptions; replicator cursors never). They go through the
+	// acknowledgement path, so on a replicated subscription they replicate
+	// like acks.
+	SkipMessages(context.Context, *SkipMessagesRequest) (*BacklogOpResponse, error)
+	// ClearBacklog acknowledges everything up to the last stored entry.
+	ClearBacklog(context.Context, *ClearBacklogRequest) (*BacklogOpResponse, error)
+	// ExpireMessages acknowledges the entries published more than
+	// expire_time_seconds ago (from the mark-delete up to the first entry
+	// published later than that).
+	ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -885,6 +944,15 @@ func (UnimplementedAdminServer) SetFailoverTarget(context.Context, *SetFailoverT
 }
 func (UnimplementedAdminServer) GetFailoverTarget(context.Context, *GetFailoverTargetRequest) (*FailoverTarget, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetFailoverTarget not implemented")
+}
+func (UnimplementedAdminServer) SkipMessages(context.Context, *SkipMessagesRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SkipMessages not implemented")
+}
+func (UnimplementedAdminServer) ClearBacklog(context.Context, *ClearBacklogRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClearBacklog not implemented")
+}
+func (UnimplementedAdminServer) ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ExpireMessages not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1681,6 +1749,60 @@ func _Admin_GetFailoverTarget_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SkipMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SkipMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SkipMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SkipMessages(ctx, req.(*SkipMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ClearBacklog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearBacklogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ClearBacklog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ClearBacklog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ClearBacklog(ctx, req.(*ClearBacklogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ExpireMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExpireMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ExpireMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ExpireMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ExpireMessages(ctx, req.(*ExpireMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1859,6 +1981,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFailoverTarget",
 			Handler:    _Admin_GetFailoverTarget_Handler,
+		},
+		{
+			MethodName: "SkipMessages",
+			Handler:    _Admin_SkipMessages_Handler,
+		},
+		{
+			MethodName: "ClearBacklog",
+			Handler:    _Admin_ClearBacklog_Handler,
+		},
+		{
+			MethodName: "ExpireMessages",
+			Handler:    _Admin_ExpireMessages_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
