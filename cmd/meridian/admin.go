@@ -236,13 +236,13 @@ func newAdminCmd() *cobra.Command {
 			}
 			return err
 		}),
-		leaf("internal-stats TOPIC", "Show a topic's ledgers and cursors", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		withAliases(leaf("stats-internal TOPIC", "Show a topic's ledgers and cursors (Pulsar: topics stats-internal)", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			s, err := a.TopicInternalStats(ctx, args[0])
 			if err == nil {
 				out.message(s)
 			}
 			return err
-		}),
+		}), "internal-stats"),
 		leaf("unload TOPIC", "Make the owner release the topic", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			if err := a.UnloadTopic(ctx, args[0]); err != nil {
 				return err
@@ -254,6 +254,7 @@ func newAdminCmd() *cobra.Command {
 
 	topics.AddCommand(newSkipLostCmd(o))
 	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
+	topics.AddCommand(newBacklogCmds(o)...) // admin_backlog.go
 
 	// subscriptions
 	var subFrom string
@@ -578,4 +579,10 @@ func bookieLine(b *clientv1.BookieStatus) string {
 		line += fmt.Sprintf(" limbo_below_ledger=%d limbo_reason=%q", b.GetLimboBelowLedger(), b.GetLimboReason())
 	}
 	return line
+}
+
+// withAliases adds cobra aliases (an older or Pulsar spelling) to cmd.
+func withAliases(cmd *cobra.Command, aliases ...string) *cobra.Command {
+	cmd.Aliases = append(cmd.Aliases, aliases...)
+	return cmd
 }
