@@ -170,7 +170,7 @@ func TestCLIInternalStatsSaysWhenAcksAreCut(t *testing.T) {
 			return false, r.stdout
 		}
 		cur = cs[0].(map[string]any)
-		return cur["individuallyAckedCount"] == "1050", fmt.Sprint(cur["individuallyAckedCount"])
+		return cur["individuallyAckedCount"] == float64(1050), fmt.Sprint(cur["individuallyAckedCount"])
 	})
 	if cur["individuallyAckedTruncated"] != true || len(cur["individuallyAcked"].([]any)) != 1000 {
 		t.Fatalf("internal-stats cursor: truncated %v, %d ranges listed", cur["individuallyAckedTruncated"], len(cur["individuallyAcked"].([]any)))
