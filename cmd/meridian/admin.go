@@ -253,8 +253,9 @@ func newAdminCmd() *cobra.Command {
 	)
 
 	topics.AddCommand(newSkipLostCmd(o))
-	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
-	topics.AddCommand(newBacklogCmds(o)...) // admin_backlog.go
+	topics.AddCommand(newResetCursorCmd(o))            // admin_resetcursor.go
+	topics.AddCommand(newBacklogCmds(o)...)            // admin_backlog.go
+	topics.AddCommand(newPulsarSubscriptionCmds(o)...) // admin_backlog.go
 
 	// subscriptions
 	var subFrom string

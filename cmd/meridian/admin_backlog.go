@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/client"
 	"github.com/spf13/cobra"
 )
 
@@ -159,4 +160,78 @@ a number of seconds.`,
 		expireCmd("expire-messages-all-subscriptions TOPIC -t AGE",
 			"Acknowledge every subscription's messages older than AGE (Pulsar: topics expire-messages-all-subscriptions)", true),
 	}
+}
+
+// newPulsarSubscriptionCmds returns Pulsar's spellings of the subscription
+// commands under `meridian admin topics`: subscriptions, create-subscription
+// and unsubscribe (the same operations as `meridian admin subscriptions
+// list|create|delete`).
+func newPulsarSubscriptionCmds(o *adminOpts) []*cobra.Command {
+	list := &cobra.Command{
+		Use:   "subscriptions TOPIC",
+		Short: "List a topic's subscriptions (Pulsar: topics subscriptions; = admin subscriptions list)",
+		RunE: adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+			ss, err := a.ListSubscriptions(ctx, args[0])
+			if err == nil {
+				out.list("subscriptions", ss)
+			}
+			return err
+		}),
+	}
+	var csub, from string
+	var replicated bool
+	create := &cobra.Command{
+		Use:   "create-subscription TOPIC -s SUBSCRIPTION [--from earliest|latest] [--replicated]",
+		Short: "Create a subscription (Pulsar: topics create-subscription; = admin subscriptions create)",
+	}
+	var pos client.InitialPosition
+	create.PreRunE = func(*cobra.Command, []string) error {
+		if csub == "" {
+			return fmt.Errorf("--subscription (-s) is required")
+		}
+		var err error
+		if pos, err = client.ParseInitialPosition(from); err != nil {
+			return fmt.Errorf("--from (-m) %q: want earliest or latest", from)
+		}
+		return nil
+	}
+	create.RunE = adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		var err error
+		if replicated {
+			err = a.CreateReplicatedSubscription(ctx, args[0], csub, pos)
+		} else {
+			err = a.CreateSubscription(ctx, args[0], csub, pos)
+		}
+		if err != nil {
+			return err
+		}
+		out.done("created subscription", args[0]+" "+csub)
+		return nil
+	})
+	create.Flags().StringVarP(&csub, "subscription", "s", "", "subscription name (required)")
+	create.Flags().StringVarP(&from, "from", "m", "latest", "start position: earliest or latest (Pulsar's --messageId)")
+	create.Flags().BoolVar(&replicated, "replicated", false, "replicate the subscription's acknowledgements to every region of the namespace")
+
+	var usub string
+	var force bool
+	unsub := &cobra.Command{
+		Use:   "unsubscribe TOPIC -s SUBSCRIPTION [--force]",
+		Short: "Delete a subscription (Pulsar: topics unsubscribe; = admin subscriptions delete)",
+	}
+	unsub.PreRunE = func(*cobra.Command, []string) error {
+		if usub == "" {
+			return fmt.Errorf("--subscription (-s) is required")
+		}
+		return nil
+	}
+	unsub.RunE = adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		if err := a.DeleteSubscription(ctx, args[0], usub, force); err != nil {
+			return err
+		}
+		out.done("deleted subscription", args[0]+" "+usub)
+		return nil
+	})
+	unsub.Flags().StringVarP(&usub, "subscription", "s", "", "subscription name (required)")
+	unsub.Flags().BoolVarP(&force, "force", "f", false, "disconnect its consumers first")
+	return []*cobra.Command{list, create, unsub}
 }

@@ -23,10 +23,15 @@ func TestCLIBacklogCommands(t *testing.T) {
 	if r := admin("topics", "create", topic); r.code != 0 {
 		t.Fatalf("create topic: %s", r.stderr)
 	}
-	for _, s := range []string{"s", "other"} {
-		if r := admin("subscriptions", "create", topic, s, "--from", "earliest"); r.code != 0 {
-			t.Fatalf("create subscription: %s", r.stderr)
-		}
+	if r := admin("subscriptions", "create", topic, "s", "--from", "earliest"); r.code != 0 {
+		t.Fatalf("create subscription: %s", r.stderr)
+	}
+	// Pulsar's spelling.
+	if r := admin("topics", "create-subscription", topic, "-s", "other", "-m", "earliest"); r.code != 0 {
+		t.Fatalf("create-subscription: %s", r.stderr)
+	}
+	if r := admin("topics", "subscriptions", topic, "--output", "json"); r.code != 0 || !strings.Contains(r.stdout, `"subscriptions":["other","s"]`) {
+		t.Fatalf("topics subscriptions: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	// One message per entry.
 	if r := runCLI(t, "", "produce", "--url", url, "--topic", topic, "--count", "10", "--size", "16", "--batch-max-messages", "1"); r.code != 0 {
@@ -124,5 +129,14 @@ func TestCLIBacklogCommands(t *testing.T) {
 	}
 	if r := admin("topics", "internal-stats", topic); r.code != 0 {
 		t.Fatalf("the old name internal-stats: exit %d %s", r.code, r.stderr)
+	}
+	if r := admin("topics", "unsubscribe", topic); r.code == 0 || !strings.Contains(r.stderr, "--subscription") {
+		t.Fatalf("unsubscribe without -s: exit %d %s", r.code, r.stderr)
+	}
+	if r := admin("topics", "unsubscribe", topic, "-s", "other"); r.code != 0 {
+		t.Fatalf("unsubscribe: exit %d %s", r.code, r.stderr)
+	}
+	if r := admin("topics", "subscriptions", topic); r.code != 0 || strings.TrimSpace(r.stdout) != "s" {
+		t.Fatalf("subscriptions after unsubscribe: %q %s", r.stdout, r.stderr)
 	}
 }
