@@ -32,6 +32,10 @@ const defaultBacklogPolicyInterval = 5 * time.Second
 // several rounds.
 const ttlReadsPerRound = 10000
 
+// statsReadTimeout bounds the reads of the oldest unacknowledged entries
+// done for a stats call.
+const statsReadTimeout = 2 * time.Second
+
 // backlogLoop runs the backlog pass until the topic stops.
 func (t *topic) backlogLoop() {
 	t.backlog.init()
@@ -174,7 +178,11 @@ func (ml *managedLedger) sizeTargetLocked(limit int64) pos {
 // the expired/evicted counters of its subscriptions.
 func (t *topic) fillBacklogStats(ctx context.Context, st *clientv1.TopicStats) {
 	st.BacklogSizeBytes, _ = t.backlogBytes()
-	age, _ := t.oldestBacklog(ctx)
+	// Bounded: stats must answer even when the oldest entry cannot be read
+	// (it is then left out of the age).
+	rctx, cancel := context.WithTimeout(ctx, statsReadTimeout)
+	defer cancel()
+	age, _ := t.oldestBacklog(rctx)
 	st.OldestBacklogAgeSeconds = int64(age / time.Second)
 	subs := map[string]*subscription{}
 	for _, s := range t.subList() {
