@@ -8,6 +8,8 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // decodeJSON decodes one JSON object as jq would see it.
@@ -96,4 +98,99 @@ func TestProtoJSONNumbers(t *testing.T) {
 	m = decodeJSON(t, b)
 	wantNumber(t, m["ledgers"].([]any)[0].(map[string]any), "entries", -1)
 	wantNumber(t, m["cursors"].([]any)[0].(map[string]any), "individuallyAckedCount", 2)
+}
+
+// fill64 sets every 64-bit integer field of m (recursively, lists and maps
+// with one element, down to depth 4) to v, and a string field to "1".
+func fill64(m protoreflect.Message, v int64, depth int) {
+	if depth > 4 {
+		return
+	}
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() && m.WhichOneof(od) != nil {
+			continue // one member of a oneof
+		}
+		scalar := func(k protoreflect.Kind) (protoreflect.Value, bool) {
+			switch k {
+			case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+				return protoreflect.ValueOfInt64(v), true
+			case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+				return protoreflect.ValueOfUint64(uint64(v)), true
+			case protoreflect.StringKind:
+				return protoreflect.ValueOfString("1"), true
+			}
+			return protoreflect.Value{}, false
+		}
+		switch {
+		case fd.IsMap():
+			mv := m.Mutable(fd).Map()
+			key := protoreflect.ValueOfString("k").MapKey()
+			if fd.MapKey().Kind() != protoreflect.StringKind {
+				continue
+			}
+			if fd.MapValue().Kind() == protoreflect.MessageKind {
+				e := mv.NewValue()
+				fill64(e.Message(), v, depth+1)
+				mv.Set(key, e)
+			} else if sv, ok := scalar(fd.MapValue().Kind()); ok {
+				mv.Set(key, sv)
+			}
+		case fd.IsList():
+			l := m.Mutable(fd).List()
+			if fd.Kind() == protoreflect.MessageKind {
+				e := l.NewElement()
+				fill64(e.Message(), v, depth+1)
+				l.Append(e)
+			} else if sv, ok := scalar(fd.Kind()); ok {
+				l.Append(sv)
+			}
+		case fd.Kind() == protoreflect.MessageKind:
+			fill64(m.Mutable(fd).Message(), v, depth+1)
+		default:
+			if sv, ok := scalar(fd.Kind()); ok {
+				m.Set(fd, sv)
+			}
+		}
+	}
+}
+
+// TestProtoJSONEveryAdminMessage: every message of the admin and client
+// protocols that an admin command may print, with every 64-bit field set
+// to 2^53+1, prints it as that exact JSON number and never as a string.
+func TestProtoJSONEveryAdminMessage(t *testing.T) {
+	const v = int64(1)<<53 + 1
+	files := []protoreflect.FileDescriptor{clientv1.File_api_client_v1_admin_proto, clientv1.File_api_client_v1_client_proto}
+	n := 0
+	for _, fd := range files {
+		msgs := fd.Messages()
+		for i := range msgs.Len() {
+			md := msgs.Get(i)
+			mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := mt.New()
+			fill64(m, v, 0)
+			b, err := protoJSON(m.Interface(), "")
+			if err != nil {
+				t.Fatalf("%s: %v", md.FullName(), err)
+			}
+			if strings.Contains(string(b), `"9007199254740993"`) {
+				t.Errorf("%s: a 64-bit value printed as a string: %s", md.FullName(), b)
+			}
+			var obj map[string]any
+			if err := json.Unmarshal(b, &obj); err != nil {
+				t.Errorf("%s: not JSON: %v: %s", md.FullName(), err, b)
+			}
+			if strings.Contains(string(b), "9007199254740993") {
+				n++
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d messages carried a 64-bit value: the walk is broken", n)
+	}
+	t.Logf("%d messages with 64-bit fields print them as JSON numbers", n)
 }
