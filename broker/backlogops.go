@@ -230,7 +230,21 @@ func (s *subscription) expire(ctx context.Context, cutoffMs int64, maxReads int)
 	}
 	n := s.ackThrough(target)
 	s.bl.expired.Add(n)
+	if m := s.t.b.metrics; m != nil && n > 0 {
+		m.expiredEntries.WithLabelValues(s.t.name.NamespaceName()).Add(float64(n))
+	}
 	return n, err
+}
+
+// countEvicted counts n entries evicted by the quota ("size" or "age").
+func (s *subscription) countEvicted(n int64, quota string) {
+	if n <= 0 {
+		return
+	}
+	s.bl.evicted.Add(n)
+	if m := s.t.b.metrics; m != nil {
+		m.evictedEntries.WithLabelValues(s.t.name.NamespaceName(), quota).Add(float64(n))
+	}
 }
 
 // opResult is a subscription's state after an operation.

@@ -111,7 +111,7 @@ func (t *topic) backlogRound(ctx context.Context) {
 		}
 		if sizeOK {
 			if n := s.evictToSize(limit); n > 0 {
-				s.bl.evicted.Add(n)
+				s.countEvicted(n, "size")
 				s.log.Info("backlog quota eviction", "backlog_quota_bytes", limit, "evicted_entries", n)
 			}
 		}
@@ -119,7 +119,7 @@ func (t *topic) backlogRound(ctx context.Context) {
 			target, ok, err := s.expireTarget(ctx, now-age*1000, ttlReadsPerRound)
 			if ok {
 				if n := s.ackThrough(target); n > 0 {
-					s.bl.evicted.Add(n)
+					s.countEvicted(n, "age")
 					s.log.Info("backlog quota eviction", "backlog_quota_age_seconds", age, "evicted_entries", n)
 				}
 			}

@@ -2,6 +2,9 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +41,7 @@ func topicStats(t *testing.T, adm clientv1.AdminClient, topic string) *clientv1.
 // entries published longer ago than the TTL are acknowledged on every
 // subscription; younger ones are delivered.
 func TestMessageTTLExpiresOnlyOldMessages(t *testing.T) {
-	cli, adm, _ := oneBroker(t, fastBacklogPass)
+	cli, adm, rc := oneBroker(t, fastBacklogPass)
 	ctx := context.Background()
 	const ttl = 3
 	policyNamespace(t, adm, "public/ttl", &clientv1.NamespacePolicies{MessageTtlSeconds: proto.Int64(ttl)})
@@ -71,6 +74,9 @@ func TestMessageTTLExpiresOnlyOldMessages(t *testing.T) {
 		}
 	} else {
 		t.Logf("the machine is slow: %v passed, the young entries may have expired too", time.Since(young))
+	}
+	if body := scrape(t, rc.Broker(0).HTTPAddr()); !strings.Contains(body, `meridian_broker_expired_entries_total{namespace="public/ttl"}`) {
+		t.Fatal("metrics lack meridian_broker_expired_entries_total of public/ttl")
 	}
 	// Bad values are refused, naming the field.
 	_, err := adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: "public/ttl",
@@ -221,7 +227,7 @@ func TestBacklogQuotaAgeProducerHold(t *testing.T) {
 // accepted and the subscription's oldest backlog is acknowledged until it
 // is within backlog_quota_bytes; the newest messages are still delivered.
 func TestBacklogEvictionBySize(t *testing.T) {
-	cli, adm, _ := oneBroker(t, func(c *broker.Config) { fastBacklogPass(c); c.RolloverEntries = 5 })
+	cli, adm, rc := oneBroker(t, func(c *broker.Config) { fastBacklogPass(c); c.RolloverEntries = 5 })
 	ctx := context.Background()
 	const limit = 1000
 	policyNamespace(t, adm, "public/evsize", &clientv1.NamespacePolicies{BacklogQuotaBytes: proto.Int64(limit),
@@ -257,6 +263,22 @@ func TestBacklogEvictionBySize(t *testing.T) {
 	if last != "m40" {
 		t.Fatalf("last message delivered after eviction: %q, want m40", last)
 	}
+	want := fmt.Sprintf(`meridian_broker_evicted_entries_total{namespace="public/evsize",quota="size"} %d`, s.GetEvictedEntriesTotal())
+	if body := scrape(t, rc.Broker(0).HTTPAddr()); !strings.Contains(body, want) {
+		t.Fatalf("metrics lack %q", want)
+	}
+}
+
+// scrape returns the broker's /metrics page.
+func scrape(t *testing.T, httpAddr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
 
 // TestBacklogEvictionByAge: with consumer_backlog_eviction and an age
