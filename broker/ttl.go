@@ -20,7 +20,7 @@ import (
 //     than backlog_quota_age_seconds has the entries older than that
 //     acknowledged.
 //
-// A policy change applies at the next round (at most one interval later).
+// A policy change starts a round within policyPollInterval (500 ms).
 
 // defaultBacklogPolicyInterval applies when Config.BacklogPolicyInterval
 // is 0.
@@ -31,6 +31,10 @@ const defaultBacklogPolicyInterval = 5 * time.Second
 // the cutoff need no read); a larger backlog is worked through over
 // several rounds.
 const ttlReadsPerRound = 10000
+
+// policyPollInterval is how often the backlog pass looks for a changed
+// effective policy (a pointer comparison).
+const policyPollInterval = 500 * time.Millisecond
 
 // statsReadTimeout bounds the reads of the oldest unacknowledged entries
 // done for a stats call.
@@ -45,13 +49,23 @@ func (t *topic) backlogLoop() {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	// A policy change (a new effective policy object) starts a round
+	// without waiting for the tick.
+	poll := time.NewTicker(min(every, policyPollInterval))
+	defer poll.Stop()
+	seen := t.currentPolicies()
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-tick.C:
 		case <-t.backlog.kick:
+		case <-poll.C:
+			if cur := t.currentPolicies(); cur == seen {
+				continue
+			}
 		}
+		seen = t.currentPolicies()
 		t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
 		if t.stopped() {
 			return

@@ -311,3 +311,29 @@ func TestBacklogEvictionByAge(t *testing.T) {
 		t.Fatalf("first message: %q, want m5", got)
 	}
 }
+
+// TestMessageTTLPolicyChangeAppliesToLiveTopic: a TTL set on a namespace
+// whose topic is loaded applies at once, not at the next periodic round
+// (here a minute away).
+func TestMessageTTLPolicyChangeAppliesToLiveTopic(t *testing.T) {
+	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.BacklogPolicyInterval = time.Minute })
+	ctx := context.Background()
+	policyNamespace(t, adm, "public/ttllive", &clientv1.NamespacePolicies{})
+	topic := "public/ttllive/t"
+	createTopicWithSub(t, ctx, adm, topic, "s")
+	p, _ := openProducer(t, cli, topic, "p")
+	for i := range int64(3) {
+		p.sendOK(i)
+	}
+	time.Sleep(1100 * time.Millisecond) // the entries are older than 1 s
+	if s := subStat(t, adm, topic, "s"); s.GetBacklogEntries() != 3 {
+		t.Fatalf("without a TTL: %v, want backlog 3", s)
+	}
+	if _, err := adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: "public/ttllive",
+		Policies: &clientv1.NamespacePolicies{MessageTtlSeconds: proto.Int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new TTL applied to the live topic", func() bool {
+		return subStat(t, adm, topic, "s").GetBacklogEntries() == 0
+	})
+}
