@@ -8,6 +8,7 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -71,13 +72,17 @@ func TestBacklogOpsReplicatedSubscription(t *testing.T) {
 	}
 	follow("replicated", 16)
 
-	r, err := admA.SkipMessages(ctx, &clientv1.SkipMessagesRequest{Topic: topic, Subscription: "rs", Entries: 5})
-	if err != nil || r.GetSubscriptions()[0].GetAcknowledgedEntries() != 5 || !r.GetSubscriptions()[0].GetReplicated() {
-		t.Fatalf("skip 5: %v %v", r, err)
+	ca, err := repSubClient(t, g, "a").Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ca.SkipMessages(ctx, topic, client.BacklogTarget{Subscription: "rs"}, 5) // the Go client's wrapper
+	if err != nil || len(res) != 1 || res[0].GetAcknowledgedEntries() != 5 || !res[0].GetReplicated() {
+		t.Fatalf("skip 5: %v %v", res, err)
 	}
 	follow("skip 5", 11)
 
-	r, err = admA.ExpireMessages(ctx, &clientv1.ExpireMessagesRequest{Topic: topic, Subscription: "rs",
+	r, err := admA.ExpireMessages(ctx, &clientv1.ExpireMessagesRequest{Topic: topic, Subscription: "rs",
 		ExpireTimeSeconds: int64(time.Since(old) / time.Second)})
 	if err != nil || r.GetSubscriptions()[0].GetAcknowledgedEntries() != 7 {
 		t.Fatalf("expire: %v %v, want the 7 old entries left acknowledged", r, err)
@@ -85,7 +90,11 @@ func TestBacklogOpsReplicatedSubscription(t *testing.T) {
 	follow("expire", 4)
 
 	// Cleared from b this time: a follows.
-	if _, err := rawAdmin(t, g, "b").ClearBacklog(ctx, &clientv1.ClearBacklogRequest{Topic: topic, AllSubscriptions: true}); err != nil {
+	cb, err := repSubClient(t, g, "b").Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.ClearBacklog(ctx, topic, client.BacklogTarget{All: true}); err != nil {
 		t.Fatal(err)
 	}
 	follow("clear-backlog in b", 0)
