@@ -377,6 +377,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 	st.RetainsNothing = len(st.Subscriptions) == 0 && retainsNothing(t.policies)
 	t.mu.Unlock()
 	st.Replicators = t.replicatorStats()
+	t.fillBacklogStats(ctx, st) // ttl.go
 	return st, nil
 }
 

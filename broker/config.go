@@ -84,6 +84,10 @@ type Config struct {
 	CursorPersistInterval time.Duration `yaml:"cursor_persist_interval"`
 	// RetentionInterval is how often retention runs (default 1 min).
 	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// BacklogPolicyInterval is how often each topic applies message TTL and
+	// the consumer_backlog_eviction quota action (default 5s; an exceeded
+	// eviction quota seen at a send also starts a round at once).
+	BacklogPolicyInterval time.Duration `yaml:"backlog_policy_interval"`
 	// FailoverSwitchDelay (default 1s, at most 1 min; 0: at once) is how
 	// long a Failover subscription waits, when its active consumer changes
 	// while the previous one is still connected, before it redelivers the
@@ -220,6 +224,7 @@ func DefaultConfig() Config {
 		RolloverAge:           4 * time.Hour,
 		CursorPersistInterval: time.Second,
 		RetentionInterval:     time.Minute,
+		BacklogPolicyInterval: 5 * time.Second,
 		FailoverSwitchDelay:   time.Second,
 		SessionTTL:            10 * time.Second,
 		OperationTimeout:      30 * time.Second,
@@ -264,6 +269,8 @@ func (c Config) Validate() error {
 		return bad("cursor_persist_interval %v must be in (0, 1h]", c.CursorPersistInterval)
 	case c.RetentionInterval <= 0:
 		return bad("retention_interval %v must be > 0", c.RetentionInterval)
+	case c.BacklogPolicyInterval < 0:
+		return bad("backlog_policy_interval %v must be >= 0 (0: the default 5s)", c.BacklogPolicyInterval)
 	case c.FailoverSwitchDelay < 0 || c.FailoverSwitchDelay > time.Minute:
 		return bad("failover_switch_delay %v must be in [0, 1m]", c.FailoverSwitchDelay)
 	case c.SessionTTL < 500*time.Millisecond:

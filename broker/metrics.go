@@ -17,6 +17,8 @@ type metrics struct {
 	seekResolutions *prometheus.CounterVec
 	seekScanned     prometheus.Counter
 	seekSeconds     prometheus.Histogram
+	// Backlog operations and policies (backlogops.go, ttl.go).
+	expiredEntries, evictedEntries *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -50,12 +52,17 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		// long log read from bookies).
 		seekSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_broker_seek_resolution_seconds",
 			Help: "Time to resolve a start position.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 17)}),
+		expiredEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_expired_entries_total",
+			Help: "Entries acknowledged on subscriptions by message TTL and expire-messages."}, []string{"namespace"}),
+		evictedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_evicted_entries_total",
+			Help: "Entries acknowledged on subscriptions by the consumer_backlog_eviction quota action, by quota (size or age)."}, []string{"namespace", "quota"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
-		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s}} {
+		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s},
+		m.expiredEntries, m.evictedEntries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -61,30 +61,135 @@ func (t *topic) backlogBytes() (int64, string) {
 }
 
 // backlogQuota returns the topic's backlog quota in bytes and its action;
-// ok is false when the namespace sets none (unset or -1).
+// ok is false when the effective policy sets none (unset or -1).
 func (t *topic) backlogQuota() (limit int64, action clientv1.QuotaAction, ok bool) {
-	t.mu.Lock()
-	pol := t.policies
-	t.mu.Unlock()
+	pol := t.currentPolicies()
 	if pol == nil || pol.BacklogQuotaBytes == nil || pol.GetBacklogQuotaBytes() < 0 {
-		return 0, 0, false
+		return 0, pol.GetBacklogQuotaAction(), false
 	}
 	return pol.GetBacklogQuotaBytes(), pol.GetBacklogQuotaAction(), true
 }
 
+// backlogAgeQuota returns the topic's backlog age quota; ok is false when
+// the effective policy sets none (unset or -1).
+func (t *topic) backlogAgeQuota() (limit time.Duration, ok bool) {
+	pol := t.currentPolicies()
+	if pol == nil || pol.BacklogQuotaAgeSeconds == nil || pol.GetBacklogQuotaAgeSeconds() < 0 {
+		return 0, false
+	}
+	return time.Duration(pol.GetBacklogQuotaAgeSeconds()) * time.Second, true
+}
+
 // quotaErr returns an ErrQuotaExceeded error naming the quota and the
-// current backlog when the topic's backlog is past its quota, else nil.
+// current backlog when the topic's backlog is past its size or age quota,
+// else nil. With consumer_backlog_eviction nothing is refused: it asks the
+// backlog pass (ttl.go) to evict instead.
 func (t *topic) quotaErr() error {
-	limit, _, ok := t.backlogQuota()
-	if !ok {
+	err := t.quotaExceeded()
+	if err == nil {
 		return nil
 	}
-	backlog, cursor := t.backlogBytes()
-	if backlog <= limit {
+	if _, action, _ := t.backlogQuota(); action == clientv1.QuotaAction_QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION {
+		t.kickBacklog()
 		return nil
 	}
-	return fmt.Errorf("%w: backlog_quota_bytes %d of namespace %s exceeded: cursor %s has a backlog of %d bytes on %s; retry once consumers catch up",
-		ErrQuotaExceeded, limit, t.name.NamespaceName(), cursor, backlog, t.name)
+	return err
+}
+
+// quotaExceeded is quotaErr whatever the action.
+func (t *topic) quotaExceeded() error {
+	if limit, _, ok := t.backlogQuota(); ok {
+		backlog, cursor := t.backlogBytes()
+		if backlog > limit {
+			return fmt.Errorf("%w: backlog_quota_bytes %d of %s exceeded: cursor %s has a backlog of %d bytes; retry once consumers catch up",
+				ErrQuotaExceeded, limit, t.name, cursor, backlog)
+		}
+	}
+	if limit, ok := t.backlogAgeQuota(); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+		defer cancel()
+		age, cursor := t.oldestBacklog(ctx)
+		if age > limit {
+			return fmt.Errorf("%w: backlog_quota_age_seconds %d of %s exceeded: cursor %s has an unacknowledged entry %s old; retry once consumers catch up",
+				ErrQuotaExceeded, int64(limit/time.Second), t.name, cursor, age.Round(time.Second))
+		}
+	}
+	return nil
+}
+
+// firstUnackedLocked returns the first entry after the mark-delete not
+// individually acknowledged. Needs s.mu and ml.mu.
+func (s *subscription) firstUnackedLocked() (pos, bool) {
+	ml := s.t.ml
+	p := s.markDelete
+	for {
+		n, ok := ml.nextLocked(p)
+		if !ok {
+			return pos{}, false
+		}
+		if _, acked := s.acked[n]; !acked {
+			return n, true
+		}
+		p = n
+	}
+}
+
+// oldestBacklog returns the age of the oldest unacknowledged entry of any
+// durable cursor (subscriptions and replicators; origin publish time) and
+// the cursor's name; 0 when every cursor is caught up. Each cursor's oldest
+// entry is read once per position (cached), not on every send.
+func (t *topic) oldestBacklog(ctx context.Context) (time.Duration, string) {
+	t.backlog.init()
+	now := time.Now().UnixMilli()
+	var oldest int64 = -1
+	var name string
+	seen := map[string]bool{}
+	for _, s := range t.subList() {
+		if s.nonDurable {
+			continue
+		}
+		seen[s.name] = true
+		s.mu.Lock()
+		t.ml.mu.Lock()
+		p, ok := s.firstUnackedLocked()
+		t.ml.mu.Unlock()
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		t.backlog.mu.Lock()
+		c, hit := t.backlog.oldest[s.name]
+		t.backlog.mu.Unlock()
+		if !hit || c.p != p {
+			e, err := t.readOne(ctx, p)
+			if err != nil {
+				t.log.Debug("backlog age: oldest entry unreadable", "cursor", s.name, "err", err)
+				continue
+			}
+			_, md, ok := t.entryOrigin(e)
+			if !ok {
+				continue
+			}
+			c = oldestEntry{p: p, ms: originTime(md)}
+			t.backlog.mu.Lock()
+			t.backlog.oldest[s.name] = c
+			t.backlog.mu.Unlock()
+		}
+		if oldest < 0 || c.ms < oldest {
+			oldest, name = c.ms, s.name
+		}
+	}
+	t.backlog.mu.Lock()
+	for n := range t.backlog.oldest {
+		if !seen[n] {
+			delete(t.backlog.oldest, n)
+		}
+	}
+	t.backlog.mu.Unlock()
+	if oldest < 0 {
+		return 0, ""
+	}
+	return time.Duration(max(now-oldest, 0)) * time.Millisecond, name
 }
 
 // admitSend applies the backlog quota to a producer's send: nil when the
@@ -116,14 +221,28 @@ func (t *topic) admitSend(ctx context.Context) error {
 	}
 }
 
-// validateBacklogQuota checks the backlog quota fields of a namespace's
-// policies (backlog_quota_bytes, backlog_quota_action).
+// validateBacklogQuota checks the backlog quota fields of a policy
+// (backlog_quota_bytes, backlog_quota_age_seconds, backlog_quota_action)
+// and that consumer_backlog_eviction is not the max_replication_lag_action
+// (a replicator's backlog is never evicted).
 func validateBacklogQuota(p *clientv1.NamespacePolicies) error {
 	if p.BacklogQuotaBytes != nil && p.GetBacklogQuotaBytes() < -1 {
 		return fmt.Errorf("%w: backlog_quota_bytes %d must be -1 (no quota) or >= 0", ErrInvalidArgument, p.GetBacklogQuotaBytes())
 	}
+	const maxAge = 100 * 365 * 24 * 3600
+	if p.BacklogQuotaAgeSeconds != nil && (p.GetBacklogQuotaAgeSeconds() < -1 || p.GetBacklogQuotaAgeSeconds() > maxAge) {
+		return fmt.Errorf("%w: backlog_quota_age_seconds %d must be -1 (no quota) or in [0, %d]", ErrInvalidArgument, p.GetBacklogQuotaAgeSeconds(), maxAge)
+	}
+	if p.MessageTtlSeconds != nil && (p.GetMessageTtlSeconds() < 0 || p.GetMessageTtlSeconds() > maxAge) {
+		return fmt.Errorf("%w: message_ttl_seconds %d must be 0 (no TTL) or in [1, %d]", ErrInvalidArgument, p.GetMessageTtlSeconds(), maxAge)
+	}
 	if _, ok := clientv1.QuotaAction_name[int32(p.GetBacklogQuotaAction())]; !ok {
-		return fmt.Errorf("%w: backlog_quota_action %d is not PRODUCER_HOLD (0) or PRODUCER_ERROR (1)", ErrInvalidArgument, p.GetBacklogQuotaAction())
+		return fmt.Errorf("%w: backlog_quota_action %d is not PRODUCER_HOLD (0), PRODUCER_ERROR (1) or CONSUMER_BACKLOG_EVICTION (2)", ErrInvalidArgument, p.GetBacklogQuotaAction())
+	}
+	switch a := p.GetMaxReplicationLagAction(); a {
+	case clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD, clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR:
+	default:
+		return fmt.Errorf("%w: max_replication_lag_action %s is not allowed: PRODUCER_HOLD (0) or PRODUCER_ERROR (1) (replication backlog is never evicted)", ErrInvalidArgument, a)
 	}
 	return nil
 }

@@ -91,6 +91,9 @@ type subscription struct {
 	readEpoch   int64
 	blocked     *blockedRead // dispatch cannot read its next entry (see lost.go)
 	cov         coverState   // cover vector and replicated-subscription state (subcover.go)
+
+	// bl holds the backlog operation counters (backlogops.go).
+	bl backlogSubState
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {

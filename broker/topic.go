@@ -73,6 +73,8 @@ type topic struct {
 	repl replState
 	// subsync ships the replicated subscriptions (subsync.go).
 	subsync subSync
+	// backlog is the TTL / backlog quota pass state (backlogops.go, ttl.go).
+	backlog backlogTopicState
 
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
@@ -150,6 +152,7 @@ func (t *topic) load(ctx context.Context, create bool) error {
 	}
 	// Cursors whose mark-delete ledger is unknown are before everything.
 	go t.loop()
+	go t.backlogLoop() // ttl.go
 	return nil
 }
 

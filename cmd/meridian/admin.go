@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -82,25 +79,9 @@ func (o *adminOut) done(action, what string) {
 }
 
 // message prints a protocol message as JSON: one line for --output json,
-// indented for text. protojson deliberately varies its whitespace, so the
-// bytes are re-laid out with encoding/json to keep the output stable.
+// indented for text, 64-bit integers as JSON numbers (jsonout.go).
 func (o *adminOut) message(m proto.Message) {
-	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
-	if err != nil {
-		fmt.Fprintf(o.w, "%v\n", m)
-		return
-	}
-	var out bytes.Buffer
-	if o.json {
-		err = json.Compact(&out, b)
-	} else {
-		err = json.Indent(&out, b, "", "  ")
-	}
-	if err != nil {
-		out.Reset()
-		out.Write(b)
-	}
-	fmt.Fprintln(o.w, out.String())
+	printProto(o.w, m, o.json)
 }
 
 func newAdminCmd() *cobra.Command {
@@ -258,13 +239,13 @@ func newAdminCmd() *cobra.Command {
 			}
 			return err
 		}),
-		leaf("internal-stats TOPIC", "Show a topic's ledgers and cursors", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+		withAliases(leaf("stats-internal TOPIC", "Show a topic's ledgers and cursors (Pulsar: topics stats-internal)", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			s, err := a.TopicInternalStats(ctx, args[0])
 			if err == nil {
 				out.message(s)
 			}
 			return err
-		}),
+		}), "internal-stats"),
 		leaf("unload TOPIC", "Make the owner release the topic", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
 			if err := a.UnloadTopic(ctx, args[0]); err != nil {
 				return err
@@ -275,7 +256,9 @@ func newAdminCmd() *cobra.Command {
 	)
 
 	topics.AddCommand(newSkipLostCmd(o))
-	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
+	topics.AddCommand(newResetCursorCmd(o))            // admin_resetcursor.go
+	topics.AddCommand(newBacklogCmds(o)...)            // admin_backlog.go
+	topics.AddCommand(newPulsarSubscriptionCmds(o)...) // admin_backlog.go
 
 	// subscriptions
 	var subFrom string
@@ -601,4 +584,10 @@ func bookieLine(b *clientv1.BookieStatus) string {
 		line += fmt.Sprintf(" limbo_below_ledger=%d limbo_reason=%q", b.GetLimboBelowLedger(), b.GetLimboReason())
 	}
 	return line
+}
+
+// withAliases adds cobra aliases (an older or Pulsar spelling) to cmd.
+func withAliases(cmd *cobra.Command, aliases ...string) *cobra.Command {
+	cmd.Aliases = append(cmd.Aliases, aliases...)
+	return cmd
 }

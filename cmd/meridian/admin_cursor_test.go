@@ -62,7 +62,7 @@ func TestCLISetCursorPersistInterval(t *testing.T) {
 		t.Fatalf("set 0: exit %d: %s", r.code, r.stderr)
 	}
 	r := admin("namespaces", "policies", "public/default", "--output", "json")
-	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["cursorPersistIntervalMs"] != "0" {
+	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["cursorPersistIntervalMs"] != float64(0) {
 		t.Fatalf("policies after --cursor-persist-interval 0: %q", r.stdout)
 	}
 	r = admin("namespaces", "set-policies", "public/default", "--cursor-persist-interval", "2h")

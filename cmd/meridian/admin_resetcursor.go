@@ -20,8 +20,9 @@ func newResetCursorCmd(o *adminOpts) *cobra.Command {
 		Use:   "reset-cursor TOPIC -s SUBSCRIPTION (--time T | --id L:E | --origin REGION:L:E | --earliest | --latest)",
 		Short: "Move a subscription's cursor to a time, message ID or origin position",
 		Long: `Move a subscription so that the next message delivered is the one named:
---time T: the first published at or after T (RFC 3339, relative like -10m, or @UNIX_MS);
---id L:E: the message stored at L:E in this region;
+--time T (-t): the first published at or after T (RFC 3339, @UNIX_MS, or how long ago:
+  -10m, or Pulsar's form 10m, 1h, 7d);
+--id L:E (-m): the message stored at L:E in this region;
 --origin REGION:L:E: the message produced in REGION at L:E, in whichever region this runs.
 Times and origin positions are resolved per origin region, so on a replicated subscription
 the reset means the same messages in every region, and it applies in every region.
@@ -48,8 +49,8 @@ Connected consumers keep their streams and receive from the new position.`,
 	})
 	fl := cmd.Flags()
 	fl.StringVarP(&sub, "subscription", "s", "", "subscription name (required)")
-	fl.StringVar(&at, "time", "", "publish time: RFC 3339, -DURATION (relative to now) or @UNIX_MS")
-	fl.StringVar(&id, "id", "", "message ID L:E in this region")
+	fl.StringVarP(&at, "time", "t", "", "publish time: RFC 3339, @UNIX_MS, or how long ago: -10m, or Pulsar's 10m, 1h, 7d")
+	fl.StringVarP(&id, "id", "m", "", "message ID L:E in this region")
 	fl.StringVar(&origin, "origin", "", "origin position REGION:L:E")
 	fl.BoolVar(&earliest, "earliest", false, "the oldest retained message")
 	fl.BoolVar(&latest, "latest", false, "after the last message stored")
@@ -69,9 +70,13 @@ func resetCursorPosition(cmd *cobra.Command, at, id, origin string, earliest, la
 	}
 	switch given[0] {
 	case "--time":
+		if d, err := parseDurationFlag("--time", at); err == nil && d >= 0 {
+			// Pulsar's `reset-cursor -t 10m`: that long ago.
+			return client.StartAtTime(time.Now().Add(-d)), nil
+		}
 		sp, err := client.ParseStartPosition(at, time.Now())
 		if err != nil || !sp.IsTime() {
-			return client.StartPosition{}, fmt.Errorf("--time %q: want an RFC 3339 time, -DURATION or @UNIX_MS", at)
+			return client.StartPosition{}, fmt.Errorf("--time %q: want an RFC 3339 time, @UNIX_MS, or how long ago (-10m, 10m, 1h, 7d)", at)
 		}
 		return sp, nil
 	case "--id":

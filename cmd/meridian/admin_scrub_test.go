@@ -21,10 +21,10 @@ func TestCLIAdminBookiesScrub(t *testing.T) {
 		t.Fatalf("scrub json: exit %d: %s", r.code, r.stderr)
 	}
 	ls := jsonLines(t, r.stdout)
-	if len(ls) != 1 || ls[0]["bookieId"] != "bookie-0" || ls[0]["corruptEntries"] != "0" {
+	if len(ls) != 1 || ls[0]["bookieId"] != "bookie-0" || ls[0]["corruptEntries"] != float64(0) {
 		t.Fatalf("scrub json: %q", r.stdout)
 	}
-	if n, _ := ls[0]["entriesChecked"].(string); n == "" || n == "0" {
+	if n, _ := ls[0]["entriesChecked"].(float64); n == 0 { // a JSON number (jsonout.go)
 		t.Fatalf("scrub checked no entries after 20 messages: %q", r.stdout)
 	}
 	r = runCLI(t, "", "admin", "--url", url, "bookies", "scrub", "bookie-0")

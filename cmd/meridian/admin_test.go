@@ -42,7 +42,7 @@ func TestCLIAdminTenantsNamespacesTopics(t *testing.T) {
 	ok("subscriptions", "reset", "acme/app/orders", "sub1", "latest")
 	ok("namespaces", "set-policies", "acme/app", "--retention-time", "1h")
 	r = ok("namespaces", "policies", "acme/app", "--output", "json")
-	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != "3600" {
+	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != float64(3600) {
 		t.Fatalf("policies: %q", r.stdout)
 	}
 	// Refusals: one-line errors, non-zero exit, nothing changed.

@@ -48,7 +48,7 @@ func TestCLIOperatorGaps(t *testing.T) {
 
 	// Standalone's public/default keeps data: 7 days / 10 GiB.
 	r := ok("admin", "--url", url, "namespaces", "policies", "public/default", "--output", "json")
-	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != "604800" || p[0]["retentionSizeBytes"] != "10737418240" {
+	if p := jsonLines(t, r.stdout); len(p) != 1 || p[0]["retentionTimeSeconds"] != float64(604800) || p[0]["retentionSizeBytes"] != float64(10737418240) {
 		t.Fatalf("standalone default retention: %q", r.stdout)
 	}
 
@@ -170,7 +170,7 @@ func TestCLIInternalStatsSaysWhenAcksAreCut(t *testing.T) {
 			return false, r.stdout
 		}
 		cur = cs[0].(map[string]any)
-		return cur["individuallyAckedCount"] == "1050", fmt.Sprint(cur["individuallyAckedCount"])
+		return cur["individuallyAckedCount"] == float64(1050), fmt.Sprint(cur["individuallyAckedCount"])
 	})
 	if cur["individuallyAckedTruncated"] != true || len(cur["individuallyAcked"].([]any)) != 1000 {
 		t.Fatalf("internal-stats cursor: truncated %v, %d ranges listed", cur["individuallyAckedTruncated"], len(cur["individuallyAcked"].([]any)))

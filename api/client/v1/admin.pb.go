@@ -1669,9 +1669,15 @@ type SubscriptionStats struct {
 	Replicated     bool                   `protobuf:"varint,8,opt,name=replicated,proto3" json:"replicated,omitempty"`
 	AckReplication []*AckReplicationStats `protobuf:"bytes,9,rep,name=ack_replication,json=ackReplication,proto3" json:"ack_replication,omitempty"`
 	// durable is false for a reader (non-durable cursor).
-	Durable       bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Durable bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
+	// expired_entries_total counts the entries acknowledged on this
+	// subscription by message TTL and expire-messages, evicted_entries_total
+	// those acknowledged by consumer_backlog_eviction (since the topic was
+	// loaded on this broker).
+	ExpiredEntriesTotal int64 `protobuf:"varint,25,opt,name=expired_entries_total,json=expiredEntriesTotal,proto3" json:"expired_entries_total,omitempty"`
+	EvictedEntriesTotal int64 `protobuf:"varint,26,opt,name=evicted_entries_total,json=evictedEntriesTotal,proto3" json:"evicted_entries_total,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1772,6 +1778,20 @@ func (x *SubscriptionStats) GetDurable() bool {
 		return x.Durable
 	}
 	return false
+}
+
+func (x *SubscriptionStats) GetExpiredEntriesTotal() int64 {
+	if x != nil {
+		return x.ExpiredEntriesTotal
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetEvictedEntriesTotal() int64 {
+	if x != nil {
+		return x.EvictedEntriesTotal
+	}
+	return 0
 }
 
 // AckReplicationStats is the state of a replicated subscription's
@@ -1972,9 +1992,16 @@ type TopicStats struct {
 	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
 	// replicators has one element per remote region this topic replicates
 	// to from this region (the owner's replicators).
-	Replicators   []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicators []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	// backlog_size_bytes is the largest backlog in bytes of any durable
+	// cursor (what backlog_quota_bytes is compared with, replicators
+	// included); oldest_backlog_age_seconds the age of the oldest
+	// unacknowledged entry of any of them (what backlog_quota_age_seconds is
+	// compared with; 0 when nothing is unacknowledged).
+	BacklogSizeBytes        int64 `protobuf:"varint,25,opt,name=backlog_size_bytes,json=backlogSizeBytes,proto3" json:"backlog_size_bytes,omitempty"`
+	OldestBacklogAgeSeconds int64 `protobuf:"varint,26,opt,name=oldest_backlog_age_seconds,json=oldestBacklogAgeSeconds,proto3" json:"oldest_backlog_age_seconds,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -2110,6 +2137,20 @@ func (x *TopicStats) GetReplicators() []*ReplicatorStats {
 		return x.Replicators
 	}
 	return nil
+}
+
+func (x *TopicStats) GetBacklogSizeBytes() int64 {
+	if x != nil {
+		return x.BacklogSizeBytes
+	}
+	return 0
+}
+
+func (x *TopicStats) GetOldestBacklogAgeSeconds() int64 {
+	if x != nil {
+		return x.OldestBacklogAgeSeconds
+	}
+	return 0
 }
 
 type LedgerInfo struct {
@@ -7299,6 +7340,333 @@ func (x *GetEffectivePoliciesResponse) GetReplicationRegions() []string {
 	return nil
 }
 
+type SkipMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// subscription names one subscription; all_subscriptions applies the
+	// operation to every durable subscription instead (give one of them).
+	Subscription     string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	// entries to skip (>= 1).
+	Entries       int64 `protobuf:"varint,4,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipMessagesRequest) Reset() {
+	*x = SkipMessagesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipMessagesRequest) ProtoMessage() {}
+
+func (x *SkipMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipMessagesRequest.ProtoReflect.Descriptor instead.
+func (*SkipMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *SkipMessagesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SkipMessagesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SkipMessagesRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+func (x *SkipMessagesRequest) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+type ClearBacklogRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Topic            string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription     string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool                   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClearBacklogRequest) Reset() {
+	*x = ClearBacklogRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearBacklogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearBacklogRequest) ProtoMessage() {}
+
+func (x *ClearBacklogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearBacklogRequest.ProtoReflect.Descriptor instead.
+func (*ClearBacklogRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *ClearBacklogRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ClearBacklogRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ClearBacklogRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+type ExpireMessagesRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Topic            string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Subscription     string                 `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	AllSubscriptions bool                   `protobuf:"varint,3,opt,name=all_subscriptions,json=allSubscriptions,proto3" json:"all_subscriptions,omitempty"`
+	// expire_time_seconds: entries published longer ago than this are
+	// acknowledged (>= 0; 0 expires everything published so far).
+	ExpireTimeSeconds int64 `protobuf:"varint,4,opt,name=expire_time_seconds,json=expireTimeSeconds,proto3" json:"expire_time_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExpireMessagesRequest) Reset() {
+	*x = ExpireMessagesRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireMessagesRequest) ProtoMessage() {}
+
+func (x *ExpireMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ExpireMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *ExpireMessagesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ExpireMessagesRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ExpireMessagesRequest) GetAllSubscriptions() bool {
+	if x != nil {
+		return x.AllSubscriptions
+	}
+	return false
+}
+
+func (x *ExpireMessagesRequest) GetExpireTimeSeconds() int64 {
+	if x != nil {
+		return x.ExpireTimeSeconds
+	}
+	return 0
+}
+
+// BacklogOpResponse has one result per subscription the operation moved.
+type BacklogOpResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscriptions []*BacklogOpResult     `protobuf:"bytes,1,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogOpResponse) Reset() {
+	*x = BacklogOpResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[123]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogOpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogOpResponse) ProtoMessage() {}
+
+func (x *BacklogOpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[123]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogOpResponse.ProtoReflect.Descriptor instead.
+func (*BacklogOpResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{123}
+}
+
+func (x *BacklogOpResponse) GetSubscriptions() []*BacklogOpResult {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+type BacklogOpResult struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Subscription string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// acknowledged_entries is how many entries the operation acknowledged
+	// (already acknowledged ones are not counted).
+	AcknowledgedEntries int64 `protobuf:"varint,2,opt,name=acknowledged_entries,json=acknowledgedEntries,proto3" json:"acknowledged_entries,omitempty"`
+	// mark_delete_position and backlog_entries are the cursor afterwards.
+	MarkDeletePosition *MessageId `protobuf:"bytes,3,opt,name=mark_delete_position,json=markDeletePosition,proto3" json:"mark_delete_position,omitempty"`
+	BacklogEntries     int64      `protobuf:"varint,4,opt,name=backlog_entries,json=backlogEntries,proto3" json:"backlog_entries,omitempty"`
+	// replicated: the subscription is replicated, so the acknowledgements
+	// reach its copies in the other regions through its ack vector.
+	Replicated    bool `protobuf:"varint,5,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogOpResult) Reset() {
+	*x = BacklogOpResult{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[124]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogOpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogOpResult) ProtoMessage() {}
+
+func (x *BacklogOpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[124]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogOpResult.ProtoReflect.Descriptor instead.
+func (*BacklogOpResult) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{124}
+}
+
+func (x *BacklogOpResult) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *BacklogOpResult) GetAcknowledgedEntries() int64 {
+	if x != nil {
+		return x.AcknowledgedEntries
+	}
+	return 0
+}
+
+func (x *BacklogOpResult) GetMarkDeletePosition() *MessageId {
+	if x != nil {
+		return x.MarkDeletePosition
+	}
+	return nil
+}
+
+func (x *BacklogOpResult) GetBacklogEntries() int64 {
+	if x != nil {
+		return x.BacklogEntries
+	}
+	return 0
+}
+
+func (x *BacklogOpResult) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -7396,7 +7764,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\x85\x04\n" +
+	"msgRateOut\"\xed\x04\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -7411,7 +7779,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"replicated\x12P\n" +
 	"\x0fack_replication\x18\t \x03(\v2'.meridian.client.v1.AckReplicationStatsR\x0eackReplication\x12\x18\n" +
 	"\adurable\x18\n" +
-	" \x01(\bR\adurable\"\xd5\x01\n" +
+	" \x01(\bR\adurable\x122\n" +
+	"\x15expired_entries_total\x18\x19 \x01(\x03R\x13expiredEntriesTotal\x122\n" +
+	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -7426,7 +7796,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8a\x05\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xf5\x05\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -7445,7 +7815,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
 	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
 	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
-	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\"\x99\x01\n" +
+	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\x12,\n" +
+	"\x12backlog_size_bytes\x18\x19 \x01(\x03R\x10backlogSizeBytes\x12;\n" +
+	"\x1aoldest_backlog_age_seconds\x18\x1a \x01(\x03R\x17oldestBacklogAgeSeconds\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -7805,14 +8177,38 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x13replication_regions\x18\x03 \x03(\tR\x12replicationRegions\x1a:\n" +
 	"\fSourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*z\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
+	"\x13SkipMessagesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\x12\x18\n" +
+	"\aentries\x18\x04 \x01(\x03R\aentries\"|\n" +
+	"\x13ClearBacklogRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\"\xae\x01\n" +
+	"\x15ExpireMessagesRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12+\n" +
+	"\x11all_subscriptions\x18\x03 \x01(\bR\x10allSubscriptions\x12.\n" +
+	"\x13expire_time_seconds\x18\x04 \x01(\x03R\x11expireTimeSeconds\"^\n" +
+	"\x11BacklogOpResponse\x12I\n" +
+	"\rsubscriptions\x18\x01 \x03(\v2#.meridian.client.v1.BacklogOpResultR\rsubscriptions\"\x82\x02\n" +
+	"\x0fBacklogOpResult\x12\"\n" +
+	"\fsubscription\x18\x01 \x01(\tR\fsubscription\x121\n" +
+	"\x14acknowledged_entries\x18\x02 \x01(\x03R\x13acknowledgedEntries\x12O\n" +
+	"\x14mark_delete_position\x18\x03 \x01(\v2\x1d.meridian.client.v1.MessageIdR\x12markDeletePosition\x12'\n" +
+	"\x0fbacklog_entries\x18\x04 \x01(\x03R\x0ebacklogEntries\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x05 \x01(\bR\n" +
+	"replicated*z\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01\x12*\n" +
 	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\x87+\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xab-\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -7864,7 +8260,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x11SetPrefixPolicies\x12,.meridian.client.v1.SetPrefixPoliciesRequest\x1a-.meridian.client.v1.SetPrefixPoliciesResponse\x12s\n" +
 	"\x12ListPrefixPolicies\x12-.meridian.client.v1.ListPrefixPoliciesRequest\x1a..meridian.client.v1.ListPrefixPoliciesResponse\x12y\n" +
 	"\x14RemovePrefixPolicies\x12/.meridian.client.v1.RemovePrefixPoliciesRequest\x1a0.meridian.client.v1.RemovePrefixPoliciesResponse\x12y\n" +
-	"\x14GetEffectivePolicies\x12/.meridian.client.v1.GetEffectivePoliciesRequest\x1a0.meridian.client.v1.GetEffectivePoliciesResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x14GetEffectivePolicies\x12/.meridian.client.v1.GetEffectivePoliciesRequest\x1a0.meridian.client.v1.GetEffectivePoliciesResponse\x12^\n" +
+	"\fSkipMessages\x12'.meridian.client.v1.SkipMessagesRequest\x1a%.meridian.client.v1.BacklogOpResponse\x12^\n" +
+	"\fClearBacklog\x12'.meridian.client.v1.ClearBacklogRequest\x1a%.meridian.client.v1.BacklogOpResponse\x12b\n" +
+	"\x0eExpireMessages\x12).meridian.client.v1.ExpireMessagesRequest\x1a%.meridian.client.v1.BacklogOpResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -7879,7 +8278,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
 	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
@@ -8003,12 +8402,17 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*RemovePrefixPoliciesResponse)(nil),     // 119: meridian.client.v1.RemovePrefixPoliciesResponse
 	(*GetEffectivePoliciesRequest)(nil),      // 120: meridian.client.v1.GetEffectivePoliciesRequest
 	(*GetEffectivePoliciesResponse)(nil),     // 121: meridian.client.v1.GetEffectivePoliciesResponse
-	nil,                                      // 122: meridian.client.v1.LedgerDetails.PropertiesEntry
-	nil,                                      // 123: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	(SubscriptionType)(0),                    // 124: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 125: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 126: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 127: meridian.client.v1.OriginPosition
+	(*SkipMessagesRequest)(nil),              // 122: meridian.client.v1.SkipMessagesRequest
+	(*ClearBacklogRequest)(nil),              // 123: meridian.client.v1.ClearBacklogRequest
+	(*ExpireMessagesRequest)(nil),            // 124: meridian.client.v1.ExpireMessagesRequest
+	(*BacklogOpResponse)(nil),                // 125: meridian.client.v1.BacklogOpResponse
+	(*BacklogOpResult)(nil),                  // 126: meridian.client.v1.BacklogOpResult
+	nil,                                      // 127: meridian.client.v1.LedgerDetails.PropertiesEntry
+	nil,                                      // 128: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	(SubscriptionType)(0),                    // 129: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 130: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 131: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                   // 132: meridian.client.v1.OriginPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -8016,23 +8420,23 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	124, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	129, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	125, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	130, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	33,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
 	32,  // 9: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	125, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	130, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
 	29,  // 11: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	31,  // 12: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
 	101, // 13: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	125, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	130, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	35,  // 15: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
 	36,  // 16: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	125, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	126, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	125, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	126, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	127, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	130, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	131, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	130, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	131, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	132, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
 	47,  // 22: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
 	49,  // 23: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
 	52,  // 24: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
@@ -8044,11 +8448,11 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	67,  // 30: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
 	71,  // 31: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
 	72,  // 32: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	122, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	127, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
 	73,  // 34: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
 	78,  // 35: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
 	79,  // 36: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	125, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	130, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
 	98,  // 38: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
 	99,  // 39: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
 	8,   // 40: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
@@ -8057,112 +8461,120 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 43: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
 	116, // 44: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
 	8,   // 45: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	123, // 46: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	2,   // 47: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 48: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 49: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 50: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 51: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 52: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 53: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 54: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 55: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 56: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 57: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 58: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 59: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 60: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 61: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 62: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 63: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 64: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 65: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 66: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 67: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 68: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 69: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 70: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 71: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 72: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 73: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 74: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 75: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 76: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 77: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 78: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 79: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 80: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 81: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 82: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 83: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 84: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 85: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 86: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 87: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 88: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 89: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	107, // 90: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	109, // 91: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	111, // 92: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	113, // 93: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	115, // 94: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	118, // 95: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	120, // 96: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	3,   // 97: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 98: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 99: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 100: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 101: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 102: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 103: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 104: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 105: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 106: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 107: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 108: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 109: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 110: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 111: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 112: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 113: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 114: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 115: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 116: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 117: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 118: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 119: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 120: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 121: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 122: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 123: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 124: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 125: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 126: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 127: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 128: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 129: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 130: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 131: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 132: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 133: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 134: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 135: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 136: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 137: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 138: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 139: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	108, // 140: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	110, // 141: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	112, // 142: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	114, // 143: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	117, // 144: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	119, // 145: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	121, // 146: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	97,  // [97:147] is the sub-list for method output_type
-	47,  // [47:97] is the sub-list for method input_type
-	47,  // [47:47] is the sub-list for extension type_name
-	47,  // [47:47] is the sub-list for extension extendee
-	0,   // [0:47] is the sub-list for field type_name
+	128, // 46: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	126, // 47: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	130, // 48: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	2,   // 49: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 50: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 51: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 52: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 53: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 54: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 55: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 56: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 57: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 58: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 59: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 60: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 61: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 62: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 63: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 64: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 65: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 66: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 67: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 68: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 69: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 70: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 71: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 72: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 73: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 74: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 75: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 76: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 77: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 78: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 79: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 80: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 81: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 82: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 83: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 84: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 85: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 86: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 87: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 88: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 89: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 90: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 91: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 92: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	109, // 93: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	111, // 94: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	113, // 95: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	115, // 96: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	118, // 97: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	120, // 98: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	122, // 99: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	123, // 100: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	124, // 101: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	3,   // 102: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 103: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 104: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 105: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 106: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 107: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 108: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 109: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 110: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 111: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 112: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 113: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 114: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 115: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 116: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 117: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 118: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 119: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 120: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 121: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 122: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 123: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 124: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 125: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 126: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 127: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 128: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 129: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 130: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 131: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 132: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 133: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 134: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 135: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 136: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 137: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 138: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 139: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 140: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 141: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 142: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 143: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 144: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	108, // 145: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	110, // 146: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	112, // 147: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	114, // 148: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	117, // 149: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	119, // 150: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	121, // 151: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	125, // 152: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 153: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 154: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	102, // [102:155] is the sub-list for method output_type
+	49,  // [49:102] is the sub-list for method input_type
+	49,  // [49:49] is the sub-list for extension type_name
+	49,  // [49:49] is the sub-list for extension extendee
+	0,   // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -8189,7 +8601,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   122,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

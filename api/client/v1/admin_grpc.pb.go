@@ -80,6 +80,9 @@ const (
 	Admin_ListPrefixPolicies_FullMethodName       = "/meridian.client.v1.Admin/ListPrefixPolicies"
 	Admin_RemovePrefixPolicies_FullMethodName     = "/meridian.client.v1.Admin/RemovePrefixPolicies"
 	Admin_GetEffectivePolicies_FullMethodName     = "/meridian.client.v1.Admin/GetEffectivePolicies"
+	Admin_SkipMessages_FullMethodName             = "/meridian.client.v1.Admin/SkipMessages"
+	Admin_ClearBacklog_FullMethodName             = "/meridian.client.v1.Admin/ClearBacklog"
+	Admin_ExpireMessages_FullMethodName           = "/meridian.client.v1.Admin/ExpireMessages"
 )
 
 // AdminClient is the client API for Admin service.
@@ -222,6 +225,19 @@ type AdminClient interface {
 	// namespace's, overlaid by every matching prefix from the shortest to the
 	// longest, overlaid by the topic's override; and where each came from.
 	GetEffectivePolicies(ctx context.Context, in *GetEffectivePoliciesRequest, opts ...grpc.CallOption) (*GetEffectivePoliciesResponse, error)
+	// SkipMessages acknowledges the next `entries` unacknowledged entries
+	// (entries, not messages: one entry is one producer batch) after the
+	// mark-delete of one subscription, or of every durable subscription
+	// (all_subscriptions; replicator cursors never). They go through the
+	// acknowledgement path, so on a replicated subscription they replicate
+	// like acks.
+	SkipMessages(ctx context.Context, in *SkipMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
+	// ClearBacklog acknowledges everything up to the last stored entry.
+	ClearBacklog(ctx context.Context, in *ClearBacklogRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
+	// ExpireMessages acknowledges the entries published more than
+	// expire_time_seconds ago (from the mark-delete up to the first entry
+	// published later than that).
+	ExpireMessages(ctx context.Context, in *ExpireMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
 }
 
 type adminClient struct {
@@ -732,6 +748,36 @@ func (c *adminClient) GetEffectivePolicies(ctx context.Context, in *GetEffective
 	return out, nil
 }
 
+func (c *adminClient) SkipMessages(ctx context.Context, in *SkipMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_SkipMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ClearBacklog(ctx context.Context, in *ClearBacklogRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_ClearBacklog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ExpireMessages(ctx context.Context, in *ExpireMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BacklogOpResponse)
+	err := c.cc.Invoke(ctx, Admin_ExpireMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -872,6 +918,19 @@ type AdminServer interface {
 	// namespace's, overlaid by every matching prefix from the shortest to the
 	// longest, overlaid by the topic's override; and where each came from.
 	GetEffectivePolicies(context.Context, *GetEffectivePoliciesRequest) (*GetEffectivePoliciesResponse, error)
+	// SkipMessages acknowledges the next `entries` unacknowledged entries
+	// (entries, not messages: one entry is one producer batch) after the
+	// mark-delete of one subscription, or of every durable subscription
+	// (all_subscriptions; replicator cursors never). They go through the
+	// acknowledgement path, so on a replicated subscription they replicate
+	// like acks.
+	SkipMessages(context.Context, *SkipMessagesRequest) (*BacklogOpResponse, error)
+	// ClearBacklog acknowledges everything up to the last stored entry.
+	ClearBacklog(context.Context, *ClearBacklogRequest) (*BacklogOpResponse, error)
+	// ExpireMessages acknowledges the entries published more than
+	// expire_time_seconds ago (from the mark-delete up to the first entry
+	// published later than that).
+	ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1031,6 +1090,15 @@ func (UnimplementedAdminServer) RemovePrefixPolicies(context.Context, *RemovePre
 }
 func (UnimplementedAdminServer) GetEffectivePolicies(context.Context, *GetEffectivePoliciesRequest) (*GetEffectivePoliciesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetEffectivePolicies not implemented")
+}
+func (UnimplementedAdminServer) SkipMessages(context.Context, *SkipMessagesRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SkipMessages not implemented")
+}
+func (UnimplementedAdminServer) ClearBacklog(context.Context, *ClearBacklogRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClearBacklog not implemented")
+}
+func (UnimplementedAdminServer) ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ExpireMessages not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1953,6 +2021,60 @@ func _Admin_GetEffectivePolicies_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SkipMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SkipMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SkipMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SkipMessages(ctx, req.(*SkipMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ClearBacklog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearBacklogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ClearBacklog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ClearBacklog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ClearBacklog(ctx, req.(*ClearBacklogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ExpireMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExpireMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ExpireMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ExpireMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ExpireMessages(ctx, req.(*ExpireMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2159,6 +2281,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEffectivePolicies",
 			Handler:    _Admin_GetEffectivePolicies_Handler,
+		},
+		{
+			MethodName: "SkipMessages",
+			Handler:    _Admin_SkipMessages_Handler,
+		},
+		{
+			MethodName: "ClearBacklog",
+			Handler:    _Admin_ClearBacklog_Handler,
+		},
+		{
+			MethodName: "ExpireMessages",
+			Handler:    _Admin_ExpireMessages_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,8 +1,5 @@
 package main
 
-// Copied from branch backlog's cmd/meridian/units.go (the shared unit
-// parsers, DESIGN10): the integrator keeps one file and deletes this one.
-
 import (
 	"fmt"
 	"math"
