@@ -98,7 +98,7 @@ func liveHistory(all []*clientv1.SchemaInfo) []*clientv1.SchemaInfo {
 func (s *Server) schemaVersion(ctx context.Context, name TopicName, v int32) (*clientv1.SchemaInfo, error) {
 	kv, err := s.cfg.Global.Get(ctx, schemaKey(name, v), metadata.ReadOptions{})
 	if errors.Is(err, metadata.ErrNotFound) {
-		return nil, fmt.Errorf("%w: topic %s has no schema version %d", ErrNotFound, name, v)
+		return nil, fmt.Errorf("%w: no schema version %d registered for %s", ErrNotFound, v, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: read schema version %d of %s: %v", ErrUnavailable, v, name, err)

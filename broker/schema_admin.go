@@ -77,12 +77,12 @@ func (a *adminService) GetSchema(ctx context.Context, r *clientv1.GetSchemaReque
 		return nil, GRPCError(err)
 	}
 	if len(all) == 0 {
-		return nil, GRPCError(fmt.Errorf("%w: topic %s has no schema", ErrNotFound, name))
+		return nil, GRPCError(fmt.Errorf("%w: no schema registered for %s", ErrNotFound, name))
 	}
 	if last := all[len(all)-1]; !last.GetDeleted() {
 		return &clientv1.GetSchemaResponse{Schema: last}, nil
 	}
-	return nil, GRPCError(fmt.Errorf("%w: the schema of topic %s was deleted (version %d)", ErrNotFound, name, all[len(all)-1].GetVersion()))
+	return nil, GRPCError(fmt.Errorf("%w: the schema of %s was deleted (version %d)", ErrNotFound, name, all[len(all)-1].GetVersion()))
 }
 
 // ListSchemaVersions lists every version, tombstones included, oldest first.
@@ -111,7 +111,7 @@ func (a *adminService) DeleteSchema(ctx context.Context, r *clientv1.DeleteSchem
 			return nil, GRPCError(err)
 		}
 		if len(all) == 0 || (!r.GetForce() && all[len(all)-1].GetDeleted()) {
-			return nil, GRPCError(fmt.Errorf("%w: topic %s has no schema", ErrNotFound, name))
+			return nil, GRPCError(fmt.Errorf("%w: no schema registered for %s", ErrNotFound, name))
 		}
 		if r.GetForce() {
 			for _, si := range all {
