@@ -144,6 +144,7 @@ func TestTypedSchemaEvolution(t *testing.T) {
 
 	// Incompatible producers are refused with a clear error.
 	_, err = client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, sReq)
+	t.Logf("incompatible producer: %v", err)
 	if !errors.Is(err, client.ErrIncompatibleSchema) || !strings.Contains(err.Error(), `"phone"`) || !strings.Contains(err.Error(), "BACKWARD") {
 		t.Fatalf("producer adding a required field: %v; want ErrIncompatibleSchema naming BACKWARD and \"phone\"", err)
 	}
@@ -185,6 +186,7 @@ func TestTypedSchemaEvolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err := old.Receive(ctx)
+	t.Logf("mismatched message: %v", err)
 	if !errors.Is(err, client.ErrSchemaMismatch) || m == nil || !strings.Contains(err.Error(), "STRING") || !strings.Contains(err.Error(), "version 3") {
 		t.Fatalf("JSON consumer on a STRING message: %v; want ErrSchemaMismatch naming STRING and version 3", err)
 	}

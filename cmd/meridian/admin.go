@@ -349,6 +349,7 @@ func newAdminCmd() *cobra.Command {
 	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
 	addReplicationCmds(o, root, tenants, namespaces, topics)
 	root.AddCommand(newFailoverAdminCmd(o))
+	root.AddCommand(newSchemasAdminCmd(o)) // admin_schemas.go
 	return root
 }
 
