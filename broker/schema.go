@@ -180,7 +180,7 @@ func (s *Server) registerSchema(ctx context.Context, name TopicName, si *clientv
 			return 0, false, err
 		}
 		if err := schemacompat.Check(mode, si, live); err != nil {
-			return 0, false, fmt.Errorf("%w: %s schema for %s: %v", ErrIncompatibleSchema, who, name, err)
+			return 0, false, fmt.Errorf("%w: %s schema for %s %s", ErrIncompatibleSchema, who, name, strings.TrimPrefix(err.Error(), schemacompat.ErrIncompatible.Error()+" "))
 		}
 		if !register {
 			return 0, false, nil

@@ -35,8 +35,9 @@ func NewTypedProducer[T any](ctx context.Context, c *Client, opts ProducerOption
 
 // schemaRefusal marks a broker's schema refusal as ErrIncompatibleSchema.
 func schemaRefusal(err error) error {
-	if errors.Is(err, ErrNotAllowed) && strings.Contains(err.Error(), "schema incompatible") {
-		return fmt.Errorf("%w: %w", ErrIncompatibleSchema, err)
+	const marker = "schema incompatible: "
+	if msg := err.Error(); errors.Is(err, ErrNotAllowed) && strings.Contains(msg, marker) {
+		return fmt.Errorf("%w: %s", ErrIncompatibleSchema, msg[strings.Index(msg, marker)+len(marker):])
 	}
 	return err
 }
