@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hamba/avro/v2"
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/schemacompat"
 	"google.golang.org/protobuf/proto"
@@ -220,4 +221,56 @@ func (s protoSchema[T]) Decode(data []byte) (T, error) {
 	v := zero.ProtoReflect().Type().New().Interface().(T)
 	err := proto.Unmarshal(data, v)
 	return v, err
+}
+
+type avroSchema[T any] struct {
+	info   *SchemaInfo
+	schema avro.Schema
+}
+
+// AvroSchema encodes T as Avro binary with the given Avro schema (JSON; T's
+// fields map to record fields by their `avro:"name"` tags, as in
+// github.com/hamba/avro). Messages written with another registered version
+// are decoded with Avro schema resolution (writer's schema to this one).
+func AvroSchema[T any](definition string) (Schema[T], error) {
+	info := &SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_AVRO, Definition: []byte(definition)}
+	if err := schemacompat.Validate(info); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	s, err := schemacompat.ParseAvro(info.Definition)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	return avroSchema[T]{info: info, schema: s}, nil
+}
+
+func (s avroSchema[T]) Info() *SchemaInfo { return proto.Clone(s.info).(*SchemaInfo) }
+func (s avroSchema[T]) Encode(v T) ([]byte, error) {
+	return avro.Marshal(s.schema, v)
+}
+func (s avroSchema[T]) Decode(data []byte) (T, error) {
+	var v T
+	err := avro.Unmarshal(s.schema, data, &v)
+	return v, err
+}
+
+// DecodeWriter decodes data written with the writer schema (resolution).
+func (s avroSchema[T]) DecodeWriter(data []byte, writer *SchemaInfo) (T, error) {
+	var v T
+	w, err := schemacompat.ParseAvro(writer.GetDefinition())
+	if err != nil {
+		return v, err
+	}
+	composite, err := avro.NewSchemaCompatibility().Resolve(s.schema, w)
+	if err != nil {
+		return v, err
+	}
+	err = avro.Unmarshal(composite, data, &v)
+	return v, err
+}
+
+// writerDecoder is implemented by schemas whose payloads cannot be decoded
+// without the writer's schema (Avro binary).
+type writerDecoder[T any] interface {
+	DecodeWriter(data []byte, writer *SchemaInfo) (T, error)
 }

@@ -33,6 +33,82 @@ type userRequired struct {
 	Phone string `json:"phone"`
 }
 
+const (
+	avroV1 = `{"type":"record","name":"User","namespace":"test","fields":[{"name":"name","type":"string"},{"name":"age","type":"int"}]}`
+	avroV2 = `{"type":"record","name":"User","namespace":"test","fields":[{"name":"name","type":"string"},{"name":"age","type":"int"},{"name":"email","type":["null","string"],"default":null}]}`
+)
+
+type avroUserV1 struct {
+	Name string `avro:"name"`
+	Age  int    `avro:"age"`
+}
+
+type avroUserV2 struct {
+	Name  string  `avro:"name"`
+	Age   int     `avro:"age"`
+	Email *string `avro:"email"`
+}
+
+// TestTypedAvroEvolution: Avro binary needs the writer's schema: a v1
+// consumer decodes v2 messages and a v2 consumer v1 messages by schema
+// resolution, with the version each message carries.
+func TestTypedAvroEvolution(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 120*time.Second)
+	topic := "public/default/avro-evolve"
+	s1, err := client.AvroSchema[avroUserV1](avroV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := client.AvroSchema[avroUserV2](avroV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := client.SubscribeTyped(ctx, c, client.ConsumerOptions{Topic: topic, Subscription: "v1", InitialPosition: client.Earliest}, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, s2)
+	if err != nil {
+		t.Fatalf("compatible Avro v2: %v", err)
+	}
+	c2, err := client.SubscribeTyped(ctx, c, client.ConsumerOptions{Topic: topic, Subscription: "v2", InitialPosition: client.Earliest}, s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	email := "bob@example.com"
+	if _, err := p1.Send(ctx, avroUserV1{"ann", 30}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Send(ctx, avroUserV2{"bob", 40, &email}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []avroUserV1{{"ann", 30}, {"bob", 40}} {
+		m, err := c1.Receive(ctx)
+		if err != nil || m.Value != want || m.SchemaVersion != int32(i+1) {
+			t.Fatalf("v1 consumer message %d: %+v %v", i, m, err)
+		}
+	}
+	m, err := c2.Receive(ctx)
+	if err != nil || m.Value.Name != "ann" || m.Value.Email != nil || m.SchemaVersion != 1 {
+		t.Fatalf("v2 consumer, v1 message: %+v %v", m, err)
+	}
+	m, err = c2.Receive(ctx)
+	if err != nil || m.Value.Name != "bob" || m.Value.Email == nil || *m.Value.Email != email {
+		t.Fatalf("v2 consumer, v2 message: %+v %v", m, err)
+	}
+	// A required field without default is refused (BACKWARD), naming it.
+	s3, _ := client.AvroSchema[avroUserV1](`{"type":"record","name":"User","namespace":"test","fields":[{"name":"name","type":"string"},{"name":"age","type":"int"},{"name":"phone","type":"string"}]}`)
+	if _, err := client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, s3); !errors.Is(err, client.ErrIncompatibleSchema) || !strings.Contains(err.Error(), `"phone"`) {
+		t.Fatalf("Avro producer adding a required field: %v", err)
+	}
+}
+
 // typedRoundTrip sends values with a typed producer and checks a typed
 // consumer decodes the same values with the producer's schema version.
 func typedRoundTrip[T any](t *testing.T, c *client.Client, topic string, schema client.Schema[T], values []T, equal func(a, b T) bool) {
@@ -88,11 +164,18 @@ func TestTypedRoundTrip(t *testing.T) {
 	typedRoundTrip(t, c, "public/default/typed-proto", ps, []*clientv1.MessageId{{LedgerId: 7, EntryId: 9, BatchIndex: 2}, {}},
 		func(a, b *clientv1.MessageId) bool { return proto.Equal(a, b) })
 
+	as, err := client.AvroSchema[avroUserV1](avroV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typedRoundTrip(t, c, "public/default/typed-avro", as, []avroUserV1{{"ann", 30}, {"", -1}}, func(a, b avroUserV1) bool { return a == b })
+
 	adm, err := c.Admin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for topic, typ := range map[string]clientv1.SchemaType{
+		"public/default/typed-avro":   clientv1.SchemaType_SCHEMA_TYPE_AVRO,
 		"public/default/typed-string": clientv1.SchemaType_SCHEMA_TYPE_STRING,
 		"public/default/typed-json":   clientv1.SchemaType_SCHEMA_TYPE_JSON,
 		"public/default/typed-proto":  clientv1.SchemaType_SCHEMA_TYPE_PROTOBUF,

@@ -135,10 +135,16 @@ func (tc *TypedConsumer[T]) Receive(ctx context.Context) (*TypedMessage[T], erro
 		return nil, err
 	}
 	tm := &TypedMessage[T]{ReceivedMessage: m}
-	if err := tc.checkWriter(ctx, m); err != nil {
+	w, err := tc.checkWriter(ctx, m)
+	if err != nil {
 		return tm, err
 	}
-	v, err := tc.schema.Decode(m.Payload)
+	var v T
+	if wd, ok := tc.schema.(writerDecoder[T]); ok && w != nil {
+		v, err = wd.DecodeWriter(m.Payload, w)
+	} else {
+		v, err = tc.schema.Decode(m.Payload)
+	}
 	if err != nil {
 		return tm, fmt.Errorf("%w: message %v (schema version %d) does not decode with the consumer's %s schema: %v", ErrSchemaMismatch, m.ID, m.SchemaVersion, schemacompat.TypeName(tc.info.GetType()), err)
 	}
@@ -147,23 +153,24 @@ func (tc *TypedConsumer[T]) Receive(ctx context.Context) (*TypedMessage[T], erro
 }
 
 // checkWriter checks that the consumer's schema can read the message's
-// writer schema.
-func (tc *TypedConsumer[T]) checkWriter(ctx context.Context, m *ReceivedMessage) error {
+// writer schema, and returns that schema (nil when the message has no
+// version or the consumer's own).
+func (tc *TypedConsumer[T]) checkWriter(ctx context.Context, m *ReceivedMessage) (*SchemaInfo, error) {
 	v := m.SchemaVersion
 	if v == 0 || schemacompat.IsNone(tc.info) || v == tc.co.schemaVersion.Load() {
-		return nil
+		return nil, nil
 	}
 	w, err := tc.writerSchema(ctx, v)
 	if err != nil {
-		return fmt.Errorf("message %v: fetch its schema version %d: %w", m.ID, v, err)
+		return nil, fmt.Errorf("message %v: fetch its schema version %d: %w", m.ID, v, err)
 	}
 	if w.GetType() != tc.info.GetType() {
-		return fmt.Errorf("%w: message %v was written with schema version %d of type %s; this consumer reads %s", ErrSchemaMismatch, m.ID, v, schemacompat.TypeName(w.GetType()), schemacompat.TypeName(tc.info.GetType()))
+		return nil, fmt.Errorf("%w: message %v was written with schema version %d of type %s; this consumer reads %s", ErrSchemaMismatch, m.ID, v, schemacompat.TypeName(w.GetType()), schemacompat.TypeName(tc.info.GetType()))
 	}
 	if err := schemacompat.CanRead(tc.info, w); err != nil {
-		return fmt.Errorf("%w: message %v was written with schema version %d, which the consumer's schema cannot read: %v", ErrSchemaMismatch, m.ID, v, err)
+		return nil, fmt.Errorf("%w: message %v was written with schema version %d, which the consumer's schema cannot read: %v", ErrSchemaMismatch, m.ID, v, err)
 	}
-	return nil
+	return w, nil
 }
 
 func (tc *TypedConsumer[T]) writerSchema(ctx context.Context, v int32) (*SchemaInfo, error) {

@@ -27,8 +27,8 @@ type schemaFileFlags struct {
 
 func (f *schemaFileFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVarP(&f.file, "file", "f", "", "schema file: a JSON Schema (--type json), a FileDescriptorSet from `protoc --include_imports --descriptor_set_out` (--type protobuf), or without --type Pulsar's schema file {\"type\":\"JSON\",\"schema\":\"...\",\"properties\":{}}")
-	fl.StringVar(&f.typ, "type", "", "schema type: string, json or protobuf (default: read from a Pulsar schema file)")
+	fl.StringVarP(&f.file, "file", "f", "", "schema file: a JSON Schema (--type json), an Avro schema (--type avro), a FileDescriptorSet from `protoc --include_imports --descriptor_set_out` (--type protobuf), or without --type Pulsar's schema file {\"type\":\"JSON\",\"schema\":\"...\",\"properties\":{}}")
+	fl.StringVar(&f.typ, "type", "", "schema type: string, json, protobuf or avro (default: read from a Pulsar schema file)")
 	fl.StringVar(&f.messageName, "message-name", "", "protobuf: the root message's full name (package.Message)")
 	fl.StringArrayVar(&f.props, "property", nil, "KEY=VALUE stored with the version (repeatable)")
 }
@@ -65,7 +65,7 @@ func (f *schemaFileFlags) load() error {
 		}
 		t, err := schemacompat.ParseType(pf.Type)
 		if err != nil {
-			return fmt.Errorf("--file %s: \"type\" %q is not one of STRING, JSON, PROTOBUF", f.file, pf.Type)
+			return fmt.Errorf("--file %s: \"type\" %q is not one of STRING, JSON, PROTOBUF, AVRO", f.file, pf.Type)
 		}
 		info.Type, info.Definition = t, []byte(pf.Schema)
 		for k, v := range pf.Properties {
@@ -76,7 +76,7 @@ func (f *schemaFileFlags) load() error {
 	} else {
 		t, err := schemacompat.ParseType(f.typ)
 		if err != nil || t == clientv1.SchemaType_SCHEMA_TYPE_NONE || t == clientv1.SchemaType_SCHEMA_TYPE_BYTES {
-			return fmt.Errorf("--type %q is not one of string, json, protobuf", f.typ)
+			return fmt.Errorf("--type %q is not one of string, json, protobuf, avro", f.typ)
 		}
 		info.Type, info.Definition = t, data
 		if t != clientv1.SchemaType_SCHEMA_TYPE_STRING && f.file == "" {
@@ -110,7 +110,7 @@ func printSchema(out *adminOut, s *client.SchemaInfo) {
 		fmt.Fprintf(out.w, "property %s=%s\n", k, v)
 	}
 	switch s.GetType() {
-	case clientv1.SchemaType_SCHEMA_TYPE_JSON:
+	case clientv1.SchemaType_SCHEMA_TYPE_JSON, clientv1.SchemaType_SCHEMA_TYPE_AVRO:
 		fmt.Fprintln(out.w, string(s.GetDefinition()))
 	case clientv1.SchemaType_SCHEMA_TYPE_PROTOBUF:
 		fmt.Fprintf(out.w, "FileDescriptorSet, %d bytes (--output json shows it in base64)\n", len(s.GetDefinition()))
@@ -128,7 +128,7 @@ func newSchemasAdminCmd(o *adminOpts) *cobra.Command {
 		}}
 
 	upf := &schemaFileFlags{}
-	upload := &cobra.Command{Use: "upload TOPIC -f FILE [--type json|protobuf|string] [--message-name M]",
+	upload := &cobra.Command{Use: "upload TOPIC -f FILE [--type json|protobuf|avro|string] [--message-name M]",
 		Short:   "Register a schema version for a topic (checked against its compatibility mode)",
 		PreRunE: func(*cobra.Command, []string) error { return upf.load() },
 		RunE: adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {

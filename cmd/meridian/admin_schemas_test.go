@@ -58,6 +58,11 @@ func TestCLIAdminSchemas(t *testing.T) {
 		t.Fatalf("upload v2: %q", r.stdout)
 	}
 	ok("upload", topic, "-f", pulsar) // Pulsar's schema file format
+	avroFile := write("user.avsc", `{"type":"record","name":"User","fields":[{"name":"name","type":"string"}]}`)
+	r = ok("upload", topic+"-avro", "--type", "avro", "-f", avroFile, "--output", "json")
+	if l := jsonLines(t, r.stdout); l[0]["version"] != float64(1) {
+		t.Fatalf("upload avro: %q", r.stdout)
+	}
 	r = ok("compatibility", topic, "--type", "json", "-f", bad, "--output", "json")
 	if l := jsonLines(t, r.stdout); len(l) != 1 || l[0]["compatible"] != false || !strings.Contains(l[0]["reason"].(string), "phone") {
 		t.Fatalf("compatibility json: %q", r.stdout)

@@ -73,10 +73,10 @@ func ParseMode(s string) (clientv1.SchemaCompatibility, error) {
 // ParseType parses a schema type name case-insensitively ("json", "PROTOBUF").
 func ParseType(s string) (clientv1.SchemaType, error) {
 	u := string(bytes.TrimPrefix(bytes.ToUpper([]byte(s)), []byte("SCHEMA_TYPE_")))
-	if v, ok := clientv1.SchemaType_value["SCHEMA_TYPE_"+u]; ok && u != "AVRO" {
+	if v, ok := clientv1.SchemaType_value["SCHEMA_TYPE_"+u]; ok {
 		return clientv1.SchemaType(v), nil
 	}
-	return 0, fmt.Errorf("%w: type %q is not one of NONE, BYTES, STRING, JSON, PROTOBUF", ErrInvalid, s)
+	return 0, fmt.Errorf("%w: type %q is not one of NONE, BYTES, STRING, JSON, PROTOBUF, AVRO", ErrInvalid, s)
 }
 
 // Validate checks a schema's shape: a known type, a parseable definition
@@ -114,17 +114,28 @@ func Validate(s *clientv1.SchemaInfo) error {
 		_, err := protoMessage(s)
 		return err
 	case clientv1.SchemaType_SCHEMA_TYPE_AVRO:
-		return fmt.Errorf("%w: schema.type AVRO is not supported (no Avro library fits the module's pinned dependencies); use JSON or PROTOBUF", ErrInvalid)
+		if s.GetMessageName() != "" {
+			return fmt.Errorf("%w: schema.message_name is only for PROTOBUF", ErrInvalid)
+		}
+		_, err := ParseAvro(s.GetDefinition())
+		return err
 	default:
-		return fmt.Errorf("%w: schema.type %d is not NONE, BYTES, STRING, JSON or PROTOBUF", ErrInvalid, s.GetType())
+		return fmt.Errorf("%w: schema.type %d is not NONE, BYTES, STRING, JSON, PROTOBUF or AVRO", ErrInvalid, s.GetType())
 	}
 }
 
 // Canonical returns the definition in a canonical form used to compare
-// schemas: JSON Schemas re-encoded with sorted keys and no spaces; other
-// types as given.
+// schemas: JSON Schemas re-encoded with sorted keys and no spaces; Avro
+// schemas in Avro's parsing canonical form; other types as given.
 func Canonical(s *clientv1.SchemaInfo) []byte {
-	if s.GetType() != clientv1.SchemaType_SCHEMA_TYPE_JSON {
+	switch s.GetType() {
+	case clientv1.SchemaType_SCHEMA_TYPE_AVRO:
+		if a, err := ParseAvro(s.GetDefinition()); err == nil {
+			return []byte(a.String())
+		}
+		return s.GetDefinition()
+	case clientv1.SchemaType_SCHEMA_TYPE_JSON:
+	default:
 		return s.GetDefinition()
 	}
 	var v any
@@ -172,6 +183,16 @@ func CanRead(reader, writer *clientv1.SchemaInfo) error {
 			return err
 		}
 		return protoCanRead(r, w, map[[2]string]bool{})
+	case clientv1.SchemaType_SCHEMA_TYPE_AVRO:
+		r, err := ParseAvro(reader.GetDefinition())
+		if err != nil {
+			return err
+		}
+		w, err := ParseAvro(writer.GetDefinition())
+		if err != nil {
+			return err
+		}
+		return avroCanRead("", r, w)
 	default:
 		return nil
 	}

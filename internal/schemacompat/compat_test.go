@@ -37,6 +37,23 @@ func jsonSchema(fields ...field) *clientv1.SchemaInfo {
 	return &clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_JSON, Definition: []byte(def)}
 }
 
+func avroSchema(fields ...field) *clientv1.SchemaInfo {
+	var fs []string
+	for _, f := range fields {
+		typ := `"string"`
+		if f.typ == "integer" {
+			typ = `"int"`
+		}
+		if f.required {
+			fs = append(fs, fmt.Sprintf(`{"name":%q,"type":%s}`, f.name, typ))
+		} else {
+			fs = append(fs, fmt.Sprintf(`{"name":%q,"type":["null",%s],"default":null}`, f.name, typ))
+		}
+	}
+	def := fmt.Sprintf(`{"type":"record","name":"Event","namespace":"test.v1","fields":[%s]}`, strings.Join(fs, ","))
+	return &clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_AVRO, Definition: []byte(def)}
+}
+
 func protoSchema(fields ...field) *clientv1.SchemaInfo {
 	m := &descriptorpb.DescriptorProto{Name: proto.String("Event")}
 	for i, f := range fields {
@@ -91,7 +108,7 @@ func TestCompatibilityMatrix(t *testing.T) {
 	kinds := []struct {
 		name string
 		mk   func(...field) *clientv1.SchemaInfo
-	}{{"json", jsonSchema}, {"protobuf", protoSchema}}
+	}{{"json", jsonSchema}, {"protobuf", protoSchema}, {"avro", avroSchema}}
 	for _, k := range kinds {
 		old := k.mk(base...)
 		old.Version = 1
@@ -126,7 +143,7 @@ func TestCompatibilityMatrix(t *testing.T) {
 // TestCompatibilityTransitive: a change compatible with the latest version
 // but not with an older one passes BACKWARD and fails BACKWARD_TRANSITIVE.
 func TestCompatibilityTransitive(t *testing.T) {
-	for _, mk := range []func(...field) *clientv1.SchemaInfo{jsonSchema, protoSchema} {
+	for _, mk := range []func(...field) *clientv1.SchemaInfo{jsonSchema, protoSchema, avroSchema} {
 		v1 := mk(field{"name", "string", true}, field{"age", "integer", false})
 		v1.Version = 1
 		v2 := mk(field{"name", "string", true})
@@ -172,7 +189,7 @@ func TestValidate(t *testing.T) {
 		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_PROTOBUF, Definition: protoSchema().GetDefinition()}, "schema.message_name"},
 		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_PROTOBUF, Definition: protoSchema().GetDefinition(), MessageName: "test.v1.Nope"}, "test.v1.Nope"},
 		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_STRING, Definition: []byte("x")}, "schema.definition"},
-		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_AVRO}, "AVRO"},
+		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_AVRO, Definition: []byte(`{"type":"record","name":"X","fields":[{"name":"a","type":"strin"}]}`)}, "schema.definition"},
 		{&clientv1.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_JSON, Definition: make([]byte, MaxDefinitionBytes+1)}, "limit"},
 	}
 	for i, c := range cases {

@@ -40,7 +40,7 @@ const (
 	// SCHEMA_TYPE_PROTOBUF: protobuf messages; the definition is a serialized
 	// google.protobuf.FileDescriptorSet and message_name the root message.
 	SchemaType_SCHEMA_TYPE_PROTOBUF SchemaType = 4
-	// SCHEMA_TYPE_AVRO is reserved (not supported by this version).
+	// SCHEMA_TYPE_AVRO: Avro binary; the definition is an Avro schema (JSON).
 	SchemaType_SCHEMA_TYPE_AVRO SchemaType = 5
 )
 
