@@ -62,9 +62,13 @@ func (a *Admin) DeleteSchema(ctx context.Context, topic string, force bool) (int
 // TestSchemaCompatibility checks schema against topic's registry without
 // registering it.
 func (a *Admin) TestSchemaCompatibility(ctx context.Context, topic string, schema *SchemaInfo) (*SchemaCompatibilityResult, error) {
-	return read(ctx, a, "test schema compatibility of "+topic, func(ctx context.Context) (*clientv1.TestSchemaCompatibilityResponse, error) {
+	r, err := read(ctx, a, "test schema compatibility of "+topic, func(ctx context.Context) (*clientv1.TestSchemaCompatibilityResponse, error) {
 		return a.api.TestSchemaCompatibility(ctx, &clientv1.TestSchemaCompatibilityRequest{Topic: topic, Schema: schema})
 	})
+	if err != nil {
+		return nil, schemaRefusal(err)
+	}
+	return r, nil
 }
 
 // SetSchemaCompatibility sets the mode of a topic ("tenant/ns/topic") or,

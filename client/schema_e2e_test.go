@@ -296,6 +296,15 @@ func TestSchemaAdmin(t *testing.T) {
 	if _, _, err := adm.UploadSchema(ctx, topic, &client.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_JSON, Definition: []byte("{nope")}); !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "schema.definition") {
 		t.Fatalf("bad definition: %v", err)
 	}
+	if _, _, err := adm.UploadSchema(ctx, topic, &client.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_PROTOBUF, Definition: []byte{}}); !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "schema.message_name") {
+		t.Fatalf("protobuf without message name: %v", err)
+	}
+	if _, err := adm.TestSchemaCompatibility(ctx, topic, &client.SchemaInfo{Type: clientv1.SchemaType_SCHEMA_TYPE_JSON, Definition: []byte(`{"properties":{"name":{"type":"strin"}}}`)}); !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "$.name.type") {
+		t.Fatalf("bad nested type: %v", err)
+	}
+	if vs, err := adm.ListSchemaVersions(ctx, topic); err != nil || len(vs) != 0 {
+		t.Fatalf("refused uploads registered: %v %v", vs, err)
+	}
 	if v, existing, err := adm.UploadSchema(ctx, topic, s1.Info()); err != nil || v != 1 || existing {
 		t.Fatalf("upload: %d %v %v", v, existing, err)
 	}

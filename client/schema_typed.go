@@ -33,11 +33,19 @@ func NewTypedProducer[T any](ctx context.Context, c *Client, opts ProducerOption
 	return &TypedProducer[T]{p: p, schema: schema}, nil
 }
 
-// schemaRefusal marks a broker's schema refusal as ErrIncompatibleSchema.
+// schemaRefusal marks a broker's schema refusal as ErrIncompatibleSchema,
+// and a refused schema definition as ErrInvalidArgument (the client's error
+// mapping reads "name" in an invalid-argument text as a bad name, and
+// schema errors name fields such as schema.message_name).
 func schemaRefusal(err error) error {
 	const marker = "schema incompatible: "
-	if msg := err.Error(); errors.Is(err, ErrNotAllowed) && strings.Contains(msg, marker) {
+	msg := err.Error()
+	if errors.Is(err, ErrNotAllowed) && strings.Contains(msg, marker) {
 		return fmt.Errorf("%w: %s", ErrIncompatibleSchema, msg[strings.Index(msg, marker)+len(marker):])
+	}
+	const arg = "invalid argument: schema"
+	if errors.Is(err, ErrInvalidName) && strings.Contains(msg, arg) {
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, msg[strings.Index(msg, arg)+len("invalid argument: "):])
 	}
 	return err
 }
