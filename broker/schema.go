@@ -46,7 +46,26 @@ const (
 // (ERROR_CODE_NOT_ALLOWED on the wire).
 var ErrIncompatibleSchema = fmt.Errorf("%w: schema incompatible", ErrNotAllowed)
 
-func schemaKeyPrefix(name TopicName) string { return schemaPrefix + name.String() + "/" }
+// schemaRegistryTopic is the topic whose registry name uses: the partitions
+// of a partitioned topic ("<topic>-partition-<i>") share the registry of
+// the partitioned topic, as in Pulsar.
+func schemaRegistryTopic(name TopicName) TopicName {
+	if i := strings.LastIndex(name.Topic, schemaPartitionSuffix); i > 0 {
+		digits := name.Topic[i+len(schemaPartitionSuffix):]
+		if _, err := strconv.ParseUint(digits, 10, 31); err == nil && digits != "" && (digits == "0" || digits[0] != '0') {
+			name.Topic = name.Topic[:i]
+		}
+	}
+	return name
+}
+
+// schemaPartitionSuffix separates a partitioned topic's name from a partition
+// index ("<topic>-partition-<i>").
+const schemaPartitionSuffix = "-partition-"
+
+func schemaKeyPrefix(name TopicName) string {
+	return schemaPrefix + schemaRegistryTopic(name).String() + "/"
+}
 
 func schemaKey(name TopicName, v int32) string {
 	return fmt.Sprintf("%s%0*d", schemaKeyPrefix(name), schemaVersionDigits, v)
@@ -127,7 +146,7 @@ func (s *Server) schemaMode(ctx context.Context, name TopicName, pol *clientv1.N
 		pol = p
 	}
 	auto := pol.SchemaAutoUpdate == nil || pol.GetSchemaAutoUpdate()
-	kv, err := s.cfg.Global.Get(ctx, schemaCompatPrefix+name.String(), metadata.ReadOptions{})
+	kv, err := s.cfg.Global.Get(ctx, schemaCompatPrefix+schemaRegistryTopic(name).String(), metadata.ReadOptions{})
 	switch {
 	case err == nil:
 		var rec schemaCompatRecord

@@ -195,7 +195,7 @@ func (a *adminService) SetSchemaCompatibility(ctx context.Context, r *clientv1.S
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	key := schemaCompatPrefix + name.String()
+	key := schemaCompatPrefix + schemaRegistryTopic(name).String()
 	if mode == clientv1.SchemaCompatibility_SCHEMA_COMPATIBILITY_UNSPECIFIED {
 		if err := a.b.cfg.Global.Delete(ctx, key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
 			return nil, GRPCError(fmt.Errorf("%w: remove schema compatibility of %s: %v", ErrUnavailable, name, err))

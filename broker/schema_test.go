@@ -92,6 +92,13 @@ func TestSchemaRegistryKeysAndPolicies(t *testing.T) {
 	if err != nil || len(r.GetVersions()) != 1 || r.GetVersions()[0].GetType() != clientv1.SchemaType_SCHEMA_TYPE_JSON {
 		t.Fatalf("versions of %s: %v %v; want only its own JSON version", topic, r, err)
 	}
+	// The partitions of a partitioned topic share its registry.
+	if o, err := openSchemaProducer(ctx, cli, topic+"-partition-3", v1); err != nil || o.GetSchemaVersion() != 1 {
+		t.Fatalf("producer on a partition: %v %v; want the partitioned topic's version 1", o, err)
+	}
+	if g, err := adm.GetSchema(ctx, &clientv1.GetSchemaRequest{Topic: topic + "-partition-0"}); err != nil || g.GetSchema().GetVersion() != 1 {
+		t.Fatalf("schema of a partition: %v %v", g, err)
+	}
 
 	pr, err := adm.GetNamespacePolicies(ctx, &clientv1.GetNamespacePoliciesRequest{Namespace: "public/default"})
 	if err != nil {
