@@ -124,6 +124,9 @@ func (s *Server) validatePolicies(p *clientv1.NamespacePolicies) error {
 	if err := validateBacklogQuota(p); err != nil {
 		return err
 	}
+	if err := validateSchemaPolicies(p); err != nil { // schema_admin.go
+		return err
+	}
 	if len(p.ReplicationRegions) > MaxReplicationRegions {
 		return fmt.Errorf("%w: replication_regions has %d entries, limit %d", ErrInvalidArgument, len(p.ReplicationRegions), MaxReplicationRegions)
 	}

@@ -76,6 +76,9 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		return GRPCError(err)
 	}
 	p := &producer{name: pname, identity: open.GetFailoverIdentity(), addr: peerAddr(ctx), out: make(chan *clientv1.ProduceResponse, b.cfg.MaxPendingSends), done: make(chan struct{})}
+	if p.schemaVersion, err = b.producerSchema(ctx, t, open.GetSchema()); err != nil { // schema.go
+		return GRPCError(err)
+	}
 	if p.identity != "" {
 		p.ident = identDedupName(p.identity, pname)
 	}
@@ -99,7 +102,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	}()
 	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
 		ProducerName: pname, LastSequenceId: t.ml.openSequence(pname, b.cfg.Region, open.GetFailoverFrom()), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
-		Region: b.cfg.Region,
+		Region: b.cfg.Region, SchemaVersion: p.schemaVersion,
 	}}}); err != nil {
 		return err
 	}
@@ -267,6 +270,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}
+	md.SchemaVersion = p.entrySchemaVersion() // schema.go
 	data, err := wire.EncodeEntry(md, sd.GetPayload())
 	if err != nil {
 		fail(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
@@ -344,6 +348,10 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if err != nil {
 		return GRPCError(err)
 	}
+	schemaVer, err := b.consumerSchema(ctx, t, sub.GetSchema()) // schema.go
+	if err != nil {
+		return GRPCError(err)
+	}
 	s, created, err := t.subscribeStart(ctx, sub) // seek_reader.go: readers, start positions
 	if err != nil {
 		return GRPCError(err)
@@ -357,7 +365,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 		return GRPCError(err)
 	}
 	defer s.removeConsumer(c)
-	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created}}}); err != nil {
+	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created, SchemaVersion: schemaVer}}}); err != nil {
 		return err
 	}
 	reqs := make(chan *clientv1.ConsumeRequest)

@@ -28,6 +28,9 @@ type producer struct {
 	msgs            atomic.Int64
 	// refused is set by the first quota refusal (refuse).
 	refused atomic.Pointer[error]
+	// schemaVersion is the registry version of the producer's schema (0 =
+	// none; schema.go), stamped on its entries.
+	schemaVersion int32
 }
 
 func (p *producer) close() { p.once.Do(func() { close(p.done) }) }

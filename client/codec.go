@@ -88,6 +88,7 @@ func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
 			OriginID:        originID(md, base, i),
 			RedeliveryCount: m.GetRedeliveryCount(),
 			OriginSeq:       md.GetOriginSeq(),
+			SchemaVersion:   md.GetSchemaVersion(),
 		}
 	}
 	return out, nil

@@ -33,6 +33,8 @@ type Consumer struct {
 	doneCh  chan struct{}  // closed when the run loop exits
 	nextReq atomic.Uint64
 	active  atomic.Bool
+	// schemaVersion is Subscribed.schema_version (schema.go).
+	schemaVersion atomic.Int32
 	// restarting: Seek ends the current stream on purpose (reader.go).
 	restarting atomic.Bool
 
@@ -249,6 +251,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 		Start:           start,
 		Replicated:      co.opts.Replicated,
 		KeyShared:       keySharedToProto(co.opts.Type, co.opts.KeyShared),
+		Schema:          co.opts.schema,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)
@@ -271,6 +274,7 @@ func (co *Consumer) connect(ctx context.Context) (clientv1.Meridian_ConsumeClien
 	if co.name == "" {
 		co.name = sub.GetConsumerName()
 	}
+	co.schemaVersion.Store(sub.GetSchemaVersion()) // schema.go
 	if gen != co.gen {
 		// Another region: partial batch acks refer to the old one's entries.
 		co.batches = map[entryKey]*batchAcks{}

@@ -169,4 +169,7 @@ type ReceivedMessage struct {
 	// OriginRegion (1, 2, 3, ...; the same in every region; 0 when the
 	// broker did not store one). The messages of one batch share it.
 	OriginSeq int64
+	// SchemaVersion is the topic's schema registry version the message was
+	// written with (0 = none); typed consumers decode with it.
+	SchemaVersion int32
 }

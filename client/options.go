@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -324,6 +325,9 @@ type ProducerOptions struct {
 	// MaxMessageSize rejects larger payloads client-side with
 	// ErrMessageTooLarge. Default 5 MiB (the broker default).
 	MaxMessageSize int
+
+	// schema is the producer's schema (NewTypedProducer; schema.go).
+	schema *clientv1.SchemaInfo
 }
 
 // DefaultProducerOptions returns ProducerOptions with defaults (Topic empty).
@@ -430,6 +434,8 @@ type ConsumerOptions struct {
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool
+	// schema is the consumer's schema (SubscribeTyped; schema.go).
+	schema *clientv1.SchemaInfo
 }
 
 // HashRange is an inclusive range of key slots (wire.KeySlot), 0..65535.

@@ -39,6 +39,8 @@ type Producer struct {
 	duplicates atomic.Int64
 	resent     atomic.Int64
 	reconnects atomic.Int64
+	// schemaVersion is ProducerOpened.schema_version (schema.go).
+	schemaVersion atomic.Int32
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -527,6 +529,7 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 	p.mu.Unlock()
 	if err := stream.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{
 		Topic: p.opts.Topic, ProducerName: name, FailoverFrom: from, FailoverIdentity: identity,
+		Schema: p.opts.schema,
 	}}}); err != nil {
 		cancel()
 		return nil, mapError(err)
@@ -553,6 +556,7 @@ func (p *Producer) connect(ctx context.Context, first bool) (clientv1.Meridian_P
 		}
 	}
 	p.maxBytes = opened.GetMaxMessageBytes()
+	p.schemaVersion.Store(opened.GetSchemaVersion()) // schema.go
 	p.region = opened.GetRegion()
 	if r := p.region; r != "" && !slices.Contains(p.used, r) && len(p.used) < MaxRegions {
 		p.used = append(p.used, r)
@@ -698,6 +702,7 @@ func (p *Producer) writeLoop(stream clientv1.Meridian_ProduceClient, stop <-chan
 			ReplicateTo:        to,
 			DisableReplication: disable,
 		}}}
+		req.GetSend().SchemaVersion = p.schemaVersion.Load() // schema.go
 		if err := stream.Send(req); err != nil {
 			return mapError(err)
 		}

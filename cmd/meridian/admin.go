@@ -336,6 +336,7 @@ func newAdminCmd() *cobra.Command {
 	addReplicationCmds(o, root, tenants, namespaces, topics)
 	addPolicyCmds(o, namespaces, topics)
 	root.AddCommand(newFailoverAdminCmd(o))
+	root.AddCommand(newSchemasAdminCmd(o)) // admin_schemas.go
 	return root
 }
 

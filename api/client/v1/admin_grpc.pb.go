@@ -83,6 +83,13 @@ const (
 	Admin_SkipMessages_FullMethodName             = "/meridian.client.v1.Admin/SkipMessages"
 	Admin_ClearBacklog_FullMethodName             = "/meridian.client.v1.Admin/ClearBacklog"
 	Admin_ExpireMessages_FullMethodName           = "/meridian.client.v1.Admin/ExpireMessages"
+	Admin_UploadSchema_FullMethodName             = "/meridian.client.v1.Admin/UploadSchema"
+	Admin_GetSchema_FullMethodName                = "/meridian.client.v1.Admin/GetSchema"
+	Admin_ListSchemaVersions_FullMethodName       = "/meridian.client.v1.Admin/ListSchemaVersions"
+	Admin_DeleteSchema_FullMethodName             = "/meridian.client.v1.Admin/DeleteSchema"
+	Admin_TestSchemaCompatibility_FullMethodName  = "/meridian.client.v1.Admin/TestSchemaCompatibility"
+	Admin_SetSchemaCompatibility_FullMethodName   = "/meridian.client.v1.Admin/SetSchemaCompatibility"
+	Admin_GetSchemaCompatibility_FullMethodName   = "/meridian.client.v1.Admin/GetSchemaCompatibility"
 )
 
 // AdminClient is the client API for Admin service.
@@ -238,6 +245,15 @@ type AdminClient interface {
 	// expire_time_seconds ago (from the mark-delete up to the first entry
 	// published later than that).
 	ExpireMessages(ctx context.Context, in *ExpireMessagesRequest, opts ...grpc.CallOption) (*BacklogOpResponse, error)
+	// Schema registry (schema.proto). UploadSchema registers a version after
+	// the compatibility check; GetSchema returns the latest or one version.
+	UploadSchema(ctx context.Context, in *UploadSchemaRequest, opts ...grpc.CallOption) (*UploadSchemaResponse, error)
+	GetSchema(ctx context.Context, in *GetSchemaRequest, opts ...grpc.CallOption) (*GetSchemaResponse, error)
+	ListSchemaVersions(ctx context.Context, in *ListSchemaVersionsRequest, opts ...grpc.CallOption) (*ListSchemaVersionsResponse, error)
+	DeleteSchema(ctx context.Context, in *DeleteSchemaRequest, opts ...grpc.CallOption) (*DeleteSchemaResponse, error)
+	TestSchemaCompatibility(ctx context.Context, in *TestSchemaCompatibilityRequest, opts ...grpc.CallOption) (*TestSchemaCompatibilityResponse, error)
+	SetSchemaCompatibility(ctx context.Context, in *SetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*SetSchemaCompatibilityResponse, error)
+	GetSchemaCompatibility(ctx context.Context, in *GetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*GetSchemaCompatibilityResponse, error)
 }
 
 type adminClient struct {
@@ -778,6 +794,76 @@ func (c *adminClient) ExpireMessages(ctx context.Context, in *ExpireMessagesRequ
 	return out, nil
 }
 
+func (c *adminClient) UploadSchema(ctx context.Context, in *UploadSchemaRequest, opts ...grpc.CallOption) (*UploadSchemaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UploadSchemaResponse)
+	err := c.cc.Invoke(ctx, Admin_UploadSchema_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetSchema(ctx context.Context, in *GetSchemaRequest, opts ...grpc.CallOption) (*GetSchemaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSchemaResponse)
+	err := c.cc.Invoke(ctx, Admin_GetSchema_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListSchemaVersions(ctx context.Context, in *ListSchemaVersionsRequest, opts ...grpc.CallOption) (*ListSchemaVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchemaVersionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListSchemaVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteSchema(ctx context.Context, in *DeleteSchemaRequest, opts ...grpc.CallOption) (*DeleteSchemaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSchemaResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteSchema_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) TestSchemaCompatibility(ctx context.Context, in *TestSchemaCompatibilityRequest, opts ...grpc.CallOption) (*TestSchemaCompatibilityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TestSchemaCompatibilityResponse)
+	err := c.cc.Invoke(ctx, Admin_TestSchemaCompatibility_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetSchemaCompatibility(ctx context.Context, in *SetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*SetSchemaCompatibilityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSchemaCompatibilityResponse)
+	err := c.cc.Invoke(ctx, Admin_SetSchemaCompatibility_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetSchemaCompatibility(ctx context.Context, in *GetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*GetSchemaCompatibilityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSchemaCompatibilityResponse)
+	err := c.cc.Invoke(ctx, Admin_GetSchemaCompatibility_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -931,6 +1017,15 @@ type AdminServer interface {
 	// expire_time_seconds ago (from the mark-delete up to the first entry
 	// published later than that).
 	ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error)
+	// Schema registry (schema.proto). UploadSchema registers a version after
+	// the compatibility check; GetSchema returns the latest or one version.
+	UploadSchema(context.Context, *UploadSchemaRequest) (*UploadSchemaResponse, error)
+	GetSchema(context.Context, *GetSchemaRequest) (*GetSchemaResponse, error)
+	ListSchemaVersions(context.Context, *ListSchemaVersionsRequest) (*ListSchemaVersionsResponse, error)
+	DeleteSchema(context.Context, *DeleteSchemaRequest) (*DeleteSchemaResponse, error)
+	TestSchemaCompatibility(context.Context, *TestSchemaCompatibilityRequest) (*TestSchemaCompatibilityResponse, error)
+	SetSchemaCompatibility(context.Context, *SetSchemaCompatibilityRequest) (*SetSchemaCompatibilityResponse, error)
+	GetSchemaCompatibility(context.Context, *GetSchemaCompatibilityRequest) (*GetSchemaCompatibilityResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1099,6 +1194,27 @@ func (UnimplementedAdminServer) ClearBacklog(context.Context, *ClearBacklogReque
 }
 func (UnimplementedAdminServer) ExpireMessages(context.Context, *ExpireMessagesRequest) (*BacklogOpResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ExpireMessages not implemented")
+}
+func (UnimplementedAdminServer) UploadSchema(context.Context, *UploadSchemaRequest) (*UploadSchemaResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UploadSchema not implemented")
+}
+func (UnimplementedAdminServer) GetSchema(context.Context, *GetSchemaRequest) (*GetSchemaResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSchema not implemented")
+}
+func (UnimplementedAdminServer) ListSchemaVersions(context.Context, *ListSchemaVersionsRequest) (*ListSchemaVersionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListSchemaVersions not implemented")
+}
+func (UnimplementedAdminServer) DeleteSchema(context.Context, *DeleteSchemaRequest) (*DeleteSchemaResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteSchema not implemented")
+}
+func (UnimplementedAdminServer) TestSchemaCompatibility(context.Context, *TestSchemaCompatibilityRequest) (*TestSchemaCompatibilityResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TestSchemaCompatibility not implemented")
+}
+func (UnimplementedAdminServer) SetSchemaCompatibility(context.Context, *SetSchemaCompatibilityRequest) (*SetSchemaCompatibilityResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetSchemaCompatibility not implemented")
+}
+func (UnimplementedAdminServer) GetSchemaCompatibility(context.Context, *GetSchemaCompatibilityRequest) (*GetSchemaCompatibilityResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSchemaCompatibility not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -2075,6 +2191,132 @@ func _Admin_ExpireMessages_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_UploadSchema_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UploadSchemaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UploadSchema(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UploadSchema_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UploadSchema(ctx, req.(*UploadSchemaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetSchema_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSchemaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetSchema(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetSchema_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetSchema(ctx, req.(*GetSchemaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListSchemaVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchemaVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListSchemaVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListSchemaVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListSchemaVersions(ctx, req.(*ListSchemaVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteSchema_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSchemaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteSchema(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteSchema_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteSchema(ctx, req.(*DeleteSchemaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_TestSchemaCompatibility_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TestSchemaCompatibilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TestSchemaCompatibility(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TestSchemaCompatibility_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TestSchemaCompatibility(ctx, req.(*TestSchemaCompatibilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetSchemaCompatibility_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSchemaCompatibilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetSchemaCompatibility(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetSchemaCompatibility_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetSchemaCompatibility(ctx, req.(*SetSchemaCompatibilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetSchemaCompatibility_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSchemaCompatibilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetSchemaCompatibility(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetSchemaCompatibility_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetSchemaCompatibility(ctx, req.(*GetSchemaCompatibilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2293,6 +2535,34 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExpireMessages",
 			Handler:    _Admin_ExpireMessages_Handler,
+		},
+		{
+			MethodName: "UploadSchema",
+			Handler:    _Admin_UploadSchema_Handler,
+		},
+		{
+			MethodName: "GetSchema",
+			Handler:    _Admin_GetSchema_Handler,
+		},
+		{
+			MethodName: "ListSchemaVersions",
+			Handler:    _Admin_ListSchemaVersions_Handler,
+		},
+		{
+			MethodName: "DeleteSchema",
+			Handler:    _Admin_DeleteSchema_Handler,
+		},
+		{
+			MethodName: "TestSchemaCompatibility",
+			Handler:    _Admin_TestSchemaCompatibility_Handler,
+		},
+		{
+			MethodName: "SetSchemaCompatibility",
+			Handler:    _Admin_SetSchemaCompatibility_Handler,
+		},
+		{
+			MethodName: "GetSchemaCompatibility",
+			Handler:    _Admin_GetSchemaCompatibility_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -603,8 +603,11 @@ type OpenProducer struct {
 	// message of the producer whichever region stored it first, and stores
 	// it once. Up to 128 characters of [a-zA-Z0-9_.-].
 	FailoverIdentity string `protobuf:"bytes,4,opt,name=failover_identity,json=failoverIdentity,proto3" json:"failover_identity,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// schema is the producer's schema (unset or NONE/BYTES = none): checked
+	// against the topic's registry and registered when new and compatible.
+	Schema        *SchemaInfo `protobuf:"bytes,5,opt,name=schema,proto3" json:"schema,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenProducer) Reset() {
@@ -663,6 +666,13 @@ func (x *OpenProducer) GetFailoverIdentity() string {
 		return x.FailoverIdentity
 	}
 	return ""
+}
+
+func (x *OpenProducer) GetSchema() *SchemaInfo {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
 }
 
 // Send is one batch: stored as one entry.
@@ -899,7 +909,10 @@ type ProducerOpened struct {
 	MaxMessageBytes int64 `protobuf:"varint,3,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// region is the region the topic's owner serves: the origin_region of
 	// the entries this producer writes.
-	Region        string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	Region string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// schema_version is the registry version of OpenProducer.schema (0 =
+	// none); the broker stamps it on the producer's entries.
+	SchemaVersion int32 `protobuf:"varint,5,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +973,13 @@ func (x *ProducerOpened) GetRegion() string {
 		return x.Region
 	}
 	return ""
+}
+
+func (x *ProducerOpened) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
 }
 
 type SendReceipt struct {
@@ -1327,7 +1347,10 @@ type Subscribe struct {
 	Start *StartPosition `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
 	// key_shared configures a KEY_SHARED consumer (unset = AUTO_SPLIT, in
 	// order).
-	KeyShared     *KeySharedPolicy `protobuf:"bytes,10,opt,name=key_shared,json=keyShared,proto3" json:"key_shared,omitempty"` // field 11 is reserved for the consumer's schema (issue 10, schemas).
+	KeyShared *KeySharedPolicy `protobuf:"bytes,10,opt,name=key_shared,json=keyShared,proto3" json:"key_shared,omitempty"`
+	// schema is the consumer's schema (unset or NONE/BYTES = none): it must
+	// be readable under the topic's compatibility mode.
+	Schema        *SchemaInfo `protobuf:"bytes,11,opt,name=schema,proto3" json:"schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1428,6 +1451,13 @@ func (x *Subscribe) GetStart() *StartPosition {
 func (x *Subscribe) GetKeyShared() *KeySharedPolicy {
 	if x != nil {
 		return x.KeyShared
+	}
+	return nil
+}
+
+func (x *Subscribe) GetSchema() *SchemaInfo {
+	if x != nil {
+		return x.Schema
 	}
 	return nil
 }
@@ -2172,7 +2202,10 @@ type Subscribed struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	ConsumerName string                 `protobuf:"bytes,1,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	// created is true when this Subscribe created the subscription.
-	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// schema_version is the registry version identical to Subscribe.schema
+	// (0 = none or not registered).
+	SchemaVersion int32 `protobuf:"varint,3,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2219,6 +2252,13 @@ func (x *Subscribed) GetCreated() bool {
 		return x.Created
 	}
 	return false
+}
+
+func (x *Subscribed) GetSchemaVersion() int32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
 }
 
 // Message is one entry: a (possibly compressed) Batch as stored.
@@ -2439,7 +2479,7 @@ var File_api_client_v1_client_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
-	"\x1aapi/client/v1/client.proto\x12\x12meridian.client.v1\x1a\x19api/client/v1/entry.proto\"w\n" +
+	"\x1aapi/client/v1/client.proto\x12\x12meridian.client.v1\x1a\x19api/client/v1/entry.proto\x1a\x1aapi/client/v1/schema.proto\"w\n" +
 	"\x05Error\x121\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1d.meridian.client.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12!\n" +
@@ -2456,12 +2496,13 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0eProduceRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .meridian.client.v1.OpenProducerH\x00R\x04open\x12.\n" +
 	"\x04send\x18\x02 \x01(\v2\x18.meridian.client.v1.SendH\x00R\x04sendB\x06\n" +
-	"\x04kind\"\x9b\x01\n" +
+	"\x04kind\"\xd3\x01\n" +
 	"\fOpenProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
 	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\x12#\n" +
 	"\rfailover_from\x18\x03 \x03(\tR\ffailoverFrom\x12+\n" +
-	"\x11failover_identity\x18\x04 \x01(\tR\x10failoverIdentity\"\xbc\x03\n" +
+	"\x11failover_identity\x18\x04 \x01(\tR\x10failoverIdentity\x126\n" +
+	"\x06schema\x18\x05 \x01(\v2\x1e.meridian.client.v1.SchemaInfoR\x06schema\"\xbc\x03\n" +
 	"\x04Send\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12!\n" +
@@ -2479,12 +2520,13 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x0fProduceResponse\x12<\n" +
 	"\x06opened\x18\x01 \x01(\v2\".meridian.client.v1.ProducerOpenedH\x00R\x06opened\x12;\n" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.meridian.client.v1.SendReceiptH\x00R\areceiptB\x06\n" +
-	"\x04kind\"\xa3\x01\n" +
+	"\x04kind\"\xca\x01\n" +
 	"\x0eProducerOpened\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
 	"\x10last_sequence_id\x18\x02 \x01(\x03R\x0elastSequenceId\x12*\n" +
 	"\x11max_message_bytes\x18\x03 \x01(\x03R\x0fmaxMessageBytes\x12\x16\n" +
-	"\x06region\x18\x04 \x01(\tR\x06region\"\xbb\x01\n" +
+	"\x06region\x18\x04 \x01(\tR\x06region\x12%\n" +
+	"\x0eschema_version\x18\x05 \x01(\x05R\rschemaVersion\"\xbb\x01\n" +
 	"\vSendReceipt\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x03R\n" +
 	"sequenceId\x12<\n" +
@@ -2506,7 +2548,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\tredeliver\x18\x04 \x01(\v2\x1d.meridian.client.v1.RedeliverH\x00R\tredeliver\x12C\n" +
 	"\vunsubscribe\x18\x05 \x01(\v2\x1f.meridian.client.v1.UnsubscribeH\x00R\vunsubscribe\x12.\n" +
 	"\x04seek\x18\x06 \x01(\v2\x18.meridian.client.v1.SeekH\x00R\x04seekB\x06\n" +
-	"\x04kind\"\xce\x03\n" +
+	"\x04kind\"\x86\x04\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x128\n" +
@@ -2522,7 +2564,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x05start\x18\t \x01(\v2!.meridian.client.v1.StartPositionR\x05start\x12B\n" +
 	"\n" +
 	"key_shared\x18\n" +
-	" \x01(\v2#.meridian.client.v1.KeySharedPolicyR\tkeyShared\"`\n" +
+	" \x01(\v2#.meridian.client.v1.KeySharedPolicyR\tkeyShared\x126\n" +
+	"\x06schema\x18\v \x01(\v2\x1e.meridian.client.v1.SchemaInfoR\x06schema\"`\n" +
 	"\x0eOriginPosition\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
 	"\tledger_id\x18\x02 \x01(\x03R\bledgerId\x12\x19\n" +
@@ -2573,11 +2616,12 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\v2\x19.meridian.client.v1.ErrorH\x00R\x05error\x12F\n" +
 	"\funsubscribed\x18\x06 \x01(\v2 .meridian.client.v1.UnsubscribedH\x00R\funsubscribed\x12G\n" +
 	"\rseek_response\x18\a \x01(\v2 .meridian.client.v1.SeekResponseH\x00R\fseekResponseB\x06\n" +
-	"\x04kind\"K\n" +
+	"\x04kind\"r\n" +
 	"\n" +
 	"Subscribed\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xfb\x01\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12%\n" +
+	"\x0eschema_version\x18\x03 \x01(\x05R\rschemaVersion\"\xfb\x01\n" +
 	"\aMessage\x12<\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\v2\x1d.meridian.client.v1.MessageIdR\tmessageId\x12=\n" +
@@ -2672,60 +2716,63 @@ var file_api_client_v1_client_proto_goTypes = []any{
 	(*ActiveConsumerChange)(nil), // 29: meridian.client.v1.ActiveConsumerChange
 	(*AckResponse)(nil),          // 30: meridian.client.v1.AckResponse
 	(*Unsubscribed)(nil),         // 31: meridian.client.v1.Unsubscribed
-	(CompressionType)(0),         // 32: meridian.client.v1.CompressionType
-	(*MessageId)(nil),            // 33: meridian.client.v1.MessageId
-	(*EntryMetadata)(nil),        // 34: meridian.client.v1.EntryMetadata
+	(*SchemaInfo)(nil),           // 32: meridian.client.v1.SchemaInfo
+	(CompressionType)(0),         // 33: meridian.client.v1.CompressionType
+	(*MessageId)(nil),            // 34: meridian.client.v1.MessageId
+	(*EntryMetadata)(nil),        // 35: meridian.client.v1.EntryMetadata
 }
 var file_api_client_v1_client_proto_depIdxs = []int32{
 	0,  // 0: meridian.client.v1.Error.code:type_name -> meridian.client.v1.ErrorCode
 	8,  // 1: meridian.client.v1.ProduceRequest.open:type_name -> meridian.client.v1.OpenProducer
 	9,  // 2: meridian.client.v1.ProduceRequest.send:type_name -> meridian.client.v1.Send
-	32, // 3: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
-	11, // 4: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
-	12, // 5: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
-	33, // 6: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
-	4,  // 7: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
-	2,  // 8: meridian.client.v1.KeySharedPolicy.mode:type_name -> meridian.client.v1.KeySharedMode
-	13, // 9: meridian.client.v1.KeySharedPolicy.ranges:type_name -> meridian.client.v1.HashRange
-	16, // 10: meridian.client.v1.ConsumeRequest.subscribe:type_name -> meridian.client.v1.Subscribe
-	21, // 11: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
-	22, // 12: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
-	24, // 13: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
-	25, // 14: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
-	19, // 15: meridian.client.v1.ConsumeRequest.seek:type_name -> meridian.client.v1.Seek
-	1,  // 16: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
-	3,  // 17: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
-	18, // 18: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
-	14, // 19: meridian.client.v1.Subscribe.key_shared:type_name -> meridian.client.v1.KeySharedPolicy
-	33, // 20: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
-	17, // 21: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
-	3,  // 22: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
-	18, // 23: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
-	4,  // 24: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
-	33, // 25: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
-	23, // 26: meridian.client.v1.Ack.batch_index_acks:type_name -> meridian.client.v1.BatchIndexAck
-	33, // 27: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
-	27, // 28: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
-	28, // 29: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
-	29, // 30: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
-	30, // 31: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
-	4,  // 32: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
-	31, // 33: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
-	20, // 34: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
-	33, // 35: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
-	34, // 36: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
-	4,  // 37: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
-	5,  // 38: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
-	7,  // 39: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
-	15, // 40: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
-	6,  // 41: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
-	10, // 42: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
-	26, // 43: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
-	41, // [41:44] is the sub-list for method output_type
-	38, // [38:41] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	32, // 3: meridian.client.v1.OpenProducer.schema:type_name -> meridian.client.v1.SchemaInfo
+	33, // 4: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
+	11, // 5: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
+	12, // 6: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
+	34, // 7: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
+	4,  // 8: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
+	2,  // 9: meridian.client.v1.KeySharedPolicy.mode:type_name -> meridian.client.v1.KeySharedMode
+	13, // 10: meridian.client.v1.KeySharedPolicy.ranges:type_name -> meridian.client.v1.HashRange
+	16, // 11: meridian.client.v1.ConsumeRequest.subscribe:type_name -> meridian.client.v1.Subscribe
+	21, // 12: meridian.client.v1.ConsumeRequest.flow:type_name -> meridian.client.v1.Flow
+	22, // 13: meridian.client.v1.ConsumeRequest.ack:type_name -> meridian.client.v1.Ack
+	24, // 14: meridian.client.v1.ConsumeRequest.redeliver:type_name -> meridian.client.v1.Redeliver
+	25, // 15: meridian.client.v1.ConsumeRequest.unsubscribe:type_name -> meridian.client.v1.Unsubscribe
+	19, // 16: meridian.client.v1.ConsumeRequest.seek:type_name -> meridian.client.v1.Seek
+	1,  // 17: meridian.client.v1.Subscribe.type:type_name -> meridian.client.v1.SubscriptionType
+	3,  // 18: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
+	18, // 19: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
+	14, // 20: meridian.client.v1.Subscribe.key_shared:type_name -> meridian.client.v1.KeySharedPolicy
+	32, // 21: meridian.client.v1.Subscribe.schema:type_name -> meridian.client.v1.SchemaInfo
+	34, // 22: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
+	17, // 23: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
+	3,  // 24: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
+	18, // 25: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
+	4,  // 26: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
+	34, // 27: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
+	23, // 28: meridian.client.v1.Ack.batch_index_acks:type_name -> meridian.client.v1.BatchIndexAck
+	34, // 29: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
+	27, // 30: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
+	28, // 31: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
+	29, // 32: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
+	30, // 33: meridian.client.v1.ConsumeResponse.ack_response:type_name -> meridian.client.v1.AckResponse
+	4,  // 34: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
+	31, // 35: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
+	20, // 36: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
+	34, // 37: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
+	35, // 38: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
+	4,  // 39: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
+	5,  // 40: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
+	7,  // 41: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
+	15, // 42: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
+	6,  // 43: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
+	10, // 44: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
+	26, // 45: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
+	43, // [43:46] is the sub-list for method output_type
+	40, // [40:43] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_client_proto_init() }
@@ -2734,6 +2781,7 @@ func file_api_client_v1_client_proto_init() {
 		return
 	}
 	file_api_client_v1_entry_proto_init()
+	file_api_client_v1_schema_proto_init()
 	file_api_client_v1_client_proto_msgTypes[3].OneofWrappers = []any{
 		(*ProduceRequest_Open)(nil),
 		(*ProduceRequest_Send)(nil),
