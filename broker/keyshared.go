@@ -360,10 +360,12 @@ func (s *subscription) dispatchStatsLocked(ss *clientv1.SubscriptionStats) {
 			ss.UncoveredEntries++
 		}
 	}
-	for i, c := range s.consumers {
-		if i < len(ss.Consumers) {
-			ss.Consumers[i].KeyHashRanges = s.rangesOfLocked(c)
-			ss.Consumers[i].AllowOutOfOrder = c.ks.GetAllowOutOfOrder()
+	for _, cs := range ss.Consumers {
+		for _, c := range s.consumers {
+			if c.name == cs.GetConsumerName() {
+				cs.KeyHashRanges = s.rangesOfLocked(c)
+				cs.AllowOutOfOrder = c.ks.GetAllowOutOfOrder()
+			}
 		}
 	}
 }
