@@ -145,7 +145,7 @@ type produceFlags struct {
 func newProduceCmd() *cobra.Command {
 	f := &produceFlags{}
 	cmd := &cobra.Command{
-		Use:   "produce --topic T [--count N] [--size BYTES] [--key K | --keys N] [--rate R] [--message TEXT] [--output text|json]",
+		Use:   "produce --topic T [--count N] [--size BYTES] [--key K | --keys N] [--rate R] [--message TEXT] [--deliver-after D | --deliver-at TIME] [--output text|json]",
 		Short: "Publish messages to a topic",
 		Long: `Publish messages to a topic.
 
