@@ -205,7 +205,7 @@ func TestE2EAckCumulativeInsideBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := produceN(t, p, 0, 12) // 3 batches of 4
+	ids := produceKeylessN(t, p, 0, 12) // 3 batches of 4 (keyless: a key change closes a batch)
 	if ids[4].BatchIndex != 0 || ids[5].BatchIndex != 1 || ids[4].EntryID == ids[3].EntryID {
 		t.Fatalf("unexpected batching: %v", ids)
 	}
@@ -398,7 +398,7 @@ func TestE2EPartialBatchAckRedeliversWholeEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := produceN(t, p, 0, 8) // two entries of 4
+	ids := produceKeylessN(t, p, 0, 8) // two entries of 4
 	got := receiveN(t, co, 8, 30*time.Second, false)
 	for i, m := range got {
 		if i == 6 {

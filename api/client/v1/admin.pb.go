@@ -1589,8 +1589,13 @@ type ConsumerStats struct {
 	Active           bool                   `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
 	Priority         int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	MsgRateOut       float64                `protobuf:"fixed64,7,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// key_hash_ranges are the key slots (wire.KeySlot) a KEY_SHARED consumer
+	// owns: its sticky ranges, or its share of the consistent-hash ring.
+	KeyHashRanges []*HashRange `protobuf:"bytes,11,rep,name=key_hash_ranges,json=keyHashRanges,proto3" json:"key_hash_ranges,omitempty"`
+	// allow_out_of_order: the KEY_SHARED consumer lifted the join rule.
+	AllowOutOfOrder bool `protobuf:"varint,12,opt,name=allow_out_of_order,json=allowOutOfOrder,proto3" json:"allow_out_of_order,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConsumerStats) Reset() {
@@ -1672,6 +1677,20 @@ func (x *ConsumerStats) GetMsgRateOut() float64 {
 	return 0
 }
 
+func (x *ConsumerStats) GetKeyHashRanges() []*HashRange {
+	if x != nil {
+		return x.KeyHashRanges
+	}
+	return nil
+}
+
+func (x *ConsumerStats) GetAllowOutOfOrder() bool {
+	if x != nil {
+		return x.AllowOutOfOrder
+	}
+	return false
+}
+
 type SubscriptionStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1698,8 +1717,19 @@ type SubscriptionStats struct {
 	// loaded on this broker).
 	ExpiredEntriesTotal int64 `protobuf:"varint,25,opt,name=expired_entries_total,json=expiredEntriesTotal,proto3" json:"expired_entries_total,omitempty"`
 	EvictedEntriesTotal int64 `protobuf:"varint,26,opt,name=evicted_entries_total,json=evictedEntriesTotal,proto3" json:"evicted_entries_total,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// delayed_entries counts entries held by delayed delivery (deliver_at_ms
+	// in the future) that dispatch has read and tracks in memory.
+	DelayedEntries int64 `protobuf:"varint,20,opt,name=delayed_entries,json=delayedEntries,proto3" json:"delayed_entries,omitempty"`
+	// set_aside_entries counts entries waiting in the replay set: nacked or
+	// returned by a consumer, or (KEY_SHARED) set aside because the key's
+	// consumer has no permit, the key is still draining from another
+	// consumer, or no consumer's sticky range covers the key's slot.
+	SetAsideEntries int64 `protobuf:"varint,21,opt,name=set_aside_entries,json=setAsideEntries,proto3" json:"set_aside_entries,omitempty"`
+	// uncovered_entries counts the set-aside entries whose key slot no
+	// connected consumer covers (KEY_SHARED STICKY with gaps).
+	UncoveredEntries int64 `protobuf:"varint,22,opt,name=uncovered_entries,json=uncoveredEntries,proto3" json:"uncovered_entries,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1812,6 +1842,27 @@ func (x *SubscriptionStats) GetExpiredEntriesTotal() int64 {
 func (x *SubscriptionStats) GetEvictedEntriesTotal() int64 {
 	if x != nil {
 		return x.EvictedEntriesTotal
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetDelayedEntries() int64 {
+	if x != nil {
+		return x.DelayedEntries
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetSetAsideEntries() int64 {
+	if x != nil {
+		return x.SetAsideEntries
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetUncoveredEntries() int64 {
+	if x != nil {
+		return x.UncoveredEntries
 	}
 	return 0
 }
@@ -7780,7 +7831,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1e\n" +
 	"\vmsg_rate_in\x18\x03 \x01(\x01R\tmsgRateIn\x12\"\n" +
 	"\rbytes_rate_in\x18\x04 \x01(\x01R\vbytesRateIn\x12(\n" +
-	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xfa\x01\n" +
+	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xee\x02\n" +
 	"\rConsumerStats\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
@@ -7789,7 +7840,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\xed\x04\n" +
+	"msgRateOut\x12E\n" +
+	"\x0fkey_hash_ranges\x18\v \x03(\v2\x1d.meridian.client.v1.HashRangeR\rkeyHashRanges\x12+\n" +
+	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\xef\x05\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -7806,7 +7859,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\adurable\x18\n" +
 	" \x01(\bR\adurable\x122\n" +
 	"\x15expired_entries_total\x18\x19 \x01(\x03R\x13expiredEntriesTotal\x122\n" +
-	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\"\xd5\x01\n" +
+	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\x12'\n" +
+	"\x0fdelayed_entries\x18\x14 \x01(\x03R\x0edelayedEntries\x12*\n" +
+	"\x11set_aside_entries\x18\x15 \x01(\x03R\x0fsetAsideEntries\x12+\n" +
+	"\x11uncovered_entries\x18\x16 \x01(\x03R\x10uncoveredEntries\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -8442,24 +8498,25 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	nil,                                      // 127: meridian.client.v1.LedgerDetails.PropertiesEntry
 	nil,                                      // 128: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
 	(SchemaCompatibility)(0),                 // 129: meridian.client.v1.SchemaCompatibility
-	(SubscriptionType)(0),                    // 130: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 131: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 132: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 133: meridian.client.v1.OriginPosition
-	(*UploadSchemaRequest)(nil),              // 134: meridian.client.v1.UploadSchemaRequest
-	(*GetSchemaRequest)(nil),                 // 135: meridian.client.v1.GetSchemaRequest
-	(*ListSchemaVersionsRequest)(nil),        // 136: meridian.client.v1.ListSchemaVersionsRequest
-	(*DeleteSchemaRequest)(nil),              // 137: meridian.client.v1.DeleteSchemaRequest
-	(*TestSchemaCompatibilityRequest)(nil),   // 138: meridian.client.v1.TestSchemaCompatibilityRequest
-	(*SetSchemaCompatibilityRequest)(nil),    // 139: meridian.client.v1.SetSchemaCompatibilityRequest
-	(*GetSchemaCompatibilityRequest)(nil),    // 140: meridian.client.v1.GetSchemaCompatibilityRequest
-	(*UploadSchemaResponse)(nil),             // 141: meridian.client.v1.UploadSchemaResponse
-	(*GetSchemaResponse)(nil),                // 142: meridian.client.v1.GetSchemaResponse
-	(*ListSchemaVersionsResponse)(nil),       // 143: meridian.client.v1.ListSchemaVersionsResponse
-	(*DeleteSchemaResponse)(nil),             // 144: meridian.client.v1.DeleteSchemaResponse
-	(*TestSchemaCompatibilityResponse)(nil),  // 145: meridian.client.v1.TestSchemaCompatibilityResponse
-	(*SetSchemaCompatibilityResponse)(nil),   // 146: meridian.client.v1.SetSchemaCompatibilityResponse
-	(*GetSchemaCompatibilityResponse)(nil),   // 147: meridian.client.v1.GetSchemaCompatibilityResponse
+	(*HashRange)(nil),                        // 130: meridian.client.v1.HashRange
+	(SubscriptionType)(0),                    // 131: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 132: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 133: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                   // 134: meridian.client.v1.OriginPosition
+	(*UploadSchemaRequest)(nil),              // 135: meridian.client.v1.UploadSchemaRequest
+	(*GetSchemaRequest)(nil),                 // 136: meridian.client.v1.GetSchemaRequest
+	(*ListSchemaVersionsRequest)(nil),        // 137: meridian.client.v1.ListSchemaVersionsRequest
+	(*DeleteSchemaRequest)(nil),              // 138: meridian.client.v1.DeleteSchemaRequest
+	(*TestSchemaCompatibilityRequest)(nil),   // 139: meridian.client.v1.TestSchemaCompatibilityRequest
+	(*SetSchemaCompatibilityRequest)(nil),    // 140: meridian.client.v1.SetSchemaCompatibilityRequest
+	(*GetSchemaCompatibilityRequest)(nil),    // 141: meridian.client.v1.GetSchemaCompatibilityRequest
+	(*UploadSchemaResponse)(nil),             // 142: meridian.client.v1.UploadSchemaResponse
+	(*GetSchemaResponse)(nil),                // 143: meridian.client.v1.GetSchemaResponse
+	(*ListSchemaVersionsResponse)(nil),       // 144: meridian.client.v1.ListSchemaVersionsResponse
+	(*DeleteSchemaResponse)(nil),             // 145: meridian.client.v1.DeleteSchemaResponse
+	(*TestSchemaCompatibilityResponse)(nil),  // 146: meridian.client.v1.TestSchemaCompatibilityResponse
+	(*SetSchemaCompatibilityResponse)(nil),   // 147: meridian.client.v1.SetSchemaCompatibilityResponse
+	(*GetSchemaCompatibilityResponse)(nil),   // 148: meridian.client.v1.GetSchemaCompatibilityResponse
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -8468,175 +8525,176 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 3: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 5: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	130, // 6: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	30,  // 7: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	131, // 8: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	33,  // 9: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	32,  // 10: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	131, // 11: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29,  // 12: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31,  // 13: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	101, // 14: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	131, // 15: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 16: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 17: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	131, // 18: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	132, // 19: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	131, // 20: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	132, // 21: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	133, // 22: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 23: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 24: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 25: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 26: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 27: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 28: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 29: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 30: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 31: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 32: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 33: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	127, // 34: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 35: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 36: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 37: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	131, // 38: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 39: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 40: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	8,   // 41: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 42: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 43: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 44: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
-	116, // 45: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
-	8,   // 46: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	128, // 47: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	126, // 48: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
-	131, // 49: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	2,   // 50: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 51: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 52: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 53: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 54: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 55: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 56: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 57: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 58: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 59: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 60: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 61: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 62: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 63: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 64: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 65: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 66: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 67: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 68: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 69: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 70: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 71: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 72: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 73: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 74: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 75: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 76: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 77: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 78: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 79: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 80: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 81: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 82: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 83: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 84: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 85: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 86: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 87: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 88: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 89: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 90: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 91: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 92: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	107, // 93: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	109, // 94: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	111, // 95: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	113, // 96: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	115, // 97: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	118, // 98: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	120, // 99: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	122, // 100: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
-	123, // 101: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
-	124, // 102: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
-	134, // 103: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
-	135, // 104: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
-	136, // 105: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
-	137, // 106: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
-	138, // 107: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
-	139, // 108: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
-	140, // 109: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
-	3,   // 110: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 111: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 112: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 113: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 114: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 115: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 116: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 117: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 118: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 119: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 120: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 121: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 122: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 123: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 124: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 125: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 126: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 127: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 128: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 129: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 130: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 131: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 132: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 133: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 134: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 135: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 136: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 137: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 138: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 139: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 140: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 141: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 142: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 143: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 144: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 145: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 146: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 147: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 148: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 149: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 150: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 151: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 152: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	108, // 153: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	110, // 154: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	112, // 155: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	114, // 156: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	117, // 157: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	119, // 158: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	121, // 159: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	125, // 160: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 161: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 162: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	141, // 163: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
-	142, // 164: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
-	143, // 165: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
-	144, // 166: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
-	145, // 167: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
-	146, // 168: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
-	147, // 169: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
-	110, // [110:170] is the sub-list for method output_type
-	50,  // [50:110] is the sub-list for method input_type
-	50,  // [50:50] is the sub-list for extension type_name
-	50,  // [50:50] is the sub-list for extension extendee
-	0,   // [0:50] is the sub-list for field type_name
+	130, // 6: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	131, // 7: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	30,  // 8: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	132, // 9: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	33,  // 10: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	32,  // 11: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
+	132, // 12: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29,  // 13: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31,  // 14: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	101, // 15: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	132, // 16: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 17: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 18: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	132, // 19: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	133, // 20: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	132, // 21: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	133, // 22: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	134, // 23: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 24: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 25: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 26: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 27: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 28: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 29: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 30: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 31: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 32: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 33: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 34: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	127, // 35: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 36: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 37: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 38: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	132, // 39: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 40: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 41: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	8,   // 42: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 43: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 44: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 45: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
+	116, // 46: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
+	8,   // 47: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	128, // 48: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	126, // 49: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	132, // 50: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	2,   // 51: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 52: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 53: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 54: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 55: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 56: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 57: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 58: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 59: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 60: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 61: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 62: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 63: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 64: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 65: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 66: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 67: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 68: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 69: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 70: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 71: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 72: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 73: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 74: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 75: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 76: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 77: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 78: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 79: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 80: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 81: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 82: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 83: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 84: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 85: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 86: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 87: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 88: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 89: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 90: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 91: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 92: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 93: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 94: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	109, // 95: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	111, // 96: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	113, // 97: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	115, // 98: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	118, // 99: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	120, // 100: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	122, // 101: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	123, // 102: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	124, // 103: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	135, // 104: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
+	136, // 105: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
+	137, // 106: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
+	138, // 107: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
+	139, // 108: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
+	140, // 109: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
+	141, // 110: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
+	3,   // 111: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 112: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 113: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 114: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 115: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 116: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 117: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 118: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 119: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 120: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 121: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 122: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 123: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 124: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 125: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 126: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 127: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 128: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 129: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 130: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 131: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 132: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 133: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 134: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 135: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 136: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 137: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 138: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 139: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 140: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 141: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 142: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 143: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 144: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 145: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 146: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 147: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 148: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 149: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 150: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 151: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 152: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 153: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	108, // 154: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	110, // 155: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	112, // 156: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	114, // 157: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	117, // 158: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	119, // 159: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	121, // 160: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	125, // 161: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 162: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 163: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	142, // 164: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
+	143, // 165: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
+	144, // 166: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
+	145, // 167: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
+	146, // 168: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
+	147, // 169: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
+	148, // 170: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
+	111, // [111:171] is the sub-list for method output_type
+	51,  // [51:111] is the sub-list for method input_type
+	51,  // [51:51] is the sub-list for extension type_name
+	51,  // [51:51] is the sub-list for extension extendee
+	0,   // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
