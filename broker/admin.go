@@ -327,6 +327,9 @@ func (a *adminService) UnloadTopic(ctx context.Context, r *clientv1.UnloadTopicR
 }
 
 func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicStatsRequest) (*clientv1.TopicStats, error) {
+	if st, ok, err := a.partitionedStats(ctx, r); ok { // partitioned_stats.go
+		return st, err
+	}
 	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
 	if fwd != nil {
 		return fwd.GetTopicStats(ctx, r)

@@ -69,6 +69,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 	}
 	addMetadataAdminRoutes(routes, a)
 	addReplicationAdminRoutes(routes, a)
+	addPartitionedAdminRoutes(routes, a)
 	return routes
 }
 

@@ -18,7 +18,7 @@ import (
 const topicPolicyPrefix = "topic-policies/"
 
 // cachedPrefixes are the global-shard prefixes the policy cache mirrors.
-var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, regionPrefix, failoverPrefix}
+var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, regionPrefix, failoverPrefix, partitionedPrefix}
 
 // Bounds of the policy cache's background work.
 const (

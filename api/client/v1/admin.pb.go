@@ -1305,8 +1305,11 @@ func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
 }
 
 type GetTopicStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// per_partition, for a partitioned topic, adds each partition's stats
+	// (TopicStats.partition_stats) to the aggregate.
+	PerPartition  bool `protobuf:"varint,2,opt,name=per_partition,json=perPartition,proto3" json:"per_partition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1346,6 +1349,13 @@ func (x *GetTopicStatsRequest) GetTopic() string {
 		return x.Topic
 	}
 	return ""
+}
+
+func (x *GetTopicStatsRequest) GetPerPartition() bool {
+	if x != nil {
+		return x.PerPartition
+	}
+	return false
 }
 
 type GetTopicInternalStatsRequest struct {
@@ -1962,9 +1972,22 @@ type TopicStats struct {
 	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
 	// replicators has one element per remote region this topic replicates
 	// to from this region (the owner's replicators).
-	Replicators   []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicators []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	// partitions is the partition count of a partitioned topic (0 for a
+	// topic that is not partitioned). The stats of a partitioned topic sum
+	// its partitions': counters and rates add up, subscriptions of the same
+	// name merge (backlogs add up), backlog_entries is the largest merged
+	// subscription backlog.
+	Partitions int32 `protobuf:"varint,20,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// partition_stats lists each partition's stats when asked
+	// (GetTopicStatsRequest.per_partition), in partition order; a partition
+	// not created yet in this region is absent.
+	PartitionStats []*TopicStats `protobuf:"bytes,21,rep,name=partition_stats,json=partitionStats,proto3" json:"partition_stats,omitempty"`
+	// missing_partitions counts the partitions with no topic in this region
+	// yet (created on first use).
+	MissingPartitions int32 `protobuf:"varint,22,opt,name=missing_partitions,json=missingPartitions,proto3" json:"missing_partitions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -2100,6 +2123,27 @@ func (x *TopicStats) GetReplicators() []*ReplicatorStats {
 		return x.Replicators
 	}
 	return nil
+}
+
+func (x *TopicStats) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *TopicStats) GetPartitionStats() []*TopicStats {
+	if x != nil {
+		return x.PartitionStats
+	}
+	return nil
+}
+
+func (x *TopicStats) GetMissingPartitions() int32 {
+	if x != nil {
+		return x.MissingPartitions
+	}
+	return 0
 }
 
 type LedgerInfo struct {
@@ -6538,6 +6582,318 @@ func (x *FailoverTarget) GetUpdatedMs() int64 {
 	return 0
 }
 
+type CreatePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the partitioned topic's name, "tenant/namespace/topic".
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is the partition count, 1..1024.
+	Partitions    int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionedTopicRequest) Reset() {
+	*x = CreatePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *CreatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*CreatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *CreatePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CreatePartitionedTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+type UpdatePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is the new count: more than the current one, at most 1024.
+	Partitions    int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePartitionedTopicRequest) Reset() {
+	*x = UpdatePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *UpdatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*UpdatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *UpdatePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *UpdatePartitionedTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+type GetPartitionedTopicMetadataRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPartitionedTopicMetadataRequest) Reset() {
+	*x = GetPartitionedTopicMetadataRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPartitionedTopicMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPartitionedTopicMetadataRequest) ProtoMessage() {}
+
+func (x *GetPartitionedTopicMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPartitionedTopicMetadataRequest.ProtoReflect.Descriptor instead.
+func (*GetPartitionedTopicMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *GetPartitionedTopicMetadataRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type PartitionedTopicMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is 0 for a topic that is not partitioned.
+	Partitions int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// stale is true when the answer is the broker's last seen copy (the
+	// global metadata could not be read).
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionedTopicMetadata) Reset() {
+	*x = PartitionedTopicMetadata{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionedTopicMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionedTopicMetadata) ProtoMessage() {}
+
+func (x *PartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionedTopicMetadata.ProtoReflect.Descriptor instead.
+func (*PartitionedTopicMetadata) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *PartitionedTopicMetadata) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionedTopicMetadata) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *PartitionedTopicMetadata) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type DeletePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// force deletes partitions that have producers or consumers.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePartitionedTopicRequest) Reset() {
+	*x = DeletePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *DeletePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*DeletePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *DeletePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeletePartitionedTopicRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeletePartitionedTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted_partitions counts the partitions deleted in this region.
+	DeletedPartitions int32 `protobuf:"varint,1,opt,name=deleted_partitions,json=deletedPartitions,proto3" json:"deleted_partitions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DeletePartitionedTopicResponse) Reset() {
+	*x = DeletePartitionedTopicResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePartitionedTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePartitionedTopicResponse) ProtoMessage() {}
+
+func (x *DeletePartitionedTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePartitionedTopicResponse.ProtoReflect.Descriptor instead.
+func (*DeletePartitionedTopicResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *DeletePartitionedTopicResponse) GetDeletedPartitions() int32 {
+	if x != nil {
+		return x.DeletedPartitions
+	}
+	return 0
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -6612,9 +6968,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12DeleteTopicRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x15\n" +
-	"\x13DeleteTopicResponse\",\n" +
+	"\x13DeleteTopicResponse\"Q\n" +
 	"\x14GetTopicStatsRequest\x12\x14\n" +
-	"\x05topic\x18\x01 \x01(\tR\x05topic\"4\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
+	"\rper_partition\x18\x02 \x01(\bR\fperPartition\"4\n" +
 	"\x1cGetTopicInternalStatsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"*\n" +
 	"\x12UnloadTopicRequest\x12\x14\n" +
@@ -6664,7 +7021,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8a\x05\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xa2\x06\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -6683,7 +7040,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
 	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
 	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
-	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\"\x99\x01\n" +
+	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x14 \x01(\x05R\n" +
+	"partitions\x12G\n" +
+	"\x0fpartition_stats\x18\x15 \x03(\v2\x1e.meridian.client.v1.TopicStatsR\x0epartitionStats\x12-\n" +
+	"\x12missing_partitions\x18\x16 \x01(\x05R\x11missingPartitions\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -7001,14 +7363,37 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs*z\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"U\n" +
+	"\x1dCreatePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\"U\n" +
+	"\x1dUpdatePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\":\n" +
+	"\"GetPartitionedTopicMetadataRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"f\n" +
+	"\x18PartitionedTopicMetadata\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"K\n" +
+	"\x1dDeletePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"O\n" +
+	"\x1eDeletePartitionedTopicResponse\x12-\n" +
+	"\x12deleted_partitions\x18\x01 \x01(\x05R\x11deletedPartitions*z\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01\x12*\n" +
 	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xd4$\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xd1(\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -7053,7 +7438,11 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\vListRegions\x12&.meridian.client.v1.ListRegionsRequest\x1a'.meridian.client.v1.ListRegionsResponse\x12\x85\x01\n" +
 	"\x18DeleteReplicationCursors\x123.meridian.client.v1.DeleteReplicationCursorsRequest\x1a4.meridian.client.v1.DeleteReplicationCursorsResponse\x12e\n" +
 	"\x11SetFailoverTarget\x12,.meridian.client.v1.SetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTarget\x12e\n" +
-	"\x11GetFailoverTarget\x12,.meridian.client.v1.GetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTargetB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x11GetFailoverTarget\x12,.meridian.client.v1.GetFailoverTargetRequest\x1a\".meridian.client.v1.FailoverTarget\x12y\n" +
+	"\x16CreatePartitionedTopic\x121.meridian.client.v1.CreatePartitionedTopicRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12y\n" +
+	"\x16UpdatePartitionedTopic\x121.meridian.client.v1.UpdatePartitionedTopicRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x83\x01\n" +
+	"\x1bGetPartitionedTopicMetadata\x126.meridian.client.v1.GetPartitionedTopicMetadataRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x7f\n" +
+	"\x16DeletePartitionedTopic\x121.meridian.client.v1.DeletePartitionedTopicRequest\x1a2.meridian.client.v1.DeletePartitionedTopicResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -7068,120 +7457,126 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 112)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
-	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
-	(*ListTenantsRequest)(nil),               // 2: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),              // 3: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),              // 4: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),             // 5: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),              // 6: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),             // 7: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),                // 8: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),            // 9: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),           // 10: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),           // 11: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),          // 12: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),           // 13: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),          // 14: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),      // 15: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil),     // 16: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),      // 17: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil),     // 18: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),                // 19: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),               // 20: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),               // 21: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),              // 22: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),               // 23: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),              // 24: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),             // 25: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil),     // 26: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),               // 27: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),              // 28: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                    // 29: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                    // 30: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),                // 31: meridian.client.v1.SubscriptionStats
-	(*AckReplicationStats)(nil),              // 32: meridian.client.v1.AckReplicationStats
-	(*BlockedRead)(nil),                      // 33: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                       // 34: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                       // 35: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                       // 36: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),               // 37: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),         // 38: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),        // 39: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),        // 40: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),       // 41: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),        // 42: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),       // 43: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),         // 44: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),        // 45: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),               // 46: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                       // 47: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),              // 48: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                     // 49: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),               // 50: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),              // 51: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),            // 52: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil),     // 53: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),               // 54: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),         // 55: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),        // 56: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),        // 57: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),       // 58: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),        // 59: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),       // 60: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),        // 61: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),       // 62: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),         // 63: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),              // 64: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),               // 65: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),                   // 66: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),                 // 67: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),            // 68: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),          // 69: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),         // 70: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                     // 71: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                    // 72: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                    // 73: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),                 // 74: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),          // 75: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),         // 76: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),               // 77: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),               // 78: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),        // 79: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),              // 80: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),           // 81: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),          // 82: meridian.client.v1.SkipLostEntriesResponse
-	(*SetNamespaceReplicationRequest)(nil),   // 83: meridian.client.v1.SetNamespaceReplicationRequest
-	(*SetNamespaceReplicationResponse)(nil),  // 84: meridian.client.v1.SetNamespaceReplicationResponse
-	(*GetNamespaceReplicationRequest)(nil),   // 85: meridian.client.v1.GetNamespaceReplicationRequest
-	(*GetNamespaceReplicationResponse)(nil),  // 86: meridian.client.v1.GetNamespaceReplicationResponse
-	(*GetTenantRequest)(nil),                 // 87: meridian.client.v1.GetTenantRequest
-	(*TenantInfo)(nil),                       // 88: meridian.client.v1.TenantInfo
-	(*SetTenantAllowedRegionsRequest)(nil),   // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
-	(*SetTenantAllowedRegionsResponse)(nil),  // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
-	(*SetTopicReplicationRequest)(nil),       // 91: meridian.client.v1.SetTopicReplicationRequest
-	(*SetTopicReplicationResponse)(nil),      // 92: meridian.client.v1.SetTopicReplicationResponse
-	(*GetTopicReplicationRequest)(nil),       // 93: meridian.client.v1.GetTopicReplicationRequest
-	(*GetTopicReplicationResponse)(nil),      // 94: meridian.client.v1.GetTopicReplicationResponse
-	(*RemoveTopicReplicationRequest)(nil),    // 95: meridian.client.v1.RemoveTopicReplicationRequest
-	(*RemoveTopicReplicationResponse)(nil),   // 96: meridian.client.v1.RemoveTopicReplicationResponse
-	(*ListRegionsRequest)(nil),               // 97: meridian.client.v1.ListRegionsRequest
-	(*RegionReplicationLag)(nil),             // 98: meridian.client.v1.RegionReplicationLag
-	(*RegionStatus)(nil),                     // 99: meridian.client.v1.RegionStatus
-	(*ListRegionsResponse)(nil),              // 100: meridian.client.v1.ListRegionsResponse
-	(*ReplicatorStats)(nil),                  // 101: meridian.client.v1.ReplicatorStats
-	(*DeleteReplicationCursorsRequest)(nil),  // 102: meridian.client.v1.DeleteReplicationCursorsRequest
-	(*DeleteReplicationCursorsResponse)(nil), // 103: meridian.client.v1.DeleteReplicationCursorsResponse
-	(*SetFailoverTargetRequest)(nil),         // 104: meridian.client.v1.SetFailoverTargetRequest
-	(*GetFailoverTargetRequest)(nil),         // 105: meridian.client.v1.GetFailoverTargetRequest
-	(*FailoverTarget)(nil),                   // 106: meridian.client.v1.FailoverTarget
-	nil,                                      // 107: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                    // 108: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 109: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 110: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 111: meridian.client.v1.OriginPosition
+	(QuotaAction)(0),                           // 0: meridian.client.v1.QuotaAction
+	(MetadataShard)(0),                         // 1: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),                 // 2: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),                // 3: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),                // 4: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),               // 5: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),                // 6: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),               // 7: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),                  // 8: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),              // 9: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),             // 10: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),             // 11: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),            // 12: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),             // 13: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),            // 14: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),        // 15: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil),       // 16: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),        // 17: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil),       // 18: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),                  // 19: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                 // 20: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),                 // 21: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),                // 22: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),                 // 23: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                // 24: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),               // 25: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil),       // 26: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),                 // 27: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),                // 28: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                      // 29: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                      // 30: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),                  // 31: meridian.client.v1.SubscriptionStats
+	(*AckReplicationStats)(nil),                // 32: meridian.client.v1.AckReplicationStats
+	(*BlockedRead)(nil),                        // 33: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                         // 34: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                         // 35: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                         // 36: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),                 // 37: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),           // 38: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),          // 39: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),          // 40: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),         // 41: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),          // 42: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),         // 43: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),           // 44: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),          // 45: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),                 // 46: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                         // 47: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),                // 48: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                       // 49: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),                 // 50: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),                // 51: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),              // 52: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),       // 53: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),                 // 54: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),           // 55: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),          // 56: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),          // 57: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),         // 58: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),          // 59: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),         // 60: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),          // 61: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),         // 62: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),           // 63: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),                // 64: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),                 // 65: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                     // 66: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                   // 67: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),              // 68: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),            // 69: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),           // 70: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                       // 71: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                      // 72: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                      // 73: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                   // 74: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),            // 75: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),           // 76: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),                 // 77: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),                 // 78: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),          // 79: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),                // 80: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),             // 81: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),            // 82: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),     // 83: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil),    // 84: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),     // 85: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil),    // 86: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                   // 87: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                         // 88: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),     // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil),    // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),         // 91: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),        // 92: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),         // 93: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),        // 94: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),      // 95: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),     // 96: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),                 // 97: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),               // 98: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                       // 99: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),                // 100: meridian.client.v1.ListRegionsResponse
+	(*ReplicatorStats)(nil),                    // 101: meridian.client.v1.ReplicatorStats
+	(*DeleteReplicationCursorsRequest)(nil),    // 102: meridian.client.v1.DeleteReplicationCursorsRequest
+	(*DeleteReplicationCursorsResponse)(nil),   // 103: meridian.client.v1.DeleteReplicationCursorsResponse
+	(*SetFailoverTargetRequest)(nil),           // 104: meridian.client.v1.SetFailoverTargetRequest
+	(*GetFailoverTargetRequest)(nil),           // 105: meridian.client.v1.GetFailoverTargetRequest
+	(*FailoverTarget)(nil),                     // 106: meridian.client.v1.FailoverTarget
+	(*CreatePartitionedTopicRequest)(nil),      // 107: meridian.client.v1.CreatePartitionedTopicRequest
+	(*UpdatePartitionedTopicRequest)(nil),      // 108: meridian.client.v1.UpdatePartitionedTopicRequest
+	(*GetPartitionedTopicMetadataRequest)(nil), // 109: meridian.client.v1.GetPartitionedTopicMetadataRequest
+	(*PartitionedTopicMetadata)(nil),           // 110: meridian.client.v1.PartitionedTopicMetadata
+	(*DeletePartitionedTopicRequest)(nil),      // 111: meridian.client.v1.DeletePartitionedTopicRequest
+	(*DeletePartitionedTopicResponse)(nil),     // 112: meridian.client.v1.DeletePartitionedTopicResponse
+	nil,                                        // 113: meridian.client.v1.LedgerDetails.PropertiesEntry
+	(SubscriptionType)(0),                      // 114: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                          // 115: meridian.client.v1.MessageId
+	(InitialPosition)(0),                       // 116: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                     // 117: meridian.client.v1.OriginPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -7189,132 +7584,141 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	108, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	114, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	109, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	115, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	33,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
 	32,  // 9: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	109, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	115, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
 	29,  // 11: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	31,  // 12: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
 	101, // 13: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	109, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 15: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 16: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	109, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	110, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	109, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	110, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	111, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 22: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 23: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 24: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 25: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 26: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 27: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 28: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 29: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 30: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 31: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 32: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	107, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 34: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 35: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 36: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	109, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 38: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 39: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	2,   // 40: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 41: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 42: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 43: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 44: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 45: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 46: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 47: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 48: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 49: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 50: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 51: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 52: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 53: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 54: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 55: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 56: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 57: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 58: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 59: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 60: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 61: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 62: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 63: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 64: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 65: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 66: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 67: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 68: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 69: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 70: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 71: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 72: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 73: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 74: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 75: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 76: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 77: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 78: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 79: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 80: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 81: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 82: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	3,   // 83: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 84: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 85: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 86: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 87: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 88: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 89: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 90: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 91: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 92: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 93: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 94: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 95: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 96: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 97: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 98: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 99: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 100: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 101: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 102: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 103: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 104: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 105: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 106: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 107: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 108: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 109: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 110: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 111: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 112: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 113: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 114: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 115: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 116: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 117: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 118: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 119: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 120: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 121: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 122: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 123: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 124: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 125: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	83,  // [83:126] is the sub-list for method output_type
-	40,  // [40:83] is the sub-list for method input_type
-	40,  // [40:40] is the sub-list for extension type_name
-	40,  // [40:40] is the sub-list for extension extendee
-	0,   // [0:40] is the sub-list for field type_name
+	34,  // 14: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
+	115, // 15: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 16: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 17: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	115, // 18: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	116, // 19: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	115, // 20: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	116, // 21: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	117, // 22: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 23: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 24: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 25: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 26: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 27: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 28: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 29: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 30: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 31: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 32: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 33: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	113, // 34: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 35: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 36: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 37: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	115, // 38: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 39: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 40: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	2,   // 41: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 42: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 43: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 44: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 45: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 46: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 47: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 48: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 49: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 50: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 51: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 52: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 53: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 54: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 55: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 56: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 57: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 58: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 59: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 60: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 61: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 62: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 63: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 64: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 65: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 66: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 67: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 68: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 69: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 70: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 71: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 72: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 73: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 74: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 75: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 76: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 77: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 78: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 79: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 80: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 81: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 82: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 83: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 84: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
+	108, // 85: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
+	109, // 86: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
+	111, // 87: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
+	3,   // 88: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 89: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 90: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 91: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 92: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 93: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 94: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 95: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 96: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 97: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 98: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 99: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 100: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 101: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 102: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 103: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 104: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 105: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 106: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 107: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 108: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 109: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 110: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 111: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 112: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 113: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 114: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 115: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 116: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 117: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 118: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 119: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 120: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 121: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 122: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 123: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 124: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 125: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 126: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 127: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 128: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 129: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 130: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	110, // 131: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	110, // 132: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	110, // 133: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	112, // 134: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
+	88,  // [88:135] is the sub-list for method output_type
+	41,  // [41:88] is the sub-list for method input_type
+	41,  // [41:41] is the sub-list for extension type_name
+	41,  // [41:41] is the sub-list for extension extendee
+	0,   // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -7341,7 +7745,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   106,
+			NumMessages:   112,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
