@@ -324,6 +324,11 @@ type ProducerOptions struct {
 	// MaxMessageSize rejects larger payloads client-side with
 	// ErrMessageTooLarge. Default 5 MiB (the broker default).
 	MaxMessageSize int
+	// PartitionsAutoDiscoveryInterval is how often a producer or consumer
+	// of a partitioned topic asks for its partition count and opens the
+	// partitions added since (Pulsar's autoUpdatePartitionsInterval).
+	// Default 1 min; minimum 100 ms.
+	PartitionsAutoDiscoveryInterval time.Duration
 }
 
 // DefaultProducerOptions returns ProducerOptions with defaults (Topic empty).
@@ -427,6 +432,11 @@ type ConsumerOptions struct {
 	// KeyShared configures a KeyShared consumer (nil: the broker splits the
 	// key space automatically, in order).
 	KeyShared *KeySharedOptions
+	// PartitionsAutoDiscoveryInterval is how often a producer or consumer
+	// of a partitioned topic asks for its partition count and opens the
+	// partitions added since (Pulsar's autoUpdatePartitionsInterval).
+	// Default 1 min; minimum 100 ms.
+	PartitionsAutoDiscoveryInterval time.Duration
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool
