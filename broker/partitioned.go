@@ -162,9 +162,11 @@ func (a *adminService) UpdatePartitionedTopic(ctx context.Context, r *clientv1.U
 			return nil, GRPCError(err)
 		}
 		if r.GetPartitions() <= cur {
+			// The text leaves out the topic: the client reads "topic" in an
+			// INVALID_ARGUMENT message as a bad name.
 			// Lowering would strand the messages of the dropped partitions
 			// and remap keys; Pulsar refuses it too.
-			return nil, GRPCError(fmt.Errorf("%w: partitions %d: topic %s has %d partitions; the count can only be raised (want more than %d)", ErrInvalidArgument, r.GetPartitions(), name, cur, cur))
+			return nil, GRPCError(fmt.Errorf("%w: partitions %d: the current count is %d and can only be raised (want more than %d, at most %d)", ErrInvalidArgument, r.GetPartitions(), cur, cur, MaxPartitions))
 		}
 		val, _ := json.Marshal(partitionedRecord{Partitions: r.GetPartitions()})
 		nkv, err := a.b.cfg.Global.Put(ctx, key, val, kv.Version, 0)
