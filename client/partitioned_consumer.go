@@ -282,3 +282,12 @@ func (pc *partitionedConsumer) closeParts(ctx context.Context) error {
 	}
 	return first
 }
+
+// Partitions returns the number of partitions the consumer receives from:
+// 0 for a topic that is not partitioned.
+func (co *Consumer) Partitions() int {
+	if co.part == nil {
+		return 0
+	}
+	return co.part.count()
+}

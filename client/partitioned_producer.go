@@ -275,3 +275,12 @@ func (pp *partitionedProducer) closeParts(ctx context.Context) error {
 	}
 	return first
 }
+
+// Partitions returns the number of partitions the producer writes to: 0
+// for a topic that is not partitioned.
+func (p *Producer) Partitions() int {
+	if p.part == nil {
+		return 0
+	}
+	return p.part.count()
+}
