@@ -272,7 +272,7 @@ func newAdminCmd() *cobra.Command {
 	)
 
 	topics.AddCommand(newSkipLostCmd(o))
-	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
+	topics.AddCommand(newResetCursorCmd(o))     // admin_resetcursor.go
 	topics.AddCommand(newPartitionedCmds(o)...) // admin_partitioned.go
 
 	// subscriptions
