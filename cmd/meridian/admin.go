@@ -272,8 +272,8 @@ func newAdminCmd() *cobra.Command {
 	)
 
 	topics.AddCommand(newSkipLostCmd(o))
-	topics.AddCommand(newResetCursorCmd(o))     // admin_resetcursor.go
-	topics.AddCommand(newPartitionedCmds(o)...) // admin_partitioned.go
+	topics.AddCommand(newResetCursorCmd(o)) // admin_resetcursor.go
+	topics.AddCommand(newPartitionedCmds(o)...)
 
 	// subscriptions
 	var subFrom string
