@@ -56,8 +56,16 @@ func isPartitionName(topicPart string) bool {
 	if i <= 0 {
 		return false
 	}
-	n, err := strconv.Atoi(topicPart[i+len(PartitionSuffix):])
-	return err == nil && n >= 0
+	digits := topicPart[i+len(PartitionSuffix):]
+	if digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // partitionCount returns a topic's partition count through the policy

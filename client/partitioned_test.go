@@ -368,12 +368,13 @@ func TestPartitionedReplicated(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	co, err := cb.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest})
+	const every = 200 * time.Millisecond
+	co, err := cb.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest, PartitionsAutoDiscoveryInterval: every})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer co.Close(ctx)
-	p, err := ca.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 10, BatchingMaxDelay: 5 * time.Millisecond})
+	p, err := ca.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 10, BatchingMaxDelay: 5 * time.Millisecond, PartitionsAutoDiscoveryInterval: every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,48 @@ func TestPartitionedReplicated(t *testing.T) {
 	t.Logf("b received per partition %v, duplicates %d", oc.parts, oc.dups)
 	// b's aggregated stats see the partitions' replicated messages.
 	st, err := admB.PartitionedTopicStats(ctx, topic)
-	if err != nil || st.GetPartitions() != parts || st.GetMissingPartitions() != 0 {
+	if err != nil || st.GetPartitions() != parts || st.GetMissingPartitions() != 0 || st.GetMsgsInTotal() < keys*perKey {
 		t.Fatalf("b stats: %v %v", st, err)
 	}
+	if err := admB.UpdatePartitionedTopic(ctx, topic, parts-1); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("lowering from b: %v", err)
+	}
+
+	// A raise made in b reaches the producer in a and the consumer in b:
+	// keyless messages on the new partition are produced in a and
+	// received in b.
+	if err := admB.UpdatePartitionedTopic(ctx, topic, parts+1); err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		id, err := p.Send(ctx, &client.Message{Payload: keyedPayload("", sent)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent++
+		if id.Partition == parts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("producer in a never used partition %d after the raise (%d sends)", parts, sent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	oc2 := newOrderChecker(t, parts+1)
+	for oc2.next[""] < sent {
+		msg, err := co.Receive(ctx)
+		if err != nil {
+			t.Fatalf("receive in b after the raise %d/%d: %v (per partition %v)", oc2.next[""], sent, err, oc2.parts)
+		}
+		oc2.observe(msg)
+		if err := co.Ack(ctx, msg.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if oc2.parts[parts] == 0 {
+		t.Fatalf("b received nothing from the new partition: %v", oc2.parts)
+	}
+	t.Logf("after the raise: %d keyless messages, b per partition %v, duplicates %d", sent, oc2.parts, oc2.dups)
 }
