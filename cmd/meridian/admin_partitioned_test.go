@@ -121,8 +121,19 @@ func TestCLIPartitionedTopics(t *testing.T) {
 		t.Fatalf("partitioned-stats text: %q", r.stdout)
 	}
 
+	// perf runs on the partitioned name too (all 4 partitions now).
+	r = ok("perf", "e2e", "--url", url, "--topic", topic, "--rate", "300", "--size", "64", "--duration", "2s",
+		"--output", "json", "--subscription", "perf", "--drain", "3s")
+	if ls := jsonLines(t, r.stdout); len(ls) != 1 || jsonInt(ls[0]["messages"]) < 100 {
+		t.Fatalf("perf e2e: %q", r.stdout)
+	}
+	r = ok(adm("topics", "partitioned-stats", topic, "--output", "json")...)
+	if ls := jsonLines(t, r.stdout); len(ls) != 1 || jsonInt(ls[0]["missingPartitions"]) != 0 || ls[0]["partitionStats"] != nil && len(ls[0]["partitionStats"].([]any)) != 0 {
+		t.Fatalf("partitioned-stats after perf: %q", r.stdout)
+	}
+
 	r = ok(adm("topics", "delete-partitioned-topic", topic, "--output", "json")...)
-	if ls := jsonLines(t, r.stdout); len(ls) != 1 || ls[0]["deleted_partitions"] != float64(3) {
+	if ls := jsonLines(t, r.stdout); len(ls) != 1 || ls[0]["deleted_partitions"] != float64(4) {
 		t.Fatalf("delete: %q", r.stdout)
 	}
 	refused("not partitioned", adm("topics", "delete-partitioned-topic", topic)...)
