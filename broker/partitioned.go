@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -268,6 +269,62 @@ func (cs *clientService) GetPartitions(ctx context.Context, r *clientv1.GetParti
 	return &clientv1.GetPartitionsResponse{Partitions: n}, nil
 }
 
+func (a *adminService) ListPartitionedTopics(ctx context.Context, r *clientv1.ListPartitionedTopicsRequest) (*clientv1.ListPartitionedTopicsResponse, error) {
+	ns := r.GetNamespace()
+	if _, _, err := ParseNamespace(ns); err != nil {
+		return nil, GRPCError(err)
+	}
+	if _, err := a.b.getPolicies(ctx, ns); err != nil {
+		return nil, GRPCError(err)
+	}
+	kvs, stale, err := a.b.policies.listFresh(ctx, partitionedPrefix+ns+"/")
+	if err != nil {
+		return nil, GRPCError(fmt.Errorf("%w: list partitioned topics of %s: %v", ErrUnavailable, ns, err))
+	}
+	resp := &clientv1.ListPartitionedTopicsResponse{Stale: stale}
+	for _, kv := range kvs {
+		name, err := ParseTopic(strings.TrimPrefix(kv.Key, partitionedPrefix))
+		if err != nil {
+			continue // a deeper key (not a topic of ns)
+		}
+		n, err := parsePartitioned(name, kv.Value)
+		if err != nil {
+			return nil, GRPCError(err)
+		}
+		resp.Topics = append(resp.Topics, &clientv1.PartitionedTopicMetadata{Topic: name.String(), Partitions: n})
+	}
+	sort.Slice(resp.Topics, func(i, j int) bool { return resp.Topics[i].Topic < resp.Topics[j].Topic })
+	return resp, nil
+}
+
+// refusePartitionedBase fails for the name of a partitioned topic: its
+// messages live in its partitions, and a plain topic of the same name
+// would hide them from every partition-aware client. Lookups and topic
+// creation call it; the Go client never looks the base name up.
+func (s *Server) refusePartitionedBase(ctx context.Context, name TopicName) error {
+	n, err := s.partitionCount(ctx, name)
+	if err != nil || n == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: %s is a partitioned topic (%d partitions): use its partitions %s<i> (the Go client and the CLI do it for you)", ErrNotAllowed, name, n, PartitionSuffix)
+}
+
+// checkNoPartitioned fails when namespace ns still has partitioned
+// topics (a namespace delete would orphan their records).
+func (s *Server) checkNoPartitioned(ctx context.Context, ns string) error {
+	var names []string
+	err := listGlobal(ctx, s.cfg.Global, partitionedPrefix+ns+"/", func(kv metadata.KV) {
+		names = append(names, strings.TrimPrefix(kv.Key, partitionedPrefix))
+	})
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%w: namespace %s has %d partitioned topics (%s); delete them first", ErrNotAllowed, ns, len(names), strings.Join(names[:min(len(names), 5)], ", "))
+	}
+	return nil
+}
+
 // addPartitionedAdminRoutes adds the partitioned-topic admin methods to
 // the JSON admin API.
 func addPartitionedAdminRoutes(routes map[string]adminRoute, a *adminService) {
@@ -277,4 +334,5 @@ func addPartitionedAdminRoutes(routes map[string]adminRoute, a *adminService) {
 		return &clientv1.GetPartitionedTopicMetadataRequest{}
 	}, a.GetPartitionedTopicMetadata)
 	routes["DeletePartitionedTopic"] = route(func() *clientv1.DeletePartitionedTopicRequest { return &clientv1.DeletePartitionedTopicRequest{} }, a.DeletePartitionedTopic)
+	routes["ListPartitionedTopics"] = route(func() *clientv1.ListPartitionedTopicsRequest { return &clientv1.ListPartitionedTopicsRequest{} }, a.ListPartitionedTopics)
 }

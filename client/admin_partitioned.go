@@ -82,3 +82,12 @@ func (a *Admin) PartitionedTopicStats(ctx context.Context, topic string) (*Topic
 		return a.api.GetTopicStats(ctx, &clientv1.GetTopicStatsRequest{Topic: topic, PerPartition: true})
 	})
 }
+
+// ListPartitionedTopics lists namespace's partitioned topics with their
+// partition counts.
+func (a *Admin) ListPartitionedTopics(ctx context.Context, namespace string) ([]*PartitionedTopicMetadata, error) {
+	r, err := read(ctx, a, "list partitioned topics of "+namespace, func(ctx context.Context) (*clientv1.ListPartitionedTopicsResponse, error) {
+		return a.api.ListPartitionedTopics(ctx, &clientv1.ListPartitionedTopicsRequest{Namespace: namespace})
+	})
+	return r.GetTopics(), err
+}

@@ -244,6 +244,30 @@ func TestPartitionedRaiseLowerDelete(t *testing.T) {
 	if err := adm.CreatePartitionedTopic(ctx, "public/default/x-partition-1", 2); !errors.Is(err, client.ErrInvalidName) || !strings.Contains(err.Error(), "names a partition") {
 		t.Fatalf("create a partition's name: %v", err)
 	}
+	// The base name is not a topic of its own.
+	if err := adm.CreateTopic(ctx, topic); !errors.Is(err, client.ErrNotAllowed) || !strings.Contains(err.Error(), "partitioned") {
+		t.Fatalf("create the base name as a plain topic: %v", err)
+	}
+	// A namespace with a partitioned topic cannot be deleted.
+	if err := adm.CreateNamespace(ctx, "public/pns", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.CreatePartitionedTopic(ctx, "public/pns/t", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.DeleteNamespace(ctx, "public/pns"); !errors.Is(err, client.ErrNotAllowed) || !strings.Contains(err.Error(), "public/pns/t") {
+		t.Fatalf("delete a namespace with a partitioned topic: %v", err)
+	}
+	if ls, err := adm.ListPartitionedTopics(ctx, "public/pns"); err != nil || len(ls) != 1 || ls[0].GetTopic() != "public/pns/t" || ls[0].GetPartitions() != 2 {
+		t.Fatalf("list: %v %v", ls, err)
+	}
+	if _, err := adm.DeletePartitionedTopic(ctx, "public/pns/t", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.DeleteNamespace(ctx, "public/pns"); err != nil {
+		t.Fatalf("delete the emptied namespace: %v", err)
+	}
+
 	const every = 200 * time.Millisecond
 	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest, PartitionsAutoDiscoveryInterval: every})
 	if err != nil {

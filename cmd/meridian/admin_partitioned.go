@@ -11,8 +11,8 @@ import (
 // newPartitionedCmds are the partitioned-topic commands of `meridian admin
 // topics`, in pulsar-admin's spelling (with the short aliases the issue
 // names): create-partitioned-topic, update-partitioned-topic,
-// get-partitioned-topic-metadata, delete-partitioned-topic,
-// partitioned-stats.
+// get-partitioned-topic-metadata, list-partitioned-topics,
+// delete-partitioned-topic, partitioned-stats.
 func newPartitionedCmds(o *adminOpts) []*cobra.Command {
 	return []*cobra.Command{
 		newPartitionCountCmd(o, "create-partitioned-topic", []string{"create-partitioned"},
@@ -43,6 +43,32 @@ func newPartitionedCmds(o *adminOpts) []*cobra.Command {
 					stale = " (stale: the global metadata could not be read; last seen value)"
 				}
 				fmt.Fprintf(out.w, "%s partitions=%d%s\n", md.GetTopic(), md.GetPartitions(), stale)
+				return nil
+			}),
+		},
+		{
+			Use:   "list-partitioned-topics NAMESPACE",
+			Short: "List a namespace's partitioned topics and their partition counts",
+			RunE: adminRun(o, 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
+				ts, err := a.ListPartitionedTopics(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if out.json {
+					type entry struct {
+						Topic      string `json:"topic"`
+						Partitions int32  `json:"partitions"`
+					}
+					list := []entry{}
+					for _, t := range ts {
+						list = append(list, entry{t.GetTopic(), t.GetPartitions()})
+					}
+					(&lineWriter{w: out.w}).json(map[string]any{"topics": list})
+					return nil
+				}
+				for _, t := range ts {
+					fmt.Fprintf(out.w, "%s partitions=%d\n", t.GetTopic(), t.GetPartitions())
+				}
 				return nil
 			}),
 		},

@@ -69,6 +69,11 @@ func TestCLIPartitionedTopics(t *testing.T) {
 	if ls := jsonLines(t, r.stdout); len(ls) != 1 || ls[0]["partitions"] != float64(3) || ls[0]["topic"] != topic {
 		t.Fatalf("metadata: %q", r.stdout)
 	}
+	r = ok(adm("topics", "list-partitioned-topics", "public/default", "--output", "json")...)
+	if strings.TrimSpace(r.stdout) != `{"topics":[{"topic":"`+topic+`","partitions":3}]}` {
+		t.Fatalf("list-partitioned-topics: %q", r.stdout)
+	}
+	refused("is a partitioned topic", adm("topics", "create", topic)...)
 	r = ok(adm("topics", "get-partitioned-topic-metadata", topic)...)
 	if strings.TrimSpace(r.stdout) != topic+" partitions=3" {
 		t.Fatalf("metadata text: %q", r.stdout)

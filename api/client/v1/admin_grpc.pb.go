@@ -77,6 +77,7 @@ const (
 	Admin_UpdatePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/UpdatePartitionedTopic"
 	Admin_GetPartitionedTopicMetadata_FullMethodName = "/meridian.client.v1.Admin/GetPartitionedTopicMetadata"
 	Admin_DeletePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/DeletePartitionedTopic"
+	Admin_ListPartitionedTopics_FullMethodName       = "/meridian.client.v1.Admin/ListPartitionedTopics"
 )
 
 // AdminClient is the client API for Admin service.
@@ -211,6 +212,10 @@ type AdminClient interface {
 	// while they have producers or consumers, unless force) and then the
 	// global metadata.
 	DeletePartitionedTopic(ctx context.Context, in *DeletePartitionedTopicRequest, opts ...grpc.CallOption) (*DeletePartitionedTopicResponse, error)
+	// ListPartitionedTopics lists a namespace's partitioned topics with their
+	// partition counts (ListTopics lists the partitions themselves, as
+	// topics of this region).
+	ListPartitionedTopics(ctx context.Context, in *ListPartitionedTopicsRequest, opts ...grpc.CallOption) (*ListPartitionedTopicsResponse, error)
 }
 
 type adminClient struct {
@@ -691,6 +696,16 @@ func (c *adminClient) DeletePartitionedTopic(ctx context.Context, in *DeletePart
 	return out, nil
 }
 
+func (c *adminClient) ListPartitionedTopics(ctx context.Context, in *ListPartitionedTopicsRequest, opts ...grpc.CallOption) (*ListPartitionedTopicsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionedTopicsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPartitionedTopics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -823,6 +838,10 @@ type AdminServer interface {
 	// while they have producers or consumers, unless force) and then the
 	// global metadata.
 	DeletePartitionedTopic(context.Context, *DeletePartitionedTopicRequest) (*DeletePartitionedTopicResponse, error)
+	// ListPartitionedTopics lists a namespace's partitioned topics with their
+	// partition counts (ListTopics lists the partitions themselves, as
+	// topics of this region).
+	ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -973,6 +992,9 @@ func (UnimplementedAdminServer) GetPartitionedTopicMetadata(context.Context, *Ge
 }
 func (UnimplementedAdminServer) DeletePartitionedTopic(context.Context, *DeletePartitionedTopicRequest) (*DeletePartitionedTopicResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeletePartitionedTopic not implemented")
+}
+func (UnimplementedAdminServer) ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListPartitionedTopics not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1841,6 +1863,24 @@ func _Admin_DeletePartitionedTopic_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListPartitionedTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionedTopicsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPartitionedTopics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPartitionedTopics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPartitionedTopics(ctx, req.(*ListPartitionedTopicsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2035,6 +2075,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePartitionedTopic",
 			Handler:    _Admin_DeletePartitionedTopic_Handler,
+		},
+		{
+			MethodName: "ListPartitionedTopics",
+			Handler:    _Admin_ListPartitionedTopics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
