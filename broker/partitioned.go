@@ -301,10 +301,18 @@ func (a *adminService) ListPartitionedTopics(ctx context.Context, r *clientv1.Li
 // messages live in its partitions, and a plain topic of the same name
 // would hide them from every partition-aware client. Lookups and topic
 // creation call it; the Go client never looks the base name up.
+//
+// It fails open: when the global shard cannot be read (and the cache has
+// not listed the prefix yet), the lookup goes on, so a region cut off from
+// the global quorum keeps serving its topics.
 func (s *Server) refusePartitionedBase(ctx context.Context, name TopicName) error {
 	n, err := s.partitionCount(ctx, name)
-	if err != nil || n == 0 {
-		return err
+	if err != nil {
+		s.log.Debug("partitioned check skipped: partition count unreadable", "topic", name.String(), "err", err)
+		return nil
+	}
+	if n == 0 {
+		return nil
 	}
 	return fmt.Errorf("%w: %s is a partitioned topic (%d partitions): use its partitions %s<i> (the Go client and the CLI do it for you)", ErrNotAllowed, name, n, PartitionSuffix)
 }
