@@ -22,10 +22,9 @@ func (a *adminService) partitionedStats(ctx context.Context, r *clientv1.GetTopi
 		return nil, false, nil // the plain path reports the bad name
 	}
 	n, err := a.b.partitionCount(ctx, name)
-	if err != nil {
-		return nil, true, GRPCError(err)
-	}
-	if n == 0 {
+	if err != nil || n == 0 {
+		// Unreadable count: answer for the name as a plain topic (it
+		// fails with NOT_FOUND if there is none) rather than not at all.
 		return nil, false, nil
 	}
 	agg := &clientv1.TopicStats{Topic: name.String(), Partitions: n}
