@@ -64,7 +64,7 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 	pc := &partitionedConsumer{c: c, opts: opts, interval: interval, ctx: cctx, cancel: cancel,
 		log:   c.log.With("topic", opts.Topic, "subscription", opts.Subscription, "partitioned", true),
 		queue: make(chan *ReceivedMessage, opts.ReceiverQueueSize)}
-	if err := pc.grow(ctx, n); err != nil {
+	if err := pc.grow(ctx, n, false); err != nil {
 		cancel()
 		pc.closeParts(context.Background())
 		pc.wg.Wait()
@@ -78,13 +78,20 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 }
 
 // grow subscribes partitions len(parts)..n-1 and starts their pumps.
-func (pc *partitionedConsumer) grow(ctx context.Context, n int) error {
+// Partitions added by a raise (added) are subscribed from the earliest
+// message, as Pulsar does: producers may have written to a new partition
+// before this consumer saw it, and those messages belong to the
+// subscription.
+func (pc *partitionedConsumer) grow(ctx context.Context, n int, added bool) error {
 	pc.mu.Lock()
 	have := len(pc.parts)
 	pc.mu.Unlock()
 	for i := have; i < n; i++ {
 		o := pc.opts
 		o.Topic = PartitionTopic(pc.opts.Topic, i)
+		if added && o.Start == nil {
+			o.InitialPosition = Earliest
+		}
 		co, err := pc.c.subscribe(ctx, o)
 		if err != nil {
 			return fmt.Errorf("partition %d of %s: %w", i, pc.opts.Topic, err)
@@ -144,7 +151,7 @@ func (pc *partitionedConsumer) discover() {
 		n, err := pc.c.Partitions(ctx, pc.opts.Topic)
 		if err == nil && n > pc.count() {
 			pc.log.Info("partitions raised; subscribing the new ones", "from", pc.count(), "to", n)
-			err = pc.grow(ctx, n)
+			err = pc.grow(ctx, n, true)
 		}
 		cancel()
 		if err != nil && pc.ctx.Err() == nil {
