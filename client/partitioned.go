@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Partitioned topics (issue 10).
@@ -44,20 +46,28 @@ func discoveryInterval(d time.Duration) (time.Duration, error) {
 }
 
 // Partitions returns topic's partition count: 0 for a topic that is not
-// partitioned. It asks a broker of the active region, retrying transient
-// failures (and trying the region's other brokers) until ctx ends.
+// partitioned (also when the broker predates partitioned topics). It asks
+// a broker of the active region, retrying transient failures (trying the
+// region's other brokers, following a region switch) until ctx ends.
 func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
 	bo := newBackoff(c.opts.InitialBackoff, c.opts.MaxBackoff)
 	for {
-		n, err := c.partitionsOnce(ctx, topic)
+		actx, cancel := c.attemptCtx(ctx)
+		n, err := c.partitionsOnce(actx, topic)
+		switched := actx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err == nil {
 			return n, nil
+		}
+		if switched {
+			bo.reset()
+			continue
 		}
 		if !retryable(err) {
 			return 0, userError(err)
 		}
-		if bo.wait(ctx) != nil {
-			return 0, fmt.Errorf("partitions of %s: %w", topic, err)
+		if werr := c.waitRetry(ctx, bo); werr != nil {
+			return 0, fmt.Errorf("%w: partitions of %s: %v (last error: %v)", ErrUnavailable, topic, werr, err)
 		}
 	}
 }
@@ -82,6 +92,9 @@ func (c *Client) partitionsOnce(ctx context.Context, topic string) (int, error) 
 		cancel()
 		if err == nil {
 			return int(resp.GetPartitions()), nil
+		}
+		if status.Code(err) == codes.Unimplemented {
+			return 0, nil // a broker without partitioned topics has none
 		}
 		last = mapError(err)
 		if !retryable(last) || ctx.Err() != nil {
