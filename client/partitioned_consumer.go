@@ -43,8 +43,10 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 	if err != nil {
 		return nil, true, err
 	}
-	if opts.Topic == "" {
-		return nil, false, nil // Validate reports it
+	// Bad options fail before any broker is asked, as for a plain topic.
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, true, err
 	}
 	n, err := c.Partitions(ctx, opts.Topic)
 	if err != nil {
@@ -52,10 +54,6 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 	}
 	if n == 0 {
 		return nil, false, nil
-	}
-	opts = opts.withDefaults()
-	if err := opts.Validate(); err != nil {
-		return nil, true, err
 	}
 	if opts.Start != nil && opts.Start.kind != startInitial && opts.Start.kind != startTime {
 		return nil, true, fmt.Errorf("%w: start position %s on partitioned topic %s: a message ID names one partition; start from a time, earliest or latest", ErrNotAllowed, opts.Start, opts.Topic)

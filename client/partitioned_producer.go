@@ -49,8 +49,10 @@ func (c *Client) newPartitionedProducer(ctx context.Context, opts ProducerOption
 	if err != nil {
 		return nil, true, err
 	}
-	if opts.Topic == "" {
-		return nil, false, nil // Validate reports it
+	// Bad options fail before any broker is asked, as for a plain topic.
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, true, err
 	}
 	n, err := c.Partitions(ctx, opts.Topic)
 	if err != nil {
@@ -58,10 +60,6 @@ func (c *Client) newPartitionedProducer(ctx context.Context, opts ProducerOption
 	}
 	if n == 0 {
 		return nil, false, nil
-	}
-	opts = opts.withDefaults()
-	if err := opts.Validate(); err != nil {
-		return nil, true, err
 	}
 	pp := &partitionedProducer{c: c, opts: opts, interval: interval,
 		log:  c.log.With("topic", opts.Topic, "partitioned", true),
