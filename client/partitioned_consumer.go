@@ -25,14 +25,23 @@ type partitionedConsumer struct {
 	queue    chan *ReceivedMessage
 	ctx      context.Context // ends at Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // the pumps and the discovery loop
+	wg       sync.WaitGroup // the discovery loop
+	pumps    sync.WaitGroup // the pumps
 
 	closeOnce sync.Once
 	closeErr  error
 
-	// mu guards parts.
+	// changeMu serializes the changes of the set of partitions and pumps:
+	// grow, and seek (which stops every pump, moves the partitions and
+	// starts them again).
+	changeMu sync.Mutex
+
+	// mu guards the fields below.
 	mu    sync.Mutex
 	parts []*Consumer
+	// pumpCtx ends the current pumps (cancelled by seek and Close).
+	pumpCtx    context.Context
+	pumpCancel context.CancelFunc
 }
 
 // newPartitionedConsumer returns, for a partitioned topic, a Consumer
@@ -62,10 +71,11 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 	pc := &partitionedConsumer{c: c, opts: opts, interval: interval, ctx: cctx, cancel: cancel,
 		log:   c.log.With("topic", opts.Topic, "subscription", opts.Subscription, "partitioned", true),
 		queue: make(chan *ReceivedMessage, opts.ReceiverQueueSize)}
+	pc.pumpCtx, pc.pumpCancel = context.WithCancel(cctx)
 	if err := pc.grow(ctx, n, false); err != nil {
 		cancel()
-		pc.closeParts(context.Background())
-		pc.wg.Wait()
+		_ = pc.closeParts(context.Background())
+		pc.pumps.Wait()
 		return nil, true, err
 	}
 	co := &Consumer{c: c, opts: opts, part: pc, ctx: cctx, cancel: cancel}
@@ -81,6 +91,8 @@ func (c *Client) newPartitionedConsumer(ctx context.Context, opts ConsumerOption
 // before this consumer saw it, and those messages belong to the
 // subscription.
 func (pc *partitionedConsumer) grow(ctx context.Context, n int, added bool) error {
+	pc.changeMu.Lock()
+	defer pc.changeMu.Unlock()
 	pc.mu.Lock()
 	have := len(pc.parts)
 	pc.mu.Unlock()
@@ -101,25 +113,33 @@ func (pc *partitionedConsumer) grow(ctx context.Context, n int, added bool) erro
 			return ErrConsumerClosed
 		}
 		pc.parts = append(pc.parts, co)
-		pc.wg.Add(1)
+		pc.startPumpLocked(i, co)
 		pc.mu.Unlock()
-		go pc.pump(i, co)
 	}
 	return nil
 }
 
-// pump moves partition i's messages into the shared queue, in order.
-func (pc *partitionedConsumer) pump(i int, co *Consumer) {
-	defer pc.wg.Done()
+// startPumpLocked starts partition i's pump under the current pumpCtx.
+func (pc *partitionedConsumer) startPumpLocked(i int, co *Consumer) {
+	pc.pumps.Add(1)
+	go pc.pump(pc.pumpCtx, i, co)
+}
+
+// pump moves partition i's messages into the shared queue, in order,
+// until ctx ends. A message it holds when ctx ends is dropped: it was
+// never acknowledged, and the seek or close that ended ctx makes the
+// broker deliver it again (or count it acknowledged, for a seek past it).
+func (pc *partitionedConsumer) pump(ctx context.Context, i int, co *Consumer) {
+	defer pc.pumps.Done()
 	for {
-		m, err := co.Receive(pc.ctx)
+		m, err := co.Receive(ctx)
 		if err != nil {
-			if pc.ctx.Err() != nil || errors.Is(err, ErrConsumerClosed) {
+			if ctx.Err() != nil || errors.Is(err, ErrConsumerClosed) {
 				return
 			}
 			pc.log.Warn("partition receive failed", "partition", i, "err", err)
 			select {
-			case <-pc.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
@@ -128,7 +148,7 @@ func (pc *partitionedConsumer) pump(i int, co *Consumer) {
 		m.ID.Partition = int32(i)
 		select {
 		case pc.queue <- m:
-		case <-pc.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}
@@ -226,19 +246,39 @@ func (pc *partitionedConsumer) seek(ctx context.Context, sp StartPosition) error
 	if sp.kind != startInitial && sp.kind != startTime {
 		return fmt.Errorf("%w: seek to %s on partitioned topic %s: a message ID names one partition; seek to a time, earliest or latest", ErrNotAllowed, sp, pc.opts.Topic)
 	}
-	for i, co := range pc.snapshot() {
-		if err := co.Seek(ctx, sp); err != nil {
-			return fmt.Errorf("seek partition %d of %s: %w", i, pc.opts.Topic, err)
-		}
-	}
-	// Messages queued before the seek are from the old position.
-	for {
+	pc.changeMu.Lock()
+	defer pc.changeMu.Unlock()
+	// Stop the pumps first: a message a pump holds, or has queued, comes
+	// from the old position and must not be received after Seek returns.
+	pc.mu.Lock()
+	pc.pumpCancel()
+	pc.mu.Unlock()
+	pc.pumps.Wait()
+	for drained := false; !drained; {
 		select {
 		case <-pc.queue:
 		default:
-			return nil
+			drained = true
 		}
 	}
+	var err error
+	for i, co := range pc.snapshot() {
+		if serr := co.Seek(ctx, sp); serr != nil {
+			err = fmt.Errorf("seek partition %d of %s: %w", i, pc.opts.Topic, serr)
+			break
+		}
+	}
+	// Restart the pumps (also after a failed seek: the consumer goes on).
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.ctx.Err() != nil {
+		return ErrConsumerClosed
+	}
+	pc.pumpCtx, pc.pumpCancel = context.WithCancel(pc.ctx)
+	for i, co := range pc.parts {
+		pc.startPumpLocked(i, co)
+	}
+	return err
 }
 
 func (pc *partitionedConsumer) name() string {
@@ -272,7 +312,12 @@ func (pc *partitionedConsumer) close(ctx context.Context, co *Consumer) error {
 	pc.closeOnce.Do(func() {
 		pc.cancel()
 		pc.closeErr = pc.closeParts(ctx)
-		pc.wg.Wait()
+		// A grow or seek under way ends (its context or its consumers are
+		// closed) and starts no pump after this.
+		pc.wg.Wait() // the discovery loop (its grow takes changeMu)
+		pc.changeMu.Lock()
+		pc.pumps.Wait()
+		pc.changeMu.Unlock()
 		pc.c.untrack(co)
 	})
 	return pc.closeErr
