@@ -30,6 +30,11 @@ type partitionedProducer struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// cbMu makes the SendAsync callbacks of all partitions run one at a
+	// time, as a plain producer's do (each partition's run on its own
+	// dispatcher goroutine).
+	cbMu sync.Mutex
+
 	// mu guards the fields below.
 	mu    sync.Mutex
 	parts []*Producer
@@ -193,6 +198,8 @@ func (pp *partitionedProducer) sendAsync(ctx context.Context, m *Message, cb fun
 		if err == nil {
 			id.Partition = int32(i)
 		}
+		pp.cbMu.Lock()
+		defer pp.cbMu.Unlock()
 		cb(id, m, err)
 	})
 }
