@@ -90,6 +90,9 @@ func (a *adminService) DeleteNamespace(ctx context.Context, r *clientv1.DeleteNa
 	if len(topics) > 0 {
 		return nil, GRPCError(fmt.Errorf("%w: namespace %s has %d topics; delete them first", ErrNotAllowed, r.GetNamespace(), len(topics)))
 	}
+	if err := a.b.checkNoPartitioned(ctx, r.GetNamespace()); err != nil { // partitioned.go
+		return nil, GRPCError(err)
+	}
 	if err := a.b.cfg.Global.Delete(ctx, namespacePrefix+r.GetNamespace(), metadata.AnyVersion); err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
@@ -202,6 +205,9 @@ func (a *adminService) CreateTopic(ctx context.Context, r *clientv1.CreateTopicR
 	}
 	if _, err := a.b.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err == nil {
 		return nil, GRPCError(fmt.Errorf("%w: topic %s", ErrAlreadyExists, name))
+	}
+	if err := a.b.refusePartitionedBase(ctx, name); err != nil { // partitioned.go
+		return nil, GRPCError(err)
 	}
 	if _, err := a.b.lookup(ctx, name, false); err != nil {
 		return nil, GRPCError(err)
@@ -337,6 +343,9 @@ func (a *adminService) UnloadTopic(ctx context.Context, r *clientv1.UnloadTopicR
 }
 
 func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicStatsRequest) (*clientv1.TopicStats, error) {
+	if st, ok, err := a.partitionedStats(ctx, r); ok { // partitioned_stats.go
+		return st, err
+	}
 	t, fwd, err := a.owned(ctx, r.GetTopic(), false)
 	if fwd != nil {
 		return fwd.GetTopicStats(ctx, r)

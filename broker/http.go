@@ -70,6 +70,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 	addMetadataAdminRoutes(routes, a)
 	addReplicationAdminRoutes(routes, a)
 	addPolicyAdminRoutes(routes, a)
+	addPartitionedAdminRoutes(routes, a)
 	return routes
 }
 

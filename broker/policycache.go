@@ -19,7 +19,7 @@ import (
 const topicPolicyPrefix = "topic-policies/"
 
 // cachedPrefixes are the global-shard prefixes the policy cache mirrors.
-var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, prefixPolicyPrefix, regionPrefix, failoverPrefix}
+var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, prefixPolicyPrefix, regionPrefix, failoverPrefix, partitionedPrefix}
 
 // Bounds of the policy cache's background work.
 const (

@@ -33,6 +33,9 @@ func (cs *clientService) Lookup(ctx context.Context, req *clientv1.LookupRequest
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	if err := cs.b.refusePartitionedBase(ctx, name); err != nil { // partitioned.go
+		return nil, GRPCError(err)
+	}
 	o, err := cs.b.lookup(ctx, name, req.GetAuthoritative())
 	if err != nil {
 		return nil, GRPCError(err)

@@ -13,13 +13,13 @@ func TestIndividualAcksInsideABatch(t *testing.T) {
 	co := newTrackingConsumer()
 	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 0}, 1)
 	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 1}, 3)
-	if !co.individualTarget(MessageID{1, 0, 0}) {
+	if !co.individualTarget(MessageID{LedgerID: 1, EntryID: 0, BatchIndex: 0}) {
 		t.Fatal("single-message entry must be acked at once")
 	}
-	if co.individualTarget(MessageID{1, 1, 0}) || co.individualTarget(MessageID{1, 1, 2}) || co.individualTarget(MessageID{1, 1, 2}) {
+	if co.individualTarget(MessageID{LedgerID: 1, EntryID: 1, BatchIndex: 0}) || co.individualTarget(MessageID{LedgerID: 1, EntryID: 1, BatchIndex: 2}) || co.individualTarget(MessageID{LedgerID: 1, EntryID: 1, BatchIndex: 2}) {
 		t.Fatal("batch acked before all its messages")
 	}
-	if !co.individualTarget(MessageID{1, 1, 1}) {
+	if !co.individualTarget(MessageID{LedgerID: 1, EntryID: 1, BatchIndex: 1}) {
 		t.Fatal("batch not acked after its last message")
 	}
 	if len(co.batches) != 0 {
@@ -27,9 +27,9 @@ func TestIndividualAcksInsideABatch(t *testing.T) {
 	}
 	// A redelivery of a partly acked batch keeps what was acked.
 	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2)
-	co.individualTarget(MessageID{1, 2, 0})
+	co.individualTarget(MessageID{LedgerID: 1, EntryID: 2, BatchIndex: 0})
 	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2)
-	if !co.individualTarget(MessageID{1, 2, 1}) {
+	if !co.individualTarget(MessageID{LedgerID: 1, EntryID: 2, BatchIndex: 1}) {
 		t.Fatal("redelivery reset the batch's acks")
 	}
 }
@@ -40,26 +40,26 @@ func TestCumulativeAckNeverCoversUnackedMessages(t *testing.T) {
 	co.noteDelivered(MessageID{LedgerID: 2, EntryID: 1}, 4)
 	co.noteDelivered(MessageID{LedgerID: 3, EntryID: 0}, 4) // after a rollover
 	// Inside the first batch with no entry before it: nothing to send.
-	if _, send := co.cumulativeTarget(MessageID{2, 0, 1}); send {
+	if _, send := co.cumulativeTarget(MessageID{LedgerID: 2, EntryID: 0, BatchIndex: 1}); send {
 		t.Fatal("cumulative ack inside the first batch sent an ack")
 	}
 	// Inside the third batch: ack up to the entry before it.
-	target, send := co.cumulativeTarget(MessageID{3, 0, 2})
-	if !send || target != (MessageID{2, 1, 0}) {
+	target, send := co.cumulativeTarget(MessageID{LedgerID: 3, EntryID: 0, BatchIndex: 2})
+	if !send || target != (MessageID{LedgerID: 2, EntryID: 1, BatchIndex: 0}) {
 		t.Fatalf("target %v send %v, want 2:1:0", target, send)
 	}
 	if _, ok := co.batches[entryKey{2, 0}]; ok {
 		t.Fatal("covered batches still tracked")
 	}
 	// The last message of the batch covers the whole entry.
-	target, send = co.cumulativeTarget(MessageID{3, 0, 3})
-	if !send || target != (MessageID{3, 0, 0}) || len(co.batches) != 0 {
+	target, send = co.cumulativeTarget(MessageID{LedgerID: 3, EntryID: 0, BatchIndex: 3})
+	if !send || target != (MessageID{LedgerID: 3, EntryID: 0, BatchIndex: 0}) || len(co.batches) != 0 {
 		t.Fatalf("target %v send %v tracked %d", target, send, len(co.batches))
 	}
 	// A redelivered older batch never gets a "previous" entry above it.
 	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 5}, 1)
 	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 2}, 3) // redelivery
-	if _, send := co.cumulativeTarget(MessageID{4, 2, 0}); send {
+	if _, send := co.cumulativeTarget(MessageID{LedgerID: 4, EntryID: 2, BatchIndex: 0}); send {
 		t.Fatal("cumulative ack inside a redelivered batch acked a later entry")
 	}
 }

@@ -170,7 +170,7 @@ func TestEncodeBatchRoundTripsThroughWire(t *testing.T) {
 			t.Fatalf("%d messages", len(msgs))
 		}
 		m0, m1 := msgs[0], msgs[1]
-		if m0.ID != (MessageID{3, 4, 0}) || m1.ID != (MessageID{3, 4, 1}) || m0.Key != "a" || len(m0.Payload) != 5000 ||
+		if m0.ID != (MessageID{LedgerID: 3, EntryID: 4, BatchIndex: 0}) || m1.ID != (MessageID{LedgerID: 3, EntryID: 4, BatchIndex: 1}) || m0.Key != "a" || len(m0.Payload) != 5000 ||
 			m0.Properties["p"] != "1" || !m0.EventTime.Equal(ev) || string(m1.Payload) != "second" || !m1.EventTime.IsZero() ||
 			m0.SequenceID != 7 || m1.SequenceID != 8 || m0.ProducerName != "p1" || m0.OriginRegion != "r1" ||
 			m0.RedeliveryCount != 2 || m0.PublishTime.UnixMilli() != 1_700_000_000_999 {

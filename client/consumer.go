@@ -68,6 +68,10 @@ type Consumer struct {
 	// the client has left is dropped, never sent to another region.
 	gen          uint64
 	deliveredGen map[entryKey]uint64
+
+	// part, for a partitioned topic, holds the partitions' consumers and
+	// every public method delegates to it (partitioned_consumer.go).
+	part *partitionedConsumer
 }
 
 // delivery is one entry split into messages.
@@ -104,6 +108,14 @@ const maxTrackedBatches = 100_000
 // error (invalid name, Exclusive subscription busy) and retries transient
 // ones until ctx ends.
 func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
+	if co, ok, err := c.newPartitionedConsumer(ctx, opts); ok {
+		return co, err
+	}
+	return c.subscribe(ctx, opts)
+}
+
+// subscribe subscribes to one (non-partitioned) topic.
+func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -146,6 +158,9 @@ func (co *Consumer) Subscription() string { return co.opts.Subscription }
 
 // Name returns the consumer name (given or assigned by the broker).
 func (co *Consumer) Name() string {
+	if co.part != nil {
+		return co.part.name()
+	}
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	return co.name
@@ -153,7 +168,12 @@ func (co *Consumer) Name() string {
 
 // IsActive reports, for a Failover subscription, whether the broker made
 // this consumer the active one (false until told).
-func (co *Consumer) IsActive() bool { return co.active.Load() }
+func (co *Consumer) IsActive() bool {
+	if co.part != nil {
+		return co.part.isActive()
+	}
+	return co.active.Load()
+}
 
 func (co *Consumer) connectRetry(ctx context.Context, first bool) (clientv1.Meridian_ConsumeClient, error) {
 	bo := newBackoff(co.c.opts.InitialBackoff, co.c.opts.MaxBackoff)
@@ -497,6 +517,9 @@ func (co *Consumer) noteDelivered(id MessageID, n int) {
 // Receive returns the next message, waiting until one arrives, ctx ends
 // (ctx.Err()) or the consumer closes (ErrConsumerClosed).
 func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
+	if co.part != nil {
+		return co.part.receive(ctx)
+	}
 	co.recvMu.Lock()
 	defer co.recvMu.Unlock()
 	for {
@@ -576,6 +599,9 @@ func (co *Consumer) entryDoneLocked(epoch uint64) {
 // is. Ack waits for the broker to apply the acknowledgement, resending it
 // after a reconnect, until ctx ends.
 func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
+	if co.part != nil {
+		return co.part.ack(ctx, id)
+	}
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
@@ -595,6 +621,9 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 // batch that is not fully covered, the entry before it is acknowledged
 // cumulatively and the batch's first messages are recorded locally.
 func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
+	if co.part != nil {
+		return co.part.ackCumulative(ctx, id)
+	}
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
@@ -812,6 +841,9 @@ func (co *Consumer) checkOpen() error {
 // Unsubscribe deletes the subscription (refused while other consumers are
 // connected) and closes the consumer.
 func (co *Consumer) Unsubscribe(ctx context.Context) error {
+	if co.part != nil {
+		return co.part.unsubscribe(ctx, co)
+	}
 	stream, err := co.waitStream(ctx)
 	if err != nil {
 		return err
@@ -837,6 +869,9 @@ func (co *Consumer) Unsubscribe(ctx context.Context) error {
 // Close closes the stream; the broker redelivers unacknowledged messages
 // to the subscription's other (or next) consumers. Idempotent.
 func (co *Consumer) Close(ctx context.Context) error {
+	if co.part != nil {
+		return co.part.close(ctx, co)
+	}
 	co.closeOnce.Do(func() {
 		co.mu.Lock()
 		s := co.stream

@@ -125,6 +125,10 @@ type MessageID struct {
 	LedgerID   int64
 	EntryID    int64
 	BatchIndex int32
+	// Partition is the partition of a partitioned topic the message is in
+	// (set by a partitioned producer and consumer; 0 otherwise). It is not
+	// part of the text form nor of Compare: IDs compare within a partition.
+	Partition int32
 }
 
 // UnknownMessageID is the ID reported for a message that the broker had

@@ -11,6 +11,9 @@ import (
 // It is best effort: if the stream is broken the entry comes back anyway
 // after the reconnect, since it was never acknowledged.
 func (co *Consumer) Nack(ctx context.Context, id MessageID) error {
+	if co.part != nil {
+		return co.part.nack(ctx, id)
+	}
 	if err := co.checkOpen(); err != nil {
 		return err
 	}

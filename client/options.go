@@ -328,6 +328,11 @@ type ProducerOptions struct {
 
 	// schema is the producer's schema (NewTypedProducer; schema.go).
 	schema *clientv1.SchemaInfo
+	// PartitionsAutoDiscoveryInterval is how often a producer or consumer
+	// of a partitioned topic asks for its partition count and opens the
+	// partitions added since (Pulsar's autoUpdatePartitionsInterval).
+	// Default 1 min; minimum 100 ms.
+	PartitionsAutoDiscoveryInterval time.Duration
 }
 
 // DefaultProducerOptions returns ProducerOptions with defaults (Topic empty).
@@ -431,6 +436,11 @@ type ConsumerOptions struct {
 	// KeyShared configures a KeyShared consumer (nil: the broker splits the
 	// key space automatically, in order).
 	KeyShared *KeySharedOptions
+	// PartitionsAutoDiscoveryInterval is how often a producer or consumer
+	// of a partitioned topic asks for its partition count and opens the
+	// partitions added since (Pulsar's autoUpdatePartitionsInterval).
+	// Default 1 min; minimum 100 ms.
+	PartitionsAutoDiscoveryInterval time.Duration
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool

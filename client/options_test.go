@@ -75,7 +75,7 @@ func TestParsers(t *testing.T) {
 		t.Fatal(p, err)
 	}
 	id, err := ParseMessageID("12:34:5")
-	if err != nil || id != (MessageID{12, 34, 5}) || id.String() != "12:34:5" {
+	if err != nil || id != (MessageID{LedgerID: 12, EntryID: 34, BatchIndex: 5}) || id.String() != "12:34:5" {
 		t.Fatal(id, err)
 	}
 	for _, bad := range []string{"", "1", "a:b:c", "-1:2:3", "1:2:3:4"} {
@@ -83,10 +83,10 @@ func TestParsers(t *testing.T) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	if (MessageID{1, 2, 3}).Compare(MessageID{1, 3, 0}) != -1 || (MessageID{2, 0, 0}).Compare(MessageID{1, 9, 9}) != 1 {
+	if (MessageID{LedgerID: 1, EntryID: 2, BatchIndex: 3}).Compare(MessageID{LedgerID: 1, EntryID: 3, BatchIndex: 0}) != -1 || (MessageID{LedgerID: 2, EntryID: 0, BatchIndex: 0}).Compare(MessageID{LedgerID: 1, EntryID: 9, BatchIndex: 9}) != 1 {
 		t.Fatal("Compare")
 	}
-	if rp, err := ParseResetPosition("3:4:0"); err != nil || rp.MessageID == nil || *rp.MessageID != (MessageID{3, 4, 0}) {
+	if rp, err := ParseResetPosition("3:4:0"); err != nil || rp.MessageID == nil || *rp.MessageID != (MessageID{LedgerID: 3, EntryID: 4, BatchIndex: 0}) {
 		t.Fatal(rp, err)
 	}
 	if rp, err := ParseResetPosition("@1700000000000"); err != nil || rp.PublishTimeMs != 1700000000000 {

@@ -67,6 +67,10 @@ type Producer struct {
 	waiters   []flushWaiter
 	closing   bool
 	fatal     error // set when the producer can no longer send
+
+	// part, for a partitioned topic, holds the partitions' producers and
+	// every public method delegates to it (partitioned_producer.go).
+	part *partitionedProducer
 }
 
 type flushWaiter struct {
@@ -91,6 +95,14 @@ type ProducerStats struct {
 // at once on bad options or a permanent broker error (invalid name, missing
 // namespace) and retries transient ones until ctx ends.
 func (c *Client) NewProducer(ctx context.Context, opts ProducerOptions) (*Producer, error) {
+	if p, ok, err := c.newPartitionedProducer(ctx, opts); ok {
+		return p, err
+	}
+	return c.newProducer(ctx, opts)
+}
+
+// newProducer opens a producer on one (non-partitioned) topic.
+func (c *Client) newProducer(ctx context.Context, opts ProducerOptions) (*Producer, error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -133,6 +145,9 @@ func (p *Producer) Topic() string { return p.opts.Topic }
 
 // Name returns the producer name (given or assigned by the broker).
 func (p *Producer) Name() string {
+	if p.part != nil {
+		return p.part.name()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.name
@@ -141,6 +156,9 @@ func (p *Producer) Name() string {
 // Region returns the region of the broker the producer writes to: the
 // origin region of its messages ("" before the broker reported it).
 func (p *Producer) Region() string {
+	if p.part != nil {
+		return p.part.region()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.region
@@ -156,6 +174,9 @@ const (
 
 // Stats returns the producer's counters.
 func (p *Producer) Stats() ProducerStats {
+	if p.part != nil {
+		return p.part.stats()
+	}
 	return ProducerStats{
 		Duplicates: p.duplicates.Load(),
 		Resent:     p.resent.Load(),
@@ -167,6 +188,9 @@ func (p *Producer) Stats() ProducerStats {
 // Send publishes m and waits for its receipt (or ctx, or the send timeout).
 // If ctx ends first the message may still be sent; its outcome is unknown.
 func (p *Producer) Send(ctx context.Context, m *Message) (MessageID, error) {
+	if p.part != nil {
+		return p.part.send(ctx, m)
+	}
 	type result struct {
 		id  MessageID
 		err error
@@ -193,6 +217,10 @@ func (p *Producer) Send(ctx context.Context, m *Message) (MessageID, error) {
 // for a callback). Errors found before acceptance are passed to cb on the
 // caller's goroutine.
 func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID, *Message, error)) {
+	if p.part != nil {
+		p.part.sendAsync(ctx, m, cb)
+		return
+	}
 	if cb == nil {
 		cb = func(MessageID, *Message, error) {}
 	}
@@ -346,6 +374,9 @@ func (p *Producer) notifyFlushLocked() {
 // the call is resolved (acknowledged or failed) and its callback has run,
 // or ctx ends. Like Send, it must not be called from a send callback.
 func (p *Producer) Flush(ctx context.Context) error {
+	if p.part != nil {
+		return p.part.flush(ctx)
+	}
 	p.mu.Lock()
 	p.closeBatchLocked()
 	w := flushWaiter{seq: p.nextSeq - 1, ch: make(chan struct{})}
@@ -374,6 +405,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 // ErrProducerClosed. Close is idempotent; every call returns the first
 // call's result.
 func (p *Producer) Close(ctx context.Context) error {
+	if p.part != nil {
+		return p.part.close(ctx, p)
+	}
 	p.closeOnce.Do(func() { p.closeErr = p.doClose(ctx) })
 	return p.closeErr
 }

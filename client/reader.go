@@ -140,6 +140,9 @@ func (co *Consumer) readerEntryDone(d *delivery) {
 // region. Messages buffered before the seek are dropped: Seek returns once
 // the consumer receives from the new position. A reader restarts at sp.
 func (co *Consumer) Seek(ctx context.Context, sp StartPosition) error {
+	if co.part != nil {
+		return co.part.seek(ctx, sp)
+	}
 	if err := co.checkOpen(); err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func TestOriginIDOfReplicatedEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msgs[1].OriginRegion != "far" || msgs[1].OriginID != "40:41:1" || msgs[1].ID != (MessageID{3, 4, 1}) {
+	if msgs[1].OriginRegion != "far" || msgs[1].OriginID != "40:41:1" || msgs[1].ID != (MessageID{LedgerID: 3, EntryID: 4, BatchIndex: 1}) {
 		t.Fatalf("replicated message: %+v", msgs[1])
 	}
 }

@@ -259,6 +259,7 @@ func newAdminCmd() *cobra.Command {
 	topics.AddCommand(newResetCursorCmd(o))            // admin_resetcursor.go
 	topics.AddCommand(newBacklogCmds(o)...)            // admin_backlog.go
 	topics.AddCommand(newPulsarSubscriptionCmds(o)...) // admin_backlog.go
+	topics.AddCommand(newPartitionedCmds(o)...)        // admin_partitioned.go
 
 	// subscriptions
 	var subFrom string

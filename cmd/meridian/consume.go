@@ -81,6 +81,8 @@ type consumedJSON struct {
 	Properties      map[string]string `json:"properties,omitempty"`
 	RedeliveryCount int32             `json:"redelivery_count,omitempty"`
 	EventTime       string            `json:"event_time,omitempty"`
+	// Partition is the message's partition, on a partitioned topic only.
+	Partition *int32 `json:"partition,omitempty"`
 }
 
 func toConsumedJSON(m *client.ReceivedMessage) consumedJSON {
@@ -165,7 +167,7 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 		defer cancel()
 		_ = co.Close(cctx)
 	}()
-	return printMessages(ctx, cmd.OutOrStdout(), printSpec{output: f.output, count: f.count, idle: f.idle, verb: "received", op: "receive"},
+	return printMessages(ctx, cmd.OutOrStdout(), printSpec{output: f.output, count: f.count, idle: f.idle, verb: "received", op: "receive", partitions: co.Partitions()},
 		co.Receive, func(m *client.ReceivedMessage) error {
 			if err := co.Ack(ctx, m.ID); err != nil {
 				if ctx.Err() != nil {
@@ -184,6 +186,8 @@ type printSpec struct {
 	idle   time.Duration
 	verb   string // "received", "read": for the --idle error
 	op     string // "receive", "read": for a failed call
+	// partitions is the topic's partition count (0: not partitioned).
+	partitions int
 }
 
 // errStopPrinting ends printMessages without an error.
@@ -218,7 +222,9 @@ func printMessages(ctx context.Context, w io.Writer, p printSpec, next func(cont
 			return fmt.Errorf("%s: %w", p.op, err)
 		}
 		if p.output == "json" {
-			out.json(toConsumedJSON(m))
+			j := toConsumedJSON(m)
+			j.Partition = partitionField(p.partitions, m.ID)
+			out.json(j)
 		} else {
 			out.printf("%s key=%q %s\n", m.ID, m.Key, printable(m.Payload))
 		}

@@ -321,6 +321,8 @@ type produceRecord struct {
 	// was produced in (this one) and its ID here.
 	OriginRegion string `json:"origin_region"`
 	OriginID     string `json:"origin_id"`
+	// Partition is the message's partition, on a partitioned topic only.
+	Partition *int32 `json:"partition,omitempty"`
 }
 
 func runProduce(cmd *cobra.Command, f *produceFlags) error {
@@ -384,7 +386,7 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			if f.output == "json" {
 				out.json(produceRecord{ID: id.String(), Seq: m.SequenceID, Key: m.Key, Producer: producerName,
 					AckTime: time.Now().UTC().Format(time.RFC3339Nano), Duplicate: m.Duplicate,
-					OriginRegion: region, OriginID: id.String()})
+					OriginRegion: region, OriginID: id.String(), Partition: partitionField(p.Partitions(), id)})
 			}
 		})
 	}

@@ -1337,8 +1337,11 @@ func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
 }
 
 type GetTopicStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// per_partition, for a partitioned topic, adds each partition's stats
+	// (TopicStats.partition_stats) to the aggregate.
+	PerPartition  bool `protobuf:"varint,2,opt,name=per_partition,json=perPartition,proto3" json:"per_partition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1378,6 +1381,13 @@ func (x *GetTopicStatsRequest) GetTopic() string {
 		return x.Topic
 	}
 	return ""
+}
+
+func (x *GetTopicStatsRequest) GetPerPartition() bool {
+	if x != nil {
+		return x.PerPartition
+	}
+	return false
 }
 
 type GetTopicInternalStatsRequest struct {
@@ -2073,8 +2083,21 @@ type TopicStats struct {
 	// compared with; 0 when nothing is unacknowledged).
 	BacklogSizeBytes        int64 `protobuf:"varint,25,opt,name=backlog_size_bytes,json=backlogSizeBytes,proto3" json:"backlog_size_bytes,omitempty"`
 	OldestBacklogAgeSeconds int64 `protobuf:"varint,26,opt,name=oldest_backlog_age_seconds,json=oldestBacklogAgeSeconds,proto3" json:"oldest_backlog_age_seconds,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// partitions is the partition count of a partitioned topic (0 for a
+	// topic that is not partitioned). The stats of a partitioned topic sum
+	// its partitions': counters and rates add up, subscriptions of the same
+	// name merge (backlogs add up), backlog_entries is the largest merged
+	// subscription backlog.
+	Partitions int32 `protobuf:"varint,20,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// partition_stats lists each partition's stats when asked
+	// (GetTopicStatsRequest.per_partition), in partition order; a partition
+	// not created yet in this region is absent.
+	PartitionStats []*TopicStats `protobuf:"bytes,21,rep,name=partition_stats,json=partitionStats,proto3" json:"partition_stats,omitempty"`
+	// missing_partitions counts the partitions with no topic in this region
+	// yet (created on first use).
+	MissingPartitions int32 `protobuf:"varint,22,opt,name=missing_partitions,json=missingPartitions,proto3" json:"missing_partitions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -2222,6 +2245,27 @@ func (x *TopicStats) GetBacklogSizeBytes() int64 {
 func (x *TopicStats) GetOldestBacklogAgeSeconds() int64 {
 	if x != nil {
 		return x.OldestBacklogAgeSeconds
+	}
+	return 0
+}
+
+func (x *TopicStats) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *TopicStats) GetPartitionStats() []*TopicStats {
+	if x != nil {
+		return x.PartitionStats
+	}
+	return nil
+}
+
+func (x *TopicStats) GetMissingPartitions() int32 {
+	if x != nil {
+		return x.MissingPartitions
 	}
 	return 0
 }
@@ -7740,6 +7784,416 @@ func (x *BacklogOpResult) GetReplicated() bool {
 	return false
 }
 
+type CreatePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the partitioned topic's name, "tenant/namespace/topic".
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is the partition count, 1..1024.
+	Partitions    int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionedTopicRequest) Reset() {
+	*x = CreatePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[125]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *CreatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[125]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*CreatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{125}
+}
+
+func (x *CreatePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CreatePartitionedTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+type UpdatePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is the new count: more than the current one, at most 1024.
+	Partitions    int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePartitionedTopicRequest) Reset() {
+	*x = UpdatePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[126]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *UpdatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[126]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*UpdatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{126}
+}
+
+func (x *UpdatePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *UpdatePartitionedTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+type GetPartitionedTopicMetadataRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPartitionedTopicMetadataRequest) Reset() {
+	*x = GetPartitionedTopicMetadataRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[127]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPartitionedTopicMetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPartitionedTopicMetadataRequest) ProtoMessage() {}
+
+func (x *GetPartitionedTopicMetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[127]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPartitionedTopicMetadataRequest.ProtoReflect.Descriptor instead.
+func (*GetPartitionedTopicMetadataRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{127}
+}
+
+func (x *GetPartitionedTopicMetadataRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type PartitionedTopicMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions is 0 for a topic that is not partitioned.
+	Partitions int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// stale is true when the answer is the broker's last seen copy (the
+	// global metadata could not be read).
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionedTopicMetadata) Reset() {
+	*x = PartitionedTopicMetadata{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[128]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionedTopicMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionedTopicMetadata) ProtoMessage() {}
+
+func (x *PartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[128]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionedTopicMetadata.ProtoReflect.Descriptor instead.
+func (*PartitionedTopicMetadata) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{128}
+}
+
+func (x *PartitionedTopicMetadata) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionedTopicMetadata) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *PartitionedTopicMetadata) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type DeletePartitionedTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// force deletes partitions that have producers or consumers.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePartitionedTopicRequest) Reset() {
+	*x = DeletePartitionedTopicRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[129]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePartitionedTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePartitionedTopicRequest) ProtoMessage() {}
+
+func (x *DeletePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[129]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePartitionedTopicRequest.ProtoReflect.Descriptor instead.
+func (*DeletePartitionedTopicRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{129}
+}
+
+func (x *DeletePartitionedTopicRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeletePartitionedTopicRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeletePartitionedTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted_partitions counts the partitions deleted in this region.
+	DeletedPartitions int32 `protobuf:"varint,1,opt,name=deleted_partitions,json=deletedPartitions,proto3" json:"deleted_partitions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DeletePartitionedTopicResponse) Reset() {
+	*x = DeletePartitionedTopicResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePartitionedTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePartitionedTopicResponse) ProtoMessage() {}
+
+func (x *DeletePartitionedTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePartitionedTopicResponse.ProtoReflect.Descriptor instead.
+func (*DeletePartitionedTopicResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *DeletePartitionedTopicResponse) GetDeletedPartitions() int32 {
+	if x != nil {
+		return x.DeletedPartitions
+	}
+	return 0
+}
+
+type ListPartitionedTopicsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionedTopicsRequest) Reset() {
+	*x = ListPartitionedTopicsRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionedTopicsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionedTopicsRequest) ProtoMessage() {}
+
+func (x *ListPartitionedTopicsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionedTopicsRequest.ProtoReflect.Descriptor instead.
+func (*ListPartitionedTopicsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *ListPartitionedTopicsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListPartitionedTopicsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topics are sorted by name.
+	Topics []*PartitionedTopicMetadata `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// stale is true when the list is the broker's last seen copy.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionedTopicsResponse) Reset() {
+	*x = ListPartitionedTopicsResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionedTopicsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionedTopicsResponse) ProtoMessage() {}
+
+func (x *ListPartitionedTopicsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionedTopicsResponse.ProtoReflect.Descriptor instead.
+func (*ListPartitionedTopicsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *ListPartitionedTopicsResponse) GetTopics() []*PartitionedTopicMetadata {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *ListPartitionedTopicsResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
 var File_api_client_v1_admin_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_admin_proto_rawDesc = "" +
@@ -7818,9 +8272,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12DeleteTopicRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x15\n" +
-	"\x13DeleteTopicResponse\",\n" +
+	"\x13DeleteTopicResponse\"Q\n" +
 	"\x14GetTopicStatsRequest\x12\x14\n" +
-	"\x05topic\x18\x01 \x01(\tR\x05topic\"4\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
+	"\rper_partition\x18\x02 \x01(\bR\fperPartition\"4\n" +
 	"\x1cGetTopicInternalStatsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"*\n" +
 	"\x12UnloadTopicRequest\x12\x14\n" +
@@ -7877,7 +8332,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\xf5\x05\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8d\a\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -7898,7 +8353,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
 	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\x12,\n" +
 	"\x12backlog_size_bytes\x18\x19 \x01(\x03R\x10backlogSizeBytes\x12;\n" +
-	"\x1aoldest_backlog_age_seconds\x18\x1a \x01(\x03R\x17oldestBacklogAgeSeconds\"\x99\x01\n" +
+	"\x1aoldest_backlog_age_seconds\x18\x1a \x01(\x03R\x17oldestBacklogAgeSeconds\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x14 \x01(\x05R\n" +
+	"partitions\x12G\n" +
+	"\x0fpartition_stats\x18\x15 \x03(\v2\x1e.meridian.client.v1.TopicStatsR\x0epartitionStats\x12-\n" +
+	"\x12missing_partitions\x18\x16 \x01(\x05R\x11missingPartitions\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -8282,14 +8742,42 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x0fbacklog_entries\x18\x04 \x01(\x03R\x0ebacklogEntries\x12\x1e\n" +
 	"\n" +
 	"replicated\x18\x05 \x01(\bR\n" +
-	"replicated*z\n" +
+	"replicated\"U\n" +
+	"\x1dCreatePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\"U\n" +
+	"\x1dUpdatePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\":\n" +
+	"\"GetPartitionedTopicMetadataRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"f\n" +
+	"\x18PartitionedTopicMetadata\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"K\n" +
+	"\x1dDeletePartitionedTopicRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"O\n" +
+	"\x1eDeletePartitionedTopicResponse\x12-\n" +
+	"\x12deleted_partitions\x18\x01 \x01(\x05R\x11deletedPartitions\"<\n" +
+	"\x1cListPartitionedTopicsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"{\n" +
+	"\x1dListPartitionedTopicsResponse\x12D\n" +
+	"\x06topics\x18\x01 \x03(\v2,.meridian.client.v1.PartitionedTopicMetadataR\x06topics\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale*z\n" +
 	"\vQuotaAction\x12\x1e\n" +
 	"\x1aQUOTA_ACTION_PRODUCER_HOLD\x10\x00\x12\x1f\n" +
 	"\x1bQUOTA_ACTION_PRODUCER_ERROR\x10\x01\x12*\n" +
 	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xc73\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xc28\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -8351,7 +8839,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\fDeleteSchema\x12'.meridian.client.v1.DeleteSchemaRequest\x1a(.meridian.client.v1.DeleteSchemaResponse\x12\x82\x01\n" +
 	"\x17TestSchemaCompatibility\x122.meridian.client.v1.TestSchemaCompatibilityRequest\x1a3.meridian.client.v1.TestSchemaCompatibilityResponse\x12\x7f\n" +
 	"\x16SetSchemaCompatibility\x121.meridian.client.v1.SetSchemaCompatibilityRequest\x1a2.meridian.client.v1.SetSchemaCompatibilityResponse\x12\x7f\n" +
-	"\x16GetSchemaCompatibility\x121.meridian.client.v1.GetSchemaCompatibilityRequest\x1a2.meridian.client.v1.GetSchemaCompatibilityResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x16GetSchemaCompatibility\x121.meridian.client.v1.GetSchemaCompatibilityRequest\x1a2.meridian.client.v1.GetSchemaCompatibilityResponse\x12y\n" +
+	"\x16CreatePartitionedTopic\x121.meridian.client.v1.CreatePartitionedTopicRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12y\n" +
+	"\x16UpdatePartitionedTopic\x121.meridian.client.v1.UpdatePartitionedTopicRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x83\x01\n" +
+	"\x1bGetPartitionedTopicMetadata\x126.meridian.client.v1.GetPartitionedTopicMetadataRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x7f\n" +
+	"\x16DeletePartitionedTopic\x121.meridian.client.v1.DeletePartitionedTopicRequest\x1a2.meridian.client.v1.DeletePartitionedTopicResponse\x12|\n" +
+	"\x15ListPartitionedTopics\x120.meridian.client.v1.ListPartitionedTopicsRequest\x1a1.meridian.client.v1.ListPartitionedTopicsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -8366,335 +8859,355 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
 var file_api_client_v1_admin_proto_goTypes = []any{
-	(QuotaAction)(0),                         // 0: meridian.client.v1.QuotaAction
-	(MetadataShard)(0),                       // 1: meridian.client.v1.MetadataShard
-	(*ListTenantsRequest)(nil),               // 2: meridian.client.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),              // 3: meridian.client.v1.ListTenantsResponse
-	(*CreateTenantRequest)(nil),              // 4: meridian.client.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),             // 5: meridian.client.v1.CreateTenantResponse
-	(*DeleteTenantRequest)(nil),              // 6: meridian.client.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),             // 7: meridian.client.v1.DeleteTenantResponse
-	(*NamespacePolicies)(nil),                // 8: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),            // 9: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),           // 10: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),           // 11: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),          // 12: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),           // 13: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),          // 14: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),      // 15: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil),     // 16: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),      // 17: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil),     // 18: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),                // 19: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),               // 20: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),               // 21: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),              // 22: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),               // 23: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),              // 24: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),             // 25: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil),     // 26: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),               // 27: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),              // 28: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                    // 29: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                    // 30: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),                // 31: meridian.client.v1.SubscriptionStats
-	(*AckReplicationStats)(nil),              // 32: meridian.client.v1.AckReplicationStats
-	(*BlockedRead)(nil),                      // 33: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                       // 34: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                       // 35: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                       // 36: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),               // 37: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),         // 38: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),        // 39: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),        // 40: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),       // 41: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),        // 42: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),       // 43: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),         // 44: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),        // 45: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),               // 46: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                       // 47: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),              // 48: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                     // 49: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),               // 50: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),              // 51: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),            // 52: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil),     // 53: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),               // 54: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),         // 55: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),        // 56: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),        // 57: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),       // 58: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),        // 59: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),       // 60: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),        // 61: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),       // 62: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),         // 63: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),              // 64: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),               // 65: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),                   // 66: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),                 // 67: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),            // 68: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),          // 69: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),         // 70: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                     // 71: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                    // 72: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                    // 73: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),                 // 74: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),          // 75: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),         // 76: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),               // 77: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),               // 78: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),        // 79: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),              // 80: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),           // 81: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),          // 82: meridian.client.v1.SkipLostEntriesResponse
-	(*SetNamespaceReplicationRequest)(nil),   // 83: meridian.client.v1.SetNamespaceReplicationRequest
-	(*SetNamespaceReplicationResponse)(nil),  // 84: meridian.client.v1.SetNamespaceReplicationResponse
-	(*GetNamespaceReplicationRequest)(nil),   // 85: meridian.client.v1.GetNamespaceReplicationRequest
-	(*GetNamespaceReplicationResponse)(nil),  // 86: meridian.client.v1.GetNamespaceReplicationResponse
-	(*GetTenantRequest)(nil),                 // 87: meridian.client.v1.GetTenantRequest
-	(*TenantInfo)(nil),                       // 88: meridian.client.v1.TenantInfo
-	(*SetTenantAllowedRegionsRequest)(nil),   // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
-	(*SetTenantAllowedRegionsResponse)(nil),  // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
-	(*SetTopicReplicationRequest)(nil),       // 91: meridian.client.v1.SetTopicReplicationRequest
-	(*SetTopicReplicationResponse)(nil),      // 92: meridian.client.v1.SetTopicReplicationResponse
-	(*GetTopicReplicationRequest)(nil),       // 93: meridian.client.v1.GetTopicReplicationRequest
-	(*GetTopicReplicationResponse)(nil),      // 94: meridian.client.v1.GetTopicReplicationResponse
-	(*RemoveTopicReplicationRequest)(nil),    // 95: meridian.client.v1.RemoveTopicReplicationRequest
-	(*RemoveTopicReplicationResponse)(nil),   // 96: meridian.client.v1.RemoveTopicReplicationResponse
-	(*ListRegionsRequest)(nil),               // 97: meridian.client.v1.ListRegionsRequest
-	(*RegionReplicationLag)(nil),             // 98: meridian.client.v1.RegionReplicationLag
-	(*RegionStatus)(nil),                     // 99: meridian.client.v1.RegionStatus
-	(*ListRegionsResponse)(nil),              // 100: meridian.client.v1.ListRegionsResponse
-	(*ReplicatorStats)(nil),                  // 101: meridian.client.v1.ReplicatorStats
-	(*DeleteReplicationCursorsRequest)(nil),  // 102: meridian.client.v1.DeleteReplicationCursorsRequest
-	(*DeleteReplicationCursorsResponse)(nil), // 103: meridian.client.v1.DeleteReplicationCursorsResponse
-	(*SetFailoverTargetRequest)(nil),         // 104: meridian.client.v1.SetFailoverTargetRequest
-	(*GetFailoverTargetRequest)(nil),         // 105: meridian.client.v1.GetFailoverTargetRequest
-	(*FailoverTarget)(nil),                   // 106: meridian.client.v1.FailoverTarget
-	(*SetTopicPoliciesRequest)(nil),          // 107: meridian.client.v1.SetTopicPoliciesRequest
-	(*SetTopicPoliciesResponse)(nil),         // 108: meridian.client.v1.SetTopicPoliciesResponse
-	(*GetTopicPoliciesRequest)(nil),          // 109: meridian.client.v1.GetTopicPoliciesRequest
-	(*GetTopicPoliciesResponse)(nil),         // 110: meridian.client.v1.GetTopicPoliciesResponse
-	(*RemoveTopicPoliciesRequest)(nil),       // 111: meridian.client.v1.RemoveTopicPoliciesRequest
-	(*RemoveTopicPoliciesResponse)(nil),      // 112: meridian.client.v1.RemoveTopicPoliciesResponse
-	(*SetPrefixPoliciesRequest)(nil),         // 113: meridian.client.v1.SetPrefixPoliciesRequest
-	(*SetPrefixPoliciesResponse)(nil),        // 114: meridian.client.v1.SetPrefixPoliciesResponse
-	(*ListPrefixPoliciesRequest)(nil),        // 115: meridian.client.v1.ListPrefixPoliciesRequest
-	(*PrefixPolicies)(nil),                   // 116: meridian.client.v1.PrefixPolicies
-	(*ListPrefixPoliciesResponse)(nil),       // 117: meridian.client.v1.ListPrefixPoliciesResponse
-	(*RemovePrefixPoliciesRequest)(nil),      // 118: meridian.client.v1.RemovePrefixPoliciesRequest
-	(*RemovePrefixPoliciesResponse)(nil),     // 119: meridian.client.v1.RemovePrefixPoliciesResponse
-	(*GetEffectivePoliciesRequest)(nil),      // 120: meridian.client.v1.GetEffectivePoliciesRequest
-	(*GetEffectivePoliciesResponse)(nil),     // 121: meridian.client.v1.GetEffectivePoliciesResponse
-	(*SkipMessagesRequest)(nil),              // 122: meridian.client.v1.SkipMessagesRequest
-	(*ClearBacklogRequest)(nil),              // 123: meridian.client.v1.ClearBacklogRequest
-	(*ExpireMessagesRequest)(nil),            // 124: meridian.client.v1.ExpireMessagesRequest
-	(*BacklogOpResponse)(nil),                // 125: meridian.client.v1.BacklogOpResponse
-	(*BacklogOpResult)(nil),                  // 126: meridian.client.v1.BacklogOpResult
-	nil,                                      // 127: meridian.client.v1.LedgerDetails.PropertiesEntry
-	nil,                                      // 128: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	(SchemaCompatibility)(0),                 // 129: meridian.client.v1.SchemaCompatibility
-	(*HashRange)(nil),                        // 130: meridian.client.v1.HashRange
-	(SubscriptionType)(0),                    // 131: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 132: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 133: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 134: meridian.client.v1.OriginPosition
-	(*UploadSchemaRequest)(nil),              // 135: meridian.client.v1.UploadSchemaRequest
-	(*GetSchemaRequest)(nil),                 // 136: meridian.client.v1.GetSchemaRequest
-	(*ListSchemaVersionsRequest)(nil),        // 137: meridian.client.v1.ListSchemaVersionsRequest
-	(*DeleteSchemaRequest)(nil),              // 138: meridian.client.v1.DeleteSchemaRequest
-	(*TestSchemaCompatibilityRequest)(nil),   // 139: meridian.client.v1.TestSchemaCompatibilityRequest
-	(*SetSchemaCompatibilityRequest)(nil),    // 140: meridian.client.v1.SetSchemaCompatibilityRequest
-	(*GetSchemaCompatibilityRequest)(nil),    // 141: meridian.client.v1.GetSchemaCompatibilityRequest
-	(*UploadSchemaResponse)(nil),             // 142: meridian.client.v1.UploadSchemaResponse
-	(*GetSchemaResponse)(nil),                // 143: meridian.client.v1.GetSchemaResponse
-	(*ListSchemaVersionsResponse)(nil),       // 144: meridian.client.v1.ListSchemaVersionsResponse
-	(*DeleteSchemaResponse)(nil),             // 145: meridian.client.v1.DeleteSchemaResponse
-	(*TestSchemaCompatibilityResponse)(nil),  // 146: meridian.client.v1.TestSchemaCompatibilityResponse
-	(*SetSchemaCompatibilityResponse)(nil),   // 147: meridian.client.v1.SetSchemaCompatibilityResponse
-	(*GetSchemaCompatibilityResponse)(nil),   // 148: meridian.client.v1.GetSchemaCompatibilityResponse
+	(QuotaAction)(0),                           // 0: meridian.client.v1.QuotaAction
+	(MetadataShard)(0),                         // 1: meridian.client.v1.MetadataShard
+	(*ListTenantsRequest)(nil),                 // 2: meridian.client.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),                // 3: meridian.client.v1.ListTenantsResponse
+	(*CreateTenantRequest)(nil),                // 4: meridian.client.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),               // 5: meridian.client.v1.CreateTenantResponse
+	(*DeleteTenantRequest)(nil),                // 6: meridian.client.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),               // 7: meridian.client.v1.DeleteTenantResponse
+	(*NamespacePolicies)(nil),                  // 8: meridian.client.v1.NamespacePolicies
+	(*ListNamespacesRequest)(nil),              // 9: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),             // 10: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),             // 11: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),            // 12: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),             // 13: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),            // 14: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),        // 15: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil),       // 16: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),        // 17: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil),       // 18: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),                  // 19: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                 // 20: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),                 // 21: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),                // 22: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),                 // 23: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                // 24: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),               // 25: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil),       // 26: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),                 // 27: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),                // 28: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                      // 29: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                      // 30: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),                  // 31: meridian.client.v1.SubscriptionStats
+	(*AckReplicationStats)(nil),                // 32: meridian.client.v1.AckReplicationStats
+	(*BlockedRead)(nil),                        // 33: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                         // 34: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                         // 35: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                         // 36: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),                 // 37: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),           // 38: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),          // 39: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),          // 40: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),         // 41: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),          // 42: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),         // 43: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),           // 44: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),          // 45: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),                 // 46: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                         // 47: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),                // 48: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                       // 49: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),                 // 50: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),                // 51: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),              // 52: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),       // 53: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),                 // 54: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),           // 55: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),          // 56: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),          // 57: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),         // 58: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),          // 59: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),         // 60: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),          // 61: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),         // 62: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),           // 63: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),                // 64: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),                 // 65: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                     // 66: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                   // 67: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),              // 68: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),            // 69: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),           // 70: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                       // 71: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                      // 72: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                      // 73: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                   // 74: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),            // 75: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),           // 76: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),                 // 77: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),                 // 78: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),          // 79: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),                // 80: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),             // 81: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),            // 82: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),     // 83: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil),    // 84: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),     // 85: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil),    // 86: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                   // 87: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                         // 88: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),     // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil),    // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),         // 91: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),        // 92: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),         // 93: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),        // 94: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),      // 95: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),     // 96: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),                 // 97: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),               // 98: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                       // 99: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),                // 100: meridian.client.v1.ListRegionsResponse
+	(*ReplicatorStats)(nil),                    // 101: meridian.client.v1.ReplicatorStats
+	(*DeleteReplicationCursorsRequest)(nil),    // 102: meridian.client.v1.DeleteReplicationCursorsRequest
+	(*DeleteReplicationCursorsResponse)(nil),   // 103: meridian.client.v1.DeleteReplicationCursorsResponse
+	(*SetFailoverTargetRequest)(nil),           // 104: meridian.client.v1.SetFailoverTargetRequest
+	(*GetFailoverTargetRequest)(nil),           // 105: meridian.client.v1.GetFailoverTargetRequest
+	(*FailoverTarget)(nil),                     // 106: meridian.client.v1.FailoverTarget
+	(*SetTopicPoliciesRequest)(nil),            // 107: meridian.client.v1.SetTopicPoliciesRequest
+	(*SetTopicPoliciesResponse)(nil),           // 108: meridian.client.v1.SetTopicPoliciesResponse
+	(*GetTopicPoliciesRequest)(nil),            // 109: meridian.client.v1.GetTopicPoliciesRequest
+	(*GetTopicPoliciesResponse)(nil),           // 110: meridian.client.v1.GetTopicPoliciesResponse
+	(*RemoveTopicPoliciesRequest)(nil),         // 111: meridian.client.v1.RemoveTopicPoliciesRequest
+	(*RemoveTopicPoliciesResponse)(nil),        // 112: meridian.client.v1.RemoveTopicPoliciesResponse
+	(*SetPrefixPoliciesRequest)(nil),           // 113: meridian.client.v1.SetPrefixPoliciesRequest
+	(*SetPrefixPoliciesResponse)(nil),          // 114: meridian.client.v1.SetPrefixPoliciesResponse
+	(*ListPrefixPoliciesRequest)(nil),          // 115: meridian.client.v1.ListPrefixPoliciesRequest
+	(*PrefixPolicies)(nil),                     // 116: meridian.client.v1.PrefixPolicies
+	(*ListPrefixPoliciesResponse)(nil),         // 117: meridian.client.v1.ListPrefixPoliciesResponse
+	(*RemovePrefixPoliciesRequest)(nil),        // 118: meridian.client.v1.RemovePrefixPoliciesRequest
+	(*RemovePrefixPoliciesResponse)(nil),       // 119: meridian.client.v1.RemovePrefixPoliciesResponse
+	(*GetEffectivePoliciesRequest)(nil),        // 120: meridian.client.v1.GetEffectivePoliciesRequest
+	(*GetEffectivePoliciesResponse)(nil),       // 121: meridian.client.v1.GetEffectivePoliciesResponse
+	(*SkipMessagesRequest)(nil),                // 122: meridian.client.v1.SkipMessagesRequest
+	(*ClearBacklogRequest)(nil),                // 123: meridian.client.v1.ClearBacklogRequest
+	(*ExpireMessagesRequest)(nil),              // 124: meridian.client.v1.ExpireMessagesRequest
+	(*BacklogOpResponse)(nil),                  // 125: meridian.client.v1.BacklogOpResponse
+	(*BacklogOpResult)(nil),                    // 126: meridian.client.v1.BacklogOpResult
+	(*CreatePartitionedTopicRequest)(nil),      // 127: meridian.client.v1.CreatePartitionedTopicRequest
+	(*UpdatePartitionedTopicRequest)(nil),      // 128: meridian.client.v1.UpdatePartitionedTopicRequest
+	(*GetPartitionedTopicMetadataRequest)(nil), // 129: meridian.client.v1.GetPartitionedTopicMetadataRequest
+	(*PartitionedTopicMetadata)(nil),           // 130: meridian.client.v1.PartitionedTopicMetadata
+	(*DeletePartitionedTopicRequest)(nil),      // 131: meridian.client.v1.DeletePartitionedTopicRequest
+	(*DeletePartitionedTopicResponse)(nil),     // 132: meridian.client.v1.DeletePartitionedTopicResponse
+	(*ListPartitionedTopicsRequest)(nil),       // 133: meridian.client.v1.ListPartitionedTopicsRequest
+	(*ListPartitionedTopicsResponse)(nil),      // 134: meridian.client.v1.ListPartitionedTopicsResponse
+	nil,                                        // 135: meridian.client.v1.LedgerDetails.PropertiesEntry
+	nil,                                        // 136: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	(SchemaCompatibility)(0),                   // 137: meridian.client.v1.SchemaCompatibility
+	(*HashRange)(nil),                          // 138: meridian.client.v1.HashRange
+	(SubscriptionType)(0),                      // 139: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                          // 140: meridian.client.v1.MessageId
+	(InitialPosition)(0),                       // 141: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                     // 142: meridian.client.v1.OriginPosition
+	(*UploadSchemaRequest)(nil),                // 143: meridian.client.v1.UploadSchemaRequest
+	(*GetSchemaRequest)(nil),                   // 144: meridian.client.v1.GetSchemaRequest
+	(*ListSchemaVersionsRequest)(nil),          // 145: meridian.client.v1.ListSchemaVersionsRequest
+	(*DeleteSchemaRequest)(nil),                // 146: meridian.client.v1.DeleteSchemaRequest
+	(*TestSchemaCompatibilityRequest)(nil),     // 147: meridian.client.v1.TestSchemaCompatibilityRequest
+	(*SetSchemaCompatibilityRequest)(nil),      // 148: meridian.client.v1.SetSchemaCompatibilityRequest
+	(*GetSchemaCompatibilityRequest)(nil),      // 149: meridian.client.v1.GetSchemaCompatibilityRequest
+	(*UploadSchemaResponse)(nil),               // 150: meridian.client.v1.UploadSchemaResponse
+	(*GetSchemaResponse)(nil),                  // 151: meridian.client.v1.GetSchemaResponse
+	(*ListSchemaVersionsResponse)(nil),         // 152: meridian.client.v1.ListSchemaVersionsResponse
+	(*DeleteSchemaResponse)(nil),               // 153: meridian.client.v1.DeleteSchemaResponse
+	(*TestSchemaCompatibilityResponse)(nil),    // 154: meridian.client.v1.TestSchemaCompatibilityResponse
+	(*SetSchemaCompatibilityResponse)(nil),     // 155: meridian.client.v1.SetSchemaCompatibilityResponse
+	(*GetSchemaCompatibilityResponse)(nil),     // 156: meridian.client.v1.GetSchemaCompatibilityResponse
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
 	0,   // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
-	129, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
+	137, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
 	8,   // 3: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 5: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	130, // 6: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
-	131, // 7: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	138, // 6: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	139, // 7: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	30,  // 8: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	132, // 9: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	140, // 9: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	33,  // 10: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
 	32,  // 11: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	132, // 12: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	140, // 12: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
 	29,  // 13: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
 	31,  // 14: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
 	101, // 15: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	132, // 16: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 17: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 18: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	132, // 19: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	133, // 20: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	132, // 21: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	133, // 22: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	134, // 23: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 24: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 25: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 26: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 27: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 28: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 29: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 30: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 31: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 32: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 33: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 34: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	127, // 35: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 36: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 37: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 38: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	132, // 39: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 40: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 41: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	8,   // 42: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 43: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 44: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 45: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
-	116, // 46: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
-	8,   // 47: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	128, // 48: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	126, // 49: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
-	132, // 50: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	2,   // 51: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 52: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 53: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 54: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 55: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 56: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 57: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 58: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 59: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 60: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 61: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 62: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 63: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 64: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 65: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 66: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 67: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 68: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 69: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 70: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 71: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 72: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 73: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 74: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 75: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 76: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 77: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 78: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 79: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 80: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 81: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 82: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 83: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 84: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 85: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 86: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 87: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 88: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 89: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 90: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 91: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 92: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 93: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	107, // 94: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	109, // 95: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	111, // 96: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	113, // 97: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	115, // 98: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	118, // 99: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	120, // 100: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	122, // 101: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
-	123, // 102: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
-	124, // 103: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
-	135, // 104: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
-	136, // 105: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
-	137, // 106: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
-	138, // 107: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
-	139, // 108: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
-	140, // 109: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
-	141, // 110: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
-	3,   // 111: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 112: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 113: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 114: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 115: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 116: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 117: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 118: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 119: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 120: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 121: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 122: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 123: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 124: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 125: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 126: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 127: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 128: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 129: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 130: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 131: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 132: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 133: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 134: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 135: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 136: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 137: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 138: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 139: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 140: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 141: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 142: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 143: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 144: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 145: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 146: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 147: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 148: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 149: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 150: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 151: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 152: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 153: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	108, // 154: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	110, // 155: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	112, // 156: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	114, // 157: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	117, // 158: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	119, // 159: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	121, // 160: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	125, // 161: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 162: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 163: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	142, // 164: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
-	143, // 165: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
-	144, // 166: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
-	145, // 167: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
-	146, // 168: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
-	147, // 169: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
-	148, // 170: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
-	111, // [111:171] is the sub-list for method output_type
-	51,  // [51:111] is the sub-list for method input_type
-	51,  // [51:51] is the sub-list for extension type_name
-	51,  // [51:51] is the sub-list for extension extendee
-	0,   // [0:51] is the sub-list for field type_name
+	34,  // 16: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
+	140, // 17: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 18: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 19: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	140, // 20: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	141, // 21: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	140, // 22: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	141, // 23: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	142, // 24: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 25: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 26: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 27: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 28: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 29: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 30: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 31: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 32: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 33: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 34: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 35: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	135, // 36: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 37: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 38: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 39: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	140, // 40: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 41: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 42: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	8,   // 43: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 44: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 45: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 46: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
+	116, // 47: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
+	8,   // 48: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	136, // 49: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	126, // 50: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	140, // 51: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	130, // 52: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
+	2,   // 53: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 54: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 55: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 56: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 57: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 58: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 59: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 60: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 61: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 62: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 63: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 64: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 65: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 66: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 67: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 68: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 69: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 70: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 71: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 72: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 73: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 74: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 75: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 76: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 77: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 78: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 79: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 80: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 81: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 82: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 83: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 84: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 85: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 86: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 87: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 88: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 89: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 90: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 91: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 92: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 93: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 94: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 95: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 96: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	109, // 97: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	111, // 98: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	113, // 99: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	115, // 100: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	118, // 101: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	120, // 102: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	122, // 103: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	123, // 104: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	124, // 105: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	143, // 106: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
+	144, // 107: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
+	145, // 108: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
+	146, // 109: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
+	147, // 110: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
+	148, // 111: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
+	149, // 112: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
+	127, // 113: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
+	128, // 114: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
+	129, // 115: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
+	131, // 116: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
+	133, // 117: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
+	3,   // 118: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 119: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 120: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 121: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 122: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 123: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 124: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 125: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 126: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 127: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 128: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 129: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 130: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 131: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 132: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 133: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 134: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 135: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 136: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 137: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 138: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 139: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 140: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 141: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 142: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 143: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 144: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 145: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 146: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 147: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 148: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 149: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 150: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 151: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 152: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 153: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 154: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 155: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 156: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 157: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 158: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 159: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 160: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	108, // 161: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	110, // 162: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	112, // 163: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	114, // 164: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	117, // 165: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	119, // 166: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	121, // 167: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	125, // 168: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 169: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 170: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	150, // 171: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
+	151, // 172: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
+	152, // 173: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
+	153, // 174: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
+	154, // 175: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
+	155, // 176: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
+	156, // 177: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
+	130, // 178: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	130, // 179: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	130, // 180: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	132, // 181: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
+	134, // 182: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
+	118, // [118:183] is the sub-list for method output_type
+	53,  // [53:118] is the sub-list for method input_type
+	53,  // [53:53] is the sub-list for extension type_name
+	53,  // [53:53] is the sub-list for extension extendee
+	0,   // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -8722,7 +9235,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   127,
+			NumMessages:   135,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,66 +30,71 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListTenants_FullMethodName              = "/meridian.client.v1.Admin/ListTenants"
-	Admin_CreateTenant_FullMethodName             = "/meridian.client.v1.Admin/CreateTenant"
-	Admin_DeleteTenant_FullMethodName             = "/meridian.client.v1.Admin/DeleteTenant"
-	Admin_ListNamespaces_FullMethodName           = "/meridian.client.v1.Admin/ListNamespaces"
-	Admin_CreateNamespace_FullMethodName          = "/meridian.client.v1.Admin/CreateNamespace"
-	Admin_DeleteNamespace_FullMethodName          = "/meridian.client.v1.Admin/DeleteNamespace"
-	Admin_GetNamespacePolicies_FullMethodName     = "/meridian.client.v1.Admin/GetNamespacePolicies"
-	Admin_SetNamespacePolicies_FullMethodName     = "/meridian.client.v1.Admin/SetNamespacePolicies"
-	Admin_ListTopics_FullMethodName               = "/meridian.client.v1.Admin/ListTopics"
-	Admin_CreateTopic_FullMethodName              = "/meridian.client.v1.Admin/CreateTopic"
-	Admin_DeleteTopic_FullMethodName              = "/meridian.client.v1.Admin/DeleteTopic"
-	Admin_GetTopicStats_FullMethodName            = "/meridian.client.v1.Admin/GetTopicStats"
-	Admin_GetTopicInternalStats_FullMethodName    = "/meridian.client.v1.Admin/GetTopicInternalStats"
-	Admin_UnloadTopic_FullMethodName              = "/meridian.client.v1.Admin/UnloadTopic"
-	Admin_ListSubscriptions_FullMethodName        = "/meridian.client.v1.Admin/ListSubscriptions"
-	Admin_CreateSubscription_FullMethodName       = "/meridian.client.v1.Admin/CreateSubscription"
-	Admin_DeleteSubscription_FullMethodName       = "/meridian.client.v1.Admin/DeleteSubscription"
-	Admin_ResetSubscription_FullMethodName        = "/meridian.client.v1.Admin/ResetSubscription"
-	Admin_ListBrokers_FullMethodName              = "/meridian.client.v1.Admin/ListBrokers"
-	Admin_ListBookies_FullMethodName              = "/meridian.client.v1.Admin/ListBookies"
-	Admin_GetAutorecoveryStatus_FullMethodName    = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
-	Admin_PauseAutorecovery_FullMethodName        = "/meridian.client.v1.Admin/PauseAutorecovery"
-	Admin_ResumeAutorecovery_FullMethodName       = "/meridian.client.v1.Admin/ResumeAutorecovery"
-	Admin_DecommissionBookie_FullMethodName       = "/meridian.client.v1.Admin/DecommissionBookie"
-	Admin_RecommissionBookie_FullMethodName       = "/meridian.client.v1.Admin/RecommissionBookie"
-	Admin_GetMetadataStatus_FullMethodName        = "/meridian.client.v1.Admin/GetMetadataStatus"
-	Admin_GetMetadataKey_FullMethodName           = "/meridian.client.v1.Admin/GetMetadataKey"
-	Admin_ListMetadataKeys_FullMethodName         = "/meridian.client.v1.Admin/ListMetadataKeys"
-	Admin_GetLedger_FullMethodName                = "/meridian.client.v1.Admin/GetLedger"
-	Admin_ListTopicLedgers_FullMethodName         = "/meridian.client.v1.Admin/ListTopicLedgers"
-	Admin_ScrubBookie_FullMethodName              = "/meridian.client.v1.Admin/ScrubBookie"
-	Admin_SkipLostEntries_FullMethodName          = "/meridian.client.v1.Admin/SkipLostEntries"
-	Admin_SetNamespaceReplication_FullMethodName  = "/meridian.client.v1.Admin/SetNamespaceReplication"
-	Admin_GetNamespaceReplication_FullMethodName  = "/meridian.client.v1.Admin/GetNamespaceReplication"
-	Admin_GetTenant_FullMethodName                = "/meridian.client.v1.Admin/GetTenant"
-	Admin_SetTenantAllowedRegions_FullMethodName  = "/meridian.client.v1.Admin/SetTenantAllowedRegions"
-	Admin_SetTopicReplication_FullMethodName      = "/meridian.client.v1.Admin/SetTopicReplication"
-	Admin_GetTopicReplication_FullMethodName      = "/meridian.client.v1.Admin/GetTopicReplication"
-	Admin_RemoveTopicReplication_FullMethodName   = "/meridian.client.v1.Admin/RemoveTopicReplication"
-	Admin_ListRegions_FullMethodName              = "/meridian.client.v1.Admin/ListRegions"
-	Admin_DeleteReplicationCursors_FullMethodName = "/meridian.client.v1.Admin/DeleteReplicationCursors"
-	Admin_SetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/SetFailoverTarget"
-	Admin_GetFailoverTarget_FullMethodName        = "/meridian.client.v1.Admin/GetFailoverTarget"
-	Admin_SetTopicPolicies_FullMethodName         = "/meridian.client.v1.Admin/SetTopicPolicies"
-	Admin_GetTopicPolicies_FullMethodName         = "/meridian.client.v1.Admin/GetTopicPolicies"
-	Admin_RemoveTopicPolicies_FullMethodName      = "/meridian.client.v1.Admin/RemoveTopicPolicies"
-	Admin_SetPrefixPolicies_FullMethodName        = "/meridian.client.v1.Admin/SetPrefixPolicies"
-	Admin_ListPrefixPolicies_FullMethodName       = "/meridian.client.v1.Admin/ListPrefixPolicies"
-	Admin_RemovePrefixPolicies_FullMethodName     = "/meridian.client.v1.Admin/RemovePrefixPolicies"
-	Admin_GetEffectivePolicies_FullMethodName     = "/meridian.client.v1.Admin/GetEffectivePolicies"
-	Admin_SkipMessages_FullMethodName             = "/meridian.client.v1.Admin/SkipMessages"
-	Admin_ClearBacklog_FullMethodName             = "/meridian.client.v1.Admin/ClearBacklog"
-	Admin_ExpireMessages_FullMethodName           = "/meridian.client.v1.Admin/ExpireMessages"
-	Admin_UploadSchema_FullMethodName             = "/meridian.client.v1.Admin/UploadSchema"
-	Admin_GetSchema_FullMethodName                = "/meridian.client.v1.Admin/GetSchema"
-	Admin_ListSchemaVersions_FullMethodName       = "/meridian.client.v1.Admin/ListSchemaVersions"
-	Admin_DeleteSchema_FullMethodName             = "/meridian.client.v1.Admin/DeleteSchema"
-	Admin_TestSchemaCompatibility_FullMethodName  = "/meridian.client.v1.Admin/TestSchemaCompatibility"
-	Admin_SetSchemaCompatibility_FullMethodName   = "/meridian.client.v1.Admin/SetSchemaCompatibility"
-	Admin_GetSchemaCompatibility_FullMethodName   = "/meridian.client.v1.Admin/GetSchemaCompatibility"
+	Admin_ListTenants_FullMethodName                 = "/meridian.client.v1.Admin/ListTenants"
+	Admin_CreateTenant_FullMethodName                = "/meridian.client.v1.Admin/CreateTenant"
+	Admin_DeleteTenant_FullMethodName                = "/meridian.client.v1.Admin/DeleteTenant"
+	Admin_ListNamespaces_FullMethodName              = "/meridian.client.v1.Admin/ListNamespaces"
+	Admin_CreateNamespace_FullMethodName             = "/meridian.client.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName             = "/meridian.client.v1.Admin/DeleteNamespace"
+	Admin_GetNamespacePolicies_FullMethodName        = "/meridian.client.v1.Admin/GetNamespacePolicies"
+	Admin_SetNamespacePolicies_FullMethodName        = "/meridian.client.v1.Admin/SetNamespacePolicies"
+	Admin_ListTopics_FullMethodName                  = "/meridian.client.v1.Admin/ListTopics"
+	Admin_CreateTopic_FullMethodName                 = "/meridian.client.v1.Admin/CreateTopic"
+	Admin_DeleteTopic_FullMethodName                 = "/meridian.client.v1.Admin/DeleteTopic"
+	Admin_GetTopicStats_FullMethodName               = "/meridian.client.v1.Admin/GetTopicStats"
+	Admin_GetTopicInternalStats_FullMethodName       = "/meridian.client.v1.Admin/GetTopicInternalStats"
+	Admin_UnloadTopic_FullMethodName                 = "/meridian.client.v1.Admin/UnloadTopic"
+	Admin_ListSubscriptions_FullMethodName           = "/meridian.client.v1.Admin/ListSubscriptions"
+	Admin_CreateSubscription_FullMethodName          = "/meridian.client.v1.Admin/CreateSubscription"
+	Admin_DeleteSubscription_FullMethodName          = "/meridian.client.v1.Admin/DeleteSubscription"
+	Admin_ResetSubscription_FullMethodName           = "/meridian.client.v1.Admin/ResetSubscription"
+	Admin_ListBrokers_FullMethodName                 = "/meridian.client.v1.Admin/ListBrokers"
+	Admin_ListBookies_FullMethodName                 = "/meridian.client.v1.Admin/ListBookies"
+	Admin_GetAutorecoveryStatus_FullMethodName       = "/meridian.client.v1.Admin/GetAutorecoveryStatus"
+	Admin_PauseAutorecovery_FullMethodName           = "/meridian.client.v1.Admin/PauseAutorecovery"
+	Admin_ResumeAutorecovery_FullMethodName          = "/meridian.client.v1.Admin/ResumeAutorecovery"
+	Admin_DecommissionBookie_FullMethodName          = "/meridian.client.v1.Admin/DecommissionBookie"
+	Admin_RecommissionBookie_FullMethodName          = "/meridian.client.v1.Admin/RecommissionBookie"
+	Admin_GetMetadataStatus_FullMethodName           = "/meridian.client.v1.Admin/GetMetadataStatus"
+	Admin_GetMetadataKey_FullMethodName              = "/meridian.client.v1.Admin/GetMetadataKey"
+	Admin_ListMetadataKeys_FullMethodName            = "/meridian.client.v1.Admin/ListMetadataKeys"
+	Admin_GetLedger_FullMethodName                   = "/meridian.client.v1.Admin/GetLedger"
+	Admin_ListTopicLedgers_FullMethodName            = "/meridian.client.v1.Admin/ListTopicLedgers"
+	Admin_ScrubBookie_FullMethodName                 = "/meridian.client.v1.Admin/ScrubBookie"
+	Admin_SkipLostEntries_FullMethodName             = "/meridian.client.v1.Admin/SkipLostEntries"
+	Admin_SetNamespaceReplication_FullMethodName     = "/meridian.client.v1.Admin/SetNamespaceReplication"
+	Admin_GetNamespaceReplication_FullMethodName     = "/meridian.client.v1.Admin/GetNamespaceReplication"
+	Admin_GetTenant_FullMethodName                   = "/meridian.client.v1.Admin/GetTenant"
+	Admin_SetTenantAllowedRegions_FullMethodName     = "/meridian.client.v1.Admin/SetTenantAllowedRegions"
+	Admin_SetTopicReplication_FullMethodName         = "/meridian.client.v1.Admin/SetTopicReplication"
+	Admin_GetTopicReplication_FullMethodName         = "/meridian.client.v1.Admin/GetTopicReplication"
+	Admin_RemoveTopicReplication_FullMethodName      = "/meridian.client.v1.Admin/RemoveTopicReplication"
+	Admin_ListRegions_FullMethodName                 = "/meridian.client.v1.Admin/ListRegions"
+	Admin_DeleteReplicationCursors_FullMethodName    = "/meridian.client.v1.Admin/DeleteReplicationCursors"
+	Admin_SetFailoverTarget_FullMethodName           = "/meridian.client.v1.Admin/SetFailoverTarget"
+	Admin_GetFailoverTarget_FullMethodName           = "/meridian.client.v1.Admin/GetFailoverTarget"
+	Admin_SetTopicPolicies_FullMethodName            = "/meridian.client.v1.Admin/SetTopicPolicies"
+	Admin_GetTopicPolicies_FullMethodName            = "/meridian.client.v1.Admin/GetTopicPolicies"
+	Admin_RemoveTopicPolicies_FullMethodName         = "/meridian.client.v1.Admin/RemoveTopicPolicies"
+	Admin_SetPrefixPolicies_FullMethodName           = "/meridian.client.v1.Admin/SetPrefixPolicies"
+	Admin_ListPrefixPolicies_FullMethodName          = "/meridian.client.v1.Admin/ListPrefixPolicies"
+	Admin_RemovePrefixPolicies_FullMethodName        = "/meridian.client.v1.Admin/RemovePrefixPolicies"
+	Admin_GetEffectivePolicies_FullMethodName        = "/meridian.client.v1.Admin/GetEffectivePolicies"
+	Admin_SkipMessages_FullMethodName                = "/meridian.client.v1.Admin/SkipMessages"
+	Admin_ClearBacklog_FullMethodName                = "/meridian.client.v1.Admin/ClearBacklog"
+	Admin_ExpireMessages_FullMethodName              = "/meridian.client.v1.Admin/ExpireMessages"
+	Admin_UploadSchema_FullMethodName                = "/meridian.client.v1.Admin/UploadSchema"
+	Admin_GetSchema_FullMethodName                   = "/meridian.client.v1.Admin/GetSchema"
+	Admin_ListSchemaVersions_FullMethodName          = "/meridian.client.v1.Admin/ListSchemaVersions"
+	Admin_DeleteSchema_FullMethodName                = "/meridian.client.v1.Admin/DeleteSchema"
+	Admin_TestSchemaCompatibility_FullMethodName     = "/meridian.client.v1.Admin/TestSchemaCompatibility"
+	Admin_SetSchemaCompatibility_FullMethodName      = "/meridian.client.v1.Admin/SetSchemaCompatibility"
+	Admin_GetSchemaCompatibility_FullMethodName      = "/meridian.client.v1.Admin/GetSchemaCompatibility"
+	Admin_CreatePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/CreatePartitionedTopic"
+	Admin_UpdatePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/UpdatePartitionedTopic"
+	Admin_GetPartitionedTopicMetadata_FullMethodName = "/meridian.client.v1.Admin/GetPartitionedTopicMetadata"
+	Admin_DeletePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/DeletePartitionedTopic"
+	Admin_ListPartitionedTopics_FullMethodName       = "/meridian.client.v1.Admin/ListPartitionedTopics"
 )
 
 // AdminClient is the client API for Admin service.
@@ -254,6 +259,26 @@ type AdminClient interface {
 	TestSchemaCompatibility(ctx context.Context, in *TestSchemaCompatibilityRequest, opts ...grpc.CallOption) (*TestSchemaCompatibilityResponse, error)
 	SetSchemaCompatibility(ctx context.Context, in *SetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*SetSchemaCompatibilityResponse, error)
 	GetSchemaCompatibility(ctx context.Context, in *GetSchemaCompatibilityRequest, opts ...grpc.CallOption) (*GetSchemaCompatibilityResponse, error)
+	// ---- partitioned topics (issue 10) ----
+	// CreatePartitionedTopic records, in the global metadata, that topic has
+	// `partitions` partitions (topics "<topic>-partition-<i>"). Refused
+	// (ALREADY_EXISTS) when the topic is partitioned already or exists as a
+	// non-partitioned topic in this region.
+	CreatePartitionedTopic(ctx context.Context, in *CreatePartitionedTopicRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error)
+	// UpdatePartitionedTopic raises the partition count; lowering (or
+	// keeping) it is refused (INVALID_ARGUMENT naming the current count).
+	UpdatePartitionedTopic(ctx context.Context, in *UpdatePartitionedTopicRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error)
+	// GetPartitionedTopicMetadata reads the partition count (0 for a topic
+	// that is not partitioned).
+	GetPartitionedTopicMetadata(ctx context.Context, in *GetPartitionedTopicMetadataRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error)
+	// DeletePartitionedTopic deletes the partitions in this region (refused
+	// while they have producers or consumers, unless force) and then the
+	// global metadata.
+	DeletePartitionedTopic(ctx context.Context, in *DeletePartitionedTopicRequest, opts ...grpc.CallOption) (*DeletePartitionedTopicResponse, error)
+	// ListPartitionedTopics lists a namespace's partitioned topics with their
+	// partition counts (ListTopics lists the partitions themselves, as
+	// topics of this region).
+	ListPartitionedTopics(ctx context.Context, in *ListPartitionedTopicsRequest, opts ...grpc.CallOption) (*ListPartitionedTopicsResponse, error)
 }
 
 type adminClient struct {
@@ -864,6 +889,56 @@ func (c *adminClient) GetSchemaCompatibility(ctx context.Context, in *GetSchemaC
 	return out, nil
 }
 
+func (c *adminClient) CreatePartitionedTopic(ctx context.Context, in *CreatePartitionedTopicRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartitionedTopicMetadata)
+	err := c.cc.Invoke(ctx, Admin_CreatePartitionedTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) UpdatePartitionedTopic(ctx context.Context, in *UpdatePartitionedTopicRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartitionedTopicMetadata)
+	err := c.cc.Invoke(ctx, Admin_UpdatePartitionedTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetPartitionedTopicMetadata(ctx context.Context, in *GetPartitionedTopicMetadataRequest, opts ...grpc.CallOption) (*PartitionedTopicMetadata, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartitionedTopicMetadata)
+	err := c.cc.Invoke(ctx, Admin_GetPartitionedTopicMetadata_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeletePartitionedTopic(ctx context.Context, in *DeletePartitionedTopicRequest, opts ...grpc.CallOption) (*DeletePartitionedTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePartitionedTopicResponse)
+	err := c.cc.Invoke(ctx, Admin_DeletePartitionedTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListPartitionedTopics(ctx context.Context, in *ListPartitionedTopicsRequest, opts ...grpc.CallOption) (*ListPartitionedTopicsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionedTopicsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPartitionedTopics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -1026,6 +1101,26 @@ type AdminServer interface {
 	TestSchemaCompatibility(context.Context, *TestSchemaCompatibilityRequest) (*TestSchemaCompatibilityResponse, error)
 	SetSchemaCompatibility(context.Context, *SetSchemaCompatibilityRequest) (*SetSchemaCompatibilityResponse, error)
 	GetSchemaCompatibility(context.Context, *GetSchemaCompatibilityRequest) (*GetSchemaCompatibilityResponse, error)
+	// ---- partitioned topics (issue 10) ----
+	// CreatePartitionedTopic records, in the global metadata, that topic has
+	// `partitions` partitions (topics "<topic>-partition-<i>"). Refused
+	// (ALREADY_EXISTS) when the topic is partitioned already or exists as a
+	// non-partitioned topic in this region.
+	CreatePartitionedTopic(context.Context, *CreatePartitionedTopicRequest) (*PartitionedTopicMetadata, error)
+	// UpdatePartitionedTopic raises the partition count; lowering (or
+	// keeping) it is refused (INVALID_ARGUMENT naming the current count).
+	UpdatePartitionedTopic(context.Context, *UpdatePartitionedTopicRequest) (*PartitionedTopicMetadata, error)
+	// GetPartitionedTopicMetadata reads the partition count (0 for a topic
+	// that is not partitioned).
+	GetPartitionedTopicMetadata(context.Context, *GetPartitionedTopicMetadataRequest) (*PartitionedTopicMetadata, error)
+	// DeletePartitionedTopic deletes the partitions in this region (refused
+	// while they have producers or consumers, unless force) and then the
+	// global metadata.
+	DeletePartitionedTopic(context.Context, *DeletePartitionedTopicRequest) (*DeletePartitionedTopicResponse, error)
+	// ListPartitionedTopics lists a namespace's partitioned topics with their
+	// partition counts (ListTopics lists the partitions themselves, as
+	// topics of this region).
+	ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1215,6 +1310,21 @@ func (UnimplementedAdminServer) SetSchemaCompatibility(context.Context, *SetSche
 }
 func (UnimplementedAdminServer) GetSchemaCompatibility(context.Context, *GetSchemaCompatibilityRequest) (*GetSchemaCompatibilityResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetSchemaCompatibility not implemented")
+}
+func (UnimplementedAdminServer) CreatePartitionedTopic(context.Context, *CreatePartitionedTopicRequest) (*PartitionedTopicMetadata, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreatePartitionedTopic not implemented")
+}
+func (UnimplementedAdminServer) UpdatePartitionedTopic(context.Context, *UpdatePartitionedTopicRequest) (*PartitionedTopicMetadata, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdatePartitionedTopic not implemented")
+}
+func (UnimplementedAdminServer) GetPartitionedTopicMetadata(context.Context, *GetPartitionedTopicMetadataRequest) (*PartitionedTopicMetadata, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetPartitionedTopicMetadata not implemented")
+}
+func (UnimplementedAdminServer) DeletePartitionedTopic(context.Context, *DeletePartitionedTopicRequest) (*DeletePartitionedTopicResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeletePartitionedTopic not implemented")
+}
+func (UnimplementedAdminServer) ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListPartitionedTopics not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -2317,6 +2427,96 @@ func _Admin_GetSchemaCompatibility_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_CreatePartitionedTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePartitionedTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CreatePartitionedTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CreatePartitionedTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CreatePartitionedTopic(ctx, req.(*CreatePartitionedTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_UpdatePartitionedTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdatePartitionedTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UpdatePartitionedTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UpdatePartitionedTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UpdatePartitionedTopic(ctx, req.(*UpdatePartitionedTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetPartitionedTopicMetadata_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPartitionedTopicMetadataRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetPartitionedTopicMetadata(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetPartitionedTopicMetadata_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetPartitionedTopicMetadata(ctx, req.(*GetPartitionedTopicMetadataRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeletePartitionedTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePartitionedTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeletePartitionedTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeletePartitionedTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeletePartitionedTopic(ctx, req.(*DeletePartitionedTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListPartitionedTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionedTopicsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPartitionedTopics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPartitionedTopics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPartitionedTopics(ctx, req.(*ListPartitionedTopicsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2563,6 +2763,26 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSchemaCompatibility",
 			Handler:    _Admin_GetSchemaCompatibility_Handler,
+		},
+		{
+			MethodName: "CreatePartitionedTopic",
+			Handler:    _Admin_CreatePartitionedTopic_Handler,
+		},
+		{
+			MethodName: "UpdatePartitionedTopic",
+			Handler:    _Admin_UpdatePartitionedTopic_Handler,
+		},
+		{
+			MethodName: "GetPartitionedTopicMetadata",
+			Handler:    _Admin_GetPartitionedTopicMetadata_Handler,
+		},
+		{
+			MethodName: "DeletePartitionedTopic",
+			Handler:    _Admin_DeletePartitionedTopic_Handler,
+		},
+		{
+			MethodName: "ListPartitionedTopics",
+			Handler:    _Admin_ListPartitionedTopics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

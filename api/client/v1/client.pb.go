@@ -2475,6 +2475,97 @@ func (*Unsubscribed) Descriptor() ([]byte, []int) {
 	return file_api_client_v1_client_proto_rawDescGZIP(), []int{27}
 }
 
+// GetPartitionsRequest asks for a topic's partition count.
+type GetPartitionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPartitionsRequest) Reset() {
+	*x = GetPartitionsRequest{}
+	mi := &file_api_client_v1_client_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPartitionsRequest) ProtoMessage() {}
+
+func (x *GetPartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPartitionsRequest.ProtoReflect.Descriptor instead.
+func (*GetPartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetPartitionsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+// GetPartitionsResponse is a topic's partition count: 0 for a topic that
+// is not partitioned.
+type GetPartitionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partitions    int32                  `protobuf:"varint,1,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPartitionsResponse) Reset() {
+	*x = GetPartitionsResponse{}
+	mi := &file_api_client_v1_client_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPartitionsResponse) ProtoMessage() {}
+
+func (x *GetPartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_client_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPartitionsResponse.ProtoReflect.Descriptor instead.
+func (*GetPartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_client_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetPartitionsResponse) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
 var File_api_client_v1_client_proto protoreflect.FileDescriptor
 
 const file_api_client_v1_client_proto_rawDesc = "" +
@@ -2635,7 +2726,13 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\"\x0e\n" +
-	"\fUnsubscribed*\xd0\x03\n" +
+	"\fUnsubscribed\",\n" +
+	"\x14GetPartitionsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"7\n" +
+	"\x15GetPartitionsResponse\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x01 \x01(\x05R\n" +
+	"partitions*\xd0\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -2663,11 +2760,12 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x16KEY_SHARED_MODE_STICKY\x10\x01*M\n" +
 	"\x0fInitialPosition\x12\x1b\n" +
 	"\x17INITIAL_POSITION_LATEST\x10\x00\x12\x1d\n" +
-	"\x19INITIAL_POSITION_EARLIEST\x10\x012\x8b\x02\n" +
+	"\x19INITIAL_POSITION_EARLIEST\x10\x012\xf1\x02\n" +
 	"\bMeridian\x12O\n" +
 	"\x06Lookup\x12!.meridian.client.v1.LookupRequest\x1a\".meridian.client.v1.LookupResponse\x12V\n" +
 	"\aProduce\x12\".meridian.client.v1.ProduceRequest\x1a#.meridian.client.v1.ProduceResponse(\x010\x01\x12V\n" +
-	"\aConsume\x12\".meridian.client.v1.ConsumeRequest\x1a#.meridian.client.v1.ConsumeResponse(\x010\x01B7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\aConsume\x12\".meridian.client.v1.ConsumeRequest\x1a#.meridian.client.v1.ConsumeResponse(\x010\x01\x12d\n" +
+	"\rGetPartitions\x12(.meridian.client.v1.GetPartitionsRequest\x1a).meridian.client.v1.GetPartitionsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_client_proto_rawDescOnce sync.Once
@@ -2682,54 +2780,56 @@ func file_api_client_v1_client_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_client_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_api_client_v1_client_proto_goTypes = []any{
-	(ErrorCode)(0),               // 0: meridian.client.v1.ErrorCode
-	(SubscriptionType)(0),        // 1: meridian.client.v1.SubscriptionType
-	(KeySharedMode)(0),           // 2: meridian.client.v1.KeySharedMode
-	(InitialPosition)(0),         // 3: meridian.client.v1.InitialPosition
-	(*Error)(nil),                // 4: meridian.client.v1.Error
-	(*LookupRequest)(nil),        // 5: meridian.client.v1.LookupRequest
-	(*LookupResponse)(nil),       // 6: meridian.client.v1.LookupResponse
-	(*ProduceRequest)(nil),       // 7: meridian.client.v1.ProduceRequest
-	(*OpenProducer)(nil),         // 8: meridian.client.v1.OpenProducer
-	(*Send)(nil),                 // 9: meridian.client.v1.Send
-	(*ProduceResponse)(nil),      // 10: meridian.client.v1.ProduceResponse
-	(*ProducerOpened)(nil),       // 11: meridian.client.v1.ProducerOpened
-	(*SendReceipt)(nil),          // 12: meridian.client.v1.SendReceipt
-	(*HashRange)(nil),            // 13: meridian.client.v1.HashRange
-	(*KeySharedPolicy)(nil),      // 14: meridian.client.v1.KeySharedPolicy
-	(*ConsumeRequest)(nil),       // 15: meridian.client.v1.ConsumeRequest
-	(*Subscribe)(nil),            // 16: meridian.client.v1.Subscribe
-	(*OriginPosition)(nil),       // 17: meridian.client.v1.OriginPosition
-	(*StartPosition)(nil),        // 18: meridian.client.v1.StartPosition
-	(*Seek)(nil),                 // 19: meridian.client.v1.Seek
-	(*SeekResponse)(nil),         // 20: meridian.client.v1.SeekResponse
-	(*Flow)(nil),                 // 21: meridian.client.v1.Flow
-	(*Ack)(nil),                  // 22: meridian.client.v1.Ack
-	(*BatchIndexAck)(nil),        // 23: meridian.client.v1.BatchIndexAck
-	(*Redeliver)(nil),            // 24: meridian.client.v1.Redeliver
-	(*Unsubscribe)(nil),          // 25: meridian.client.v1.Unsubscribe
-	(*ConsumeResponse)(nil),      // 26: meridian.client.v1.ConsumeResponse
-	(*Subscribed)(nil),           // 27: meridian.client.v1.Subscribed
-	(*Message)(nil),              // 28: meridian.client.v1.Message
-	(*ActiveConsumerChange)(nil), // 29: meridian.client.v1.ActiveConsumerChange
-	(*AckResponse)(nil),          // 30: meridian.client.v1.AckResponse
-	(*Unsubscribed)(nil),         // 31: meridian.client.v1.Unsubscribed
-	(*SchemaInfo)(nil),           // 32: meridian.client.v1.SchemaInfo
-	(CompressionType)(0),         // 33: meridian.client.v1.CompressionType
-	(*MessageId)(nil),            // 34: meridian.client.v1.MessageId
-	(*EntryMetadata)(nil),        // 35: meridian.client.v1.EntryMetadata
+	(ErrorCode)(0),                // 0: meridian.client.v1.ErrorCode
+	(SubscriptionType)(0),         // 1: meridian.client.v1.SubscriptionType
+	(KeySharedMode)(0),            // 2: meridian.client.v1.KeySharedMode
+	(InitialPosition)(0),          // 3: meridian.client.v1.InitialPosition
+	(*Error)(nil),                 // 4: meridian.client.v1.Error
+	(*LookupRequest)(nil),         // 5: meridian.client.v1.LookupRequest
+	(*LookupResponse)(nil),        // 6: meridian.client.v1.LookupResponse
+	(*ProduceRequest)(nil),        // 7: meridian.client.v1.ProduceRequest
+	(*OpenProducer)(nil),          // 8: meridian.client.v1.OpenProducer
+	(*Send)(nil),                  // 9: meridian.client.v1.Send
+	(*ProduceResponse)(nil),       // 10: meridian.client.v1.ProduceResponse
+	(*ProducerOpened)(nil),        // 11: meridian.client.v1.ProducerOpened
+	(*SendReceipt)(nil),           // 12: meridian.client.v1.SendReceipt
+	(*HashRange)(nil),             // 13: meridian.client.v1.HashRange
+	(*KeySharedPolicy)(nil),       // 14: meridian.client.v1.KeySharedPolicy
+	(*ConsumeRequest)(nil),        // 15: meridian.client.v1.ConsumeRequest
+	(*Subscribe)(nil),             // 16: meridian.client.v1.Subscribe
+	(*OriginPosition)(nil),        // 17: meridian.client.v1.OriginPosition
+	(*StartPosition)(nil),         // 18: meridian.client.v1.StartPosition
+	(*Seek)(nil),                  // 19: meridian.client.v1.Seek
+	(*SeekResponse)(nil),          // 20: meridian.client.v1.SeekResponse
+	(*Flow)(nil),                  // 21: meridian.client.v1.Flow
+	(*Ack)(nil),                   // 22: meridian.client.v1.Ack
+	(*BatchIndexAck)(nil),         // 23: meridian.client.v1.BatchIndexAck
+	(*Redeliver)(nil),             // 24: meridian.client.v1.Redeliver
+	(*Unsubscribe)(nil),           // 25: meridian.client.v1.Unsubscribe
+	(*ConsumeResponse)(nil),       // 26: meridian.client.v1.ConsumeResponse
+	(*Subscribed)(nil),            // 27: meridian.client.v1.Subscribed
+	(*Message)(nil),               // 28: meridian.client.v1.Message
+	(*ActiveConsumerChange)(nil),  // 29: meridian.client.v1.ActiveConsumerChange
+	(*AckResponse)(nil),           // 30: meridian.client.v1.AckResponse
+	(*Unsubscribed)(nil),          // 31: meridian.client.v1.Unsubscribed
+	(*GetPartitionsRequest)(nil),  // 32: meridian.client.v1.GetPartitionsRequest
+	(*GetPartitionsResponse)(nil), // 33: meridian.client.v1.GetPartitionsResponse
+	(*SchemaInfo)(nil),            // 34: meridian.client.v1.SchemaInfo
+	(CompressionType)(0),          // 35: meridian.client.v1.CompressionType
+	(*MessageId)(nil),             // 36: meridian.client.v1.MessageId
+	(*EntryMetadata)(nil),         // 37: meridian.client.v1.EntryMetadata
 }
 var file_api_client_v1_client_proto_depIdxs = []int32{
 	0,  // 0: meridian.client.v1.Error.code:type_name -> meridian.client.v1.ErrorCode
 	8,  // 1: meridian.client.v1.ProduceRequest.open:type_name -> meridian.client.v1.OpenProducer
 	9,  // 2: meridian.client.v1.ProduceRequest.send:type_name -> meridian.client.v1.Send
-	32, // 3: meridian.client.v1.OpenProducer.schema:type_name -> meridian.client.v1.SchemaInfo
-	33, // 4: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
+	34, // 3: meridian.client.v1.OpenProducer.schema:type_name -> meridian.client.v1.SchemaInfo
+	35, // 4: meridian.client.v1.Send.compression:type_name -> meridian.client.v1.CompressionType
 	11, // 5: meridian.client.v1.ProduceResponse.opened:type_name -> meridian.client.v1.ProducerOpened
 	12, // 6: meridian.client.v1.ProduceResponse.receipt:type_name -> meridian.client.v1.SendReceipt
-	34, // 7: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
+	36, // 7: meridian.client.v1.SendReceipt.message_id:type_name -> meridian.client.v1.MessageId
 	4,  // 8: meridian.client.v1.SendReceipt.error:type_name -> meridian.client.v1.Error
 	2,  // 9: meridian.client.v1.KeySharedPolicy.mode:type_name -> meridian.client.v1.KeySharedMode
 	13, // 10: meridian.client.v1.KeySharedPolicy.ranges:type_name -> meridian.client.v1.HashRange
@@ -2743,15 +2843,15 @@ var file_api_client_v1_client_proto_depIdxs = []int32{
 	3,  // 18: meridian.client.v1.Subscribe.initial_position:type_name -> meridian.client.v1.InitialPosition
 	18, // 19: meridian.client.v1.Subscribe.start:type_name -> meridian.client.v1.StartPosition
 	14, // 20: meridian.client.v1.Subscribe.key_shared:type_name -> meridian.client.v1.KeySharedPolicy
-	32, // 21: meridian.client.v1.Subscribe.schema:type_name -> meridian.client.v1.SchemaInfo
-	34, // 22: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
+	34, // 21: meridian.client.v1.Subscribe.schema:type_name -> meridian.client.v1.SchemaInfo
+	36, // 22: meridian.client.v1.StartPosition.message_id:type_name -> meridian.client.v1.MessageId
 	17, // 23: meridian.client.v1.StartPosition.origin:type_name -> meridian.client.v1.OriginPosition
 	3,  // 24: meridian.client.v1.StartPosition.initial:type_name -> meridian.client.v1.InitialPosition
 	18, // 25: meridian.client.v1.Seek.position:type_name -> meridian.client.v1.StartPosition
 	4,  // 26: meridian.client.v1.SeekResponse.error:type_name -> meridian.client.v1.Error
-	34, // 27: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
+	36, // 27: meridian.client.v1.Ack.message_ids:type_name -> meridian.client.v1.MessageId
 	23, // 28: meridian.client.v1.Ack.batch_index_acks:type_name -> meridian.client.v1.BatchIndexAck
-	34, // 29: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
+	36, // 29: meridian.client.v1.Redeliver.message_ids:type_name -> meridian.client.v1.MessageId
 	27, // 30: meridian.client.v1.ConsumeResponse.subscribed:type_name -> meridian.client.v1.Subscribed
 	28, // 31: meridian.client.v1.ConsumeResponse.message:type_name -> meridian.client.v1.Message
 	29, // 32: meridian.client.v1.ConsumeResponse.active_change:type_name -> meridian.client.v1.ActiveConsumerChange
@@ -2759,17 +2859,19 @@ var file_api_client_v1_client_proto_depIdxs = []int32{
 	4,  // 34: meridian.client.v1.ConsumeResponse.error:type_name -> meridian.client.v1.Error
 	31, // 35: meridian.client.v1.ConsumeResponse.unsubscribed:type_name -> meridian.client.v1.Unsubscribed
 	20, // 36: meridian.client.v1.ConsumeResponse.seek_response:type_name -> meridian.client.v1.SeekResponse
-	34, // 37: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
-	35, // 38: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
+	36, // 37: meridian.client.v1.Message.message_id:type_name -> meridian.client.v1.MessageId
+	37, // 38: meridian.client.v1.Message.metadata:type_name -> meridian.client.v1.EntryMetadata
 	4,  // 39: meridian.client.v1.AckResponse.error:type_name -> meridian.client.v1.Error
 	5,  // 40: meridian.client.v1.Meridian.Lookup:input_type -> meridian.client.v1.LookupRequest
 	7,  // 41: meridian.client.v1.Meridian.Produce:input_type -> meridian.client.v1.ProduceRequest
 	15, // 42: meridian.client.v1.Meridian.Consume:input_type -> meridian.client.v1.ConsumeRequest
-	6,  // 43: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
-	10, // 44: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
-	26, // 45: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
-	43, // [43:46] is the sub-list for method output_type
-	40, // [40:43] is the sub-list for method input_type
+	32, // 43: meridian.client.v1.Meridian.GetPartitions:input_type -> meridian.client.v1.GetPartitionsRequest
+	6,  // 44: meridian.client.v1.Meridian.Lookup:output_type -> meridian.client.v1.LookupResponse
+	10, // 45: meridian.client.v1.Meridian.Produce:output_type -> meridian.client.v1.ProduceResponse
+	26, // 46: meridian.client.v1.Meridian.Consume:output_type -> meridian.client.v1.ConsumeResponse
+	33, // 47: meridian.client.v1.Meridian.GetPartitions:output_type -> meridian.client.v1.GetPartitionsResponse
+	44, // [44:48] is the sub-list for method output_type
+	40, // [40:44] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -2819,7 +2921,7 @@ func file_api_client_v1_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_client_proto_rawDesc), len(file_api_client_v1_client_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -61,9 +61,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Meridian_Lookup_FullMethodName  = "/meridian.client.v1.Meridian/Lookup"
-	Meridian_Produce_FullMethodName = "/meridian.client.v1.Meridian/Produce"
-	Meridian_Consume_FullMethodName = "/meridian.client.v1.Meridian/Consume"
+	Meridian_Lookup_FullMethodName        = "/meridian.client.v1.Meridian/Lookup"
+	Meridian_Produce_FullMethodName       = "/meridian.client.v1.Meridian/Produce"
+	Meridian_Consume_FullMethodName       = "/meridian.client.v1.Meridian/Consume"
+	Meridian_GetPartitions_FullMethodName = "/meridian.client.v1.Meridian/GetPartitions"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -87,6 +88,10 @@ type MeridianClient interface {
 	// first response is `subscribed`. The broker then pushes `message`s while
 	// the consumer has permits (granted with `flow`).
 	Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse], error)
+	// GetPartitions tells a client whether a topic is partitioned and into
+	// how many partitions (issue 10); the client then opens one producer or
+	// consumer per partition ("<topic>-partition-<i>").
+	GetPartitions(ctx context.Context, in *GetPartitionsRequest, opts ...grpc.CallOption) (*GetPartitionsResponse, error)
 }
 
 type meridianClient struct {
@@ -133,6 +138,16 @@ func (c *meridianClient) Consume(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Meridian_ConsumeClient = grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse]
 
+func (c *meridianClient) GetPartitions(ctx context.Context, in *GetPartitionsRequest, opts ...grpc.CallOption) (*GetPartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPartitionsResponse)
+	err := c.cc.Invoke(ctx, Meridian_GetPartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -154,6 +169,10 @@ type MeridianServer interface {
 	// first response is `subscribed`. The broker then pushes `message`s while
 	// the consumer has permits (granted with `flow`).
 	Consume(grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]) error
+	// GetPartitions tells a client whether a topic is partitioned and into
+	// how many partitions (issue 10); the client then opens one producer or
+	// consumer per partition ("<topic>-partition-<i>").
+	GetPartitions(context.Context, *GetPartitionsRequest) (*GetPartitionsResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -172,6 +191,9 @@ func (UnimplementedMeridianServer) Produce(grpc.BidiStreamingServer[ProduceReque
 }
 func (UnimplementedMeridianServer) Consume(grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Consume not implemented")
+}
+func (UnimplementedMeridianServer) GetPartitions(context.Context, *GetPartitionsRequest) (*GetPartitionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetPartitions not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -226,6 +248,24 @@ func _Meridian_Consume_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Meridian_ConsumeServer = grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]
 
+func _Meridian_GetPartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).GetPartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_GetPartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).GetPartitions(ctx, req.(*GetPartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -236,6 +276,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lookup",
 			Handler:    _Meridian_Lookup_Handler,
+		},
+		{
+			MethodName: "GetPartitions",
+			Handler:    _Meridian_GetPartitions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
