@@ -348,6 +348,10 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 	t.mu.Unlock()
 	for _, s := range t.subList() {
 		ss := &clientv1.SubscriptionStats{Name: s.name, BacklogEntries: s.backlog(), Durable: !s.nonDurable}
+		var exact bool
+		ss.MsgBacklog, exact, ss.UnackedMessages, ss.PartiallyAckedEntries, ss.DeadLetteredMessages = s.msgStats()
+		ss.MsgBacklogEstimated = !exact
+		ss.MsgRateRedeliver = s.redeliverRate()
 		s.mu.Lock()
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
@@ -355,11 +359,13 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		ss.Replicated = s.cov.replicated
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
-				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority})
+				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority,
+				UnackedMessages: s.consumerUnackedLocked(c)})
 		}
 		s.mu.Unlock()
 		ss.AckReplication = t.ackReplicationStats(s)
 		st.BacklogEntries = max(st.BacklogEntries, ss.BacklogEntries)
+		st.MsgBacklog = max(st.MsgBacklog, ss.MsgBacklog)
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
 	sort.Slice(st.Subscriptions, func(i, j int) bool { return st.Subscriptions[i].Name < st.Subscriptions[j].Name })

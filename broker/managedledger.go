@@ -132,6 +132,8 @@ type managedLedger struct {
 	lastWrite  time.Time
 	// localSeq is the last local origin_seq given (replication_seq.go).
 	localSeq int64
+	// msgs holds the known message counts per ledger (msgcount.go).
+	msgs map[int64]*ledgerMsgs
 
 	// lostScanned counts the lost entries a takeover scan skipped (may be
 	// nil); set once before load.
@@ -450,6 +452,7 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 			ml.dedup.storedIdent(r.ident, r.identFirst, r.identLast, p, ml.lastWrite.UnixMilli())
 		}
 		ml.cacheLocked(p, r.data)
+		ml.noteEntryDataLocked(p, r.data)
 		ml.mu.Unlock()
 		r.done(p, nil)
 		ml.notify()

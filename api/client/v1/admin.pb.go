@@ -1557,8 +1557,11 @@ type ConsumerStats struct {
 	Active           bool                   `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
 	Priority         int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	MsgRateOut       float64                `protobuf:"fixed64,7,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// unacked_messages counts the messages of the entries delivered to this
+	// consumer and not acknowledged, less their acknowledged batch indexes.
+	UnackedMessages int64 `protobuf:"varint,8,opt,name=unacked_messages,json=unackedMessages,proto3" json:"unacked_messages,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConsumerStats) Reset() {
@@ -1640,6 +1643,13 @@ func (x *ConsumerStats) GetMsgRateOut() float64 {
 	return 0
 }
 
+func (x *ConsumerStats) GetUnackedMessages() int64 {
+	if x != nil {
+		return x.UnackedMessages
+	}
+	return 0
+}
+
 type SubscriptionStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1659,9 +1669,28 @@ type SubscriptionStats struct {
 	Replicated     bool                   `protobuf:"varint,8,opt,name=replicated,proto3" json:"replicated,omitempty"`
 	AckReplication []*AckReplicationStats `protobuf:"bytes,9,rep,name=ack_replication,json=ackReplication,proto3" json:"ack_replication,omitempty"`
 	// durable is false for a reader (non-durable cursor).
-	Durable       bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Durable bool `protobuf:"varint,10,opt,name=durable,proto3" json:"durable,omitempty"`
+	// msg_backlog counts messages (not entries) after the mark-delete
+	// position not acknowledged, whole or by batch index (Pulsar's
+	// msgBacklog). msg_backlog_estimated is set when some of those entries'
+	// message counts are estimated (see docs: entries this broker neither
+	// wrote nor read count as their ledger's average batch size).
+	MsgBacklog int64 `protobuf:"varint,11,opt,name=msg_backlog,json=msgBacklog,proto3" json:"msg_backlog,omitempty"`
+	// unacked_messages counts the messages delivered to connected consumers
+	// and not acknowledged yet.
+	UnackedMessages int64 `protobuf:"varint,12,opt,name=unacked_messages,json=unackedMessages,proto3" json:"unacked_messages,omitempty"`
+	// msg_rate_redeliver is the rate of redelivered messages per second.
+	MsgRateRedeliver float64 `protobuf:"fixed64,13,opt,name=msg_rate_redeliver,json=msgRateRedeliver,proto3" json:"msg_rate_redeliver,omitempty"`
+	// dead_lettered_messages counts messages acknowledged with
+	// Ack.dead_letter (written to a dead-letter topic by the client) since
+	// this broker loaded the topic.
+	DeadLetteredMessages int64 `protobuf:"varint,14,opt,name=dead_lettered_messages,json=deadLetteredMessages,proto3" json:"dead_lettered_messages,omitempty"`
+	MsgBacklogEstimated  bool  `protobuf:"varint,15,opt,name=msg_backlog_estimated,json=msgBacklogEstimated,proto3" json:"msg_backlog_estimated,omitempty"`
+	// partially_acked_entries is the number of entries with some (not all)
+	// messages acknowledged by batch index.
+	PartiallyAckedEntries int64 `protobuf:"varint,16,opt,name=partially_acked_entries,json=partiallyAckedEntries,proto3" json:"partially_acked_entries,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1762,6 +1791,48 @@ func (x *SubscriptionStats) GetDurable() bool {
 		return x.Durable
 	}
 	return false
+}
+
+func (x *SubscriptionStats) GetMsgBacklog() int64 {
+	if x != nil {
+		return x.MsgBacklog
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetUnackedMessages() int64 {
+	if x != nil {
+		return x.UnackedMessages
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetMsgRateRedeliver() float64 {
+	if x != nil {
+		return x.MsgRateRedeliver
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetDeadLetteredMessages() int64 {
+	if x != nil {
+		return x.DeadLetteredMessages
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetMsgBacklogEstimated() bool {
+	if x != nil {
+		return x.MsgBacklogEstimated
+	}
+	return false
+}
+
+func (x *SubscriptionStats) GetPartiallyAckedEntries() int64 {
+	if x != nil {
+		return x.PartiallyAckedEntries
+	}
+	return 0
 }
 
 // AckReplicationStats is the state of a replicated subscription's
@@ -1962,7 +2033,9 @@ type TopicStats struct {
 	RetainsNothing bool `protobuf:"varint,14,opt,name=retains_nothing,json=retainsNothing,proto3" json:"retains_nothing,omitempty"`
 	// replicators has one element per remote region this topic replicates
 	// to from this region (the owner's replicators).
-	Replicators   []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	Replicators []*ReplicatorStats `protobuf:"bytes,15,rep,name=replicators,proto3" json:"replicators,omitempty"`
+	// msg_backlog is the largest subscription message backlog.
+	MsgBacklog    int64 `protobuf:"varint,16,opt,name=msg_backlog,json=msgBacklog,proto3" json:"msg_backlog,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2100,6 +2173,13 @@ func (x *TopicStats) GetReplicators() []*ReplicatorStats {
 		return x.Replicators
 	}
 	return nil
+}
+
+func (x *TopicStats) GetMsgBacklog() int64 {
+	if x != nil {
+		return x.MsgBacklog
+	}
+	return 0
 }
 
 type LedgerInfo struct {
@@ -6625,7 +6705,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1e\n" +
 	"\vmsg_rate_in\x18\x03 \x01(\x01R\tmsgRateIn\x12\"\n" +
 	"\rbytes_rate_in\x18\x04 \x01(\x01R\vbytesRateIn\x12(\n" +
-	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xfa\x01\n" +
+	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xa5\x02\n" +
 	"\rConsumerStats\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
@@ -6634,7 +6714,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\"\x85\x04\n" +
+	"msgRateOut\x12)\n" +
+	"\x10unacked_messages\x18\b \x01(\x03R\x0funackedMessages\"\xa1\x06\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -6649,7 +6730,14 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"replicated\x12P\n" +
 	"\x0fack_replication\x18\t \x03(\v2'.meridian.client.v1.AckReplicationStatsR\x0eackReplication\x12\x18\n" +
 	"\adurable\x18\n" +
-	" \x01(\bR\adurable\"\xd5\x01\n" +
+	" \x01(\bR\adurable\x12\x1f\n" +
+	"\vmsg_backlog\x18\v \x01(\x03R\n" +
+	"msgBacklog\x12)\n" +
+	"\x10unacked_messages\x18\f \x01(\x03R\x0funackedMessages\x12,\n" +
+	"\x12msg_rate_redeliver\x18\r \x01(\x01R\x10msgRateRedeliver\x124\n" +
+	"\x16dead_lettered_messages\x18\x0e \x01(\x03R\x14deadLetteredMessages\x122\n" +
+	"\x15msg_backlog_estimated\x18\x0f \x01(\bR\x13msgBacklogEstimated\x126\n" +
+	"\x17partially_acked_entries\x18\x10 \x01(\x03R\x15partiallyAckedEntries\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -6664,7 +6752,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8a\x05\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xab\x05\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -6683,7 +6771,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\tproducers\x18\f \x03(\v2!.meridian.client.v1.ProducerStatsR\tproducers\x12K\n" +
 	"\rsubscriptions\x18\r \x03(\v2%.meridian.client.v1.SubscriptionStatsR\rsubscriptions\x12'\n" +
 	"\x0fretains_nothing\x18\x0e \x01(\bR\x0eretainsNothing\x12E\n" +
-	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\"\x99\x01\n" +
+	"\vreplicators\x18\x0f \x03(\v2#.meridian.client.v1.ReplicatorStatsR\vreplicators\x12\x1f\n" +
+	"\vmsg_backlog\x18\x10 \x01(\x03R\n" +
+	"msgBacklog\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
