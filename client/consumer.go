@@ -66,6 +66,11 @@ type Consumer struct {
 	// the client has left is dropped, never sent to another region.
 	gen          uint64
 	deliveredGen map[entryKey]uint64
+
+	// rt tracks nacked entries and ack timeouts (nack.go, acktimeout.go);
+	// letters holds the dead-letter and retry producers (dlq.go).
+	rt      *redeliveryTracker
+	letters letterProducers
 }
 
 // delivery is one entry split into messages.
@@ -122,6 +127,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 		connected: make(chan struct{}),
 		ackWait:   map[uint64]chan error{},
 		batches:   map[entryKey]*batchAcks{},
+		rt:        newRedeliveryTracker(),
 	}
 	if opts.nonDurable {
 		co.reader = newReaderState(opts.Start)
@@ -133,6 +139,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	}
 	c.track(co)
 	go co.run(stream)
+	go co.redeliveryLoop()
 	return co, nil
 }
 
@@ -402,7 +409,17 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 			if co.reader != nil && co.readerSkip(stream, k.Message, d) { // reader.go
 				continue
 			}
-			co.noteDelivered(idFromProto(k.Message.GetMessageId()), len(msgs))
+			id := idFromProto(k.Message.GetMessageId())
+			co.noteDelivered(id, len(msgs), k.Message.GetAckedBatchIndexes())
+			co.rt.delivered(entryKey{id.LedgerID, id.EntryID}, k.Message.GetRedeliveryCount())
+			if d.msgs = co.skipAcked(id, msgs); len(d.msgs) == 0 {
+				// Every message is acknowledged already (the whole-entry
+				// ack was lost): acknowledge it and give the permit back.
+				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}}}})
+				co.forgetEntry(id)
+				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
+				continue
+			}
 			select {
 			case co.queue <- d:
 			case <-co.ctx.Done():
@@ -450,8 +467,9 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 	}
 }
 
-// noteDelivered records a delivered entry for batch-level ack tracking.
-func (co *Consumer) noteDelivered(id MessageID, n int) {
+// noteDelivered records a delivered entry of n messages for batch-level
+// ack tracking; ackedIdx are the indexes the broker says are acknowledged.
+func (co *Consumer) noteDelivered(id MessageID, n int, ackedIdx []int32) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	entry := MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
@@ -481,13 +499,51 @@ func (co *Consumer) noteDelivered(id MessageID, n int) {
 		return
 	}
 	k := entryKey{id.LedgerID, id.EntryID}
-	if _, ok := co.batches[k]; ok {
-		return // redelivery: keep what was acked already
+	b, ok := co.batches[k]
+	if !ok {
+		if len(co.batches) == maxTrackedBatches {
+			co.log.Warn("many partially acknowledged batches; acknowledge or close the consumer", "batches", len(co.batches))
+		}
+		b = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
+		co.batches[k] = b
 	}
-	if len(co.batches) == maxTrackedBatches {
-		co.log.Warn("many partially acknowledged batches; acknowledge or close the consumer", "batches", len(co.batches))
+	// A redelivery keeps what was acked already, plus what the broker
+	// knows (acknowledged by index on an earlier stream or consumer).
+	for _, i := range ackedIdx {
+		if i >= 0 && int(i) < len(b.acked) && !b.acked[i] {
+			b.acked[i] = true
+			b.left--
+		}
 	}
-	co.batches[k] = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
+}
+
+// skipAcked drops the messages of a delivered entry that are already
+// acknowledged by batch index.
+func (co *Consumer) skipAcked(id MessageID, msgs []*ReceivedMessage) []*ReceivedMessage {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	b, ok := co.batches[entryKey{id.LedgerID, id.EntryID}]
+	if !ok || b.left == len(b.acked) {
+		return msgs
+	}
+	out := make([]*ReceivedMessage, 0, b.left)
+	for _, m := range msgs {
+		if i := int(m.ID.BatchIndex); i < 0 || i >= len(b.acked) || !b.acked[i] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// forgetEntry drops the client's tracking of an entry acknowledged as a
+// whole.
+func (co *Consumer) forgetEntry(id MessageID) {
+	k := entryKey{id.LedgerID, id.EntryID}
+	co.mu.Lock()
+	delete(co.batches, k)
+	co.mu.Unlock()
+	co.rt.forget(k)
+	co.forgetDelivered(id, false)
 }
 
 // Receive returns the next message, waiting until one arrives, ctx ends
@@ -500,8 +556,17 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 		epoch, fatal := co.epoch, co.fatal
 		co.mu.Unlock()
 		if d := co.cur; d != nil {
+			if d.epoch == epoch && d.next == 0 && co.deadLetterDue(d) {
+				// dlq.go: not for the application; written to the
+				// dead-letter topic and acknowledged here.
+				_ = co.deadLetter(ctx, d)
+				co.cur = nil
+				co.entryDoneLocked(epoch)
+				continue
+			}
 			if d.epoch == epoch && d.next < len(d.msgs) {
 				m := d.msgs[d.next]
+				co.noteReceived(m.ID) // acktimeout.go
 				d.next++
 				if d.next == len(d.msgs) {
 					co.cur = nil
@@ -580,9 +645,10 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 		return nil // delivered by a region the client has left: redelivered here
 	}
 	if !co.individualTarget(id) {
+		co.ackBatchIndex(id)
 		return nil
 	}
-	co.forgetDelivered(id, false)
+	co.forgetEntry(id)
 	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
 }
 
@@ -606,6 +672,7 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 		return nil
 	}
 	co.forgetDelivered(target, true)
+	co.rt.forgetUpTo(target)
 	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
 }
 
@@ -848,6 +915,7 @@ func (co *Consumer) Close(ctx context.Context) error {
 		case <-ctx.Done():
 			co.closeErr = ctx.Err()
 		}
+		co.letters.close(ctx)
 		co.c.untrack(co)
 	})
 	return co.closeErr
