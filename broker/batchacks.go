@@ -101,6 +101,7 @@ func (s *subscription) restoreBatchAcks(ext cursorExt) {
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
+	var learn []pos
 	for _, r := range ext.BatchAcks {
 		p := pos{r.L, r.E}
 		if _, ok := ml.seqOf[p.L]; !ok || !ml.lessLocked(s.markDelete, p) {
@@ -115,7 +116,34 @@ func (s *subscription) restoreBatchAcks(ext cursorExt) {
 		}
 		if b.count > 0 {
 			s.batchAcked[p] = b
+			if _, exact := ml.msgsOfLocked(p); !exact {
+				learn = append(learn, p)
+			}
 		}
+	}
+	if len(learn) > 0 {
+		go s.t.learnMsgCounts(learn)
+	}
+}
+
+// learnMsgCounts reads entries to learn their message counts (a restored
+// cursor's partially acknowledged entries, so that the message backlog is
+// exact before they are dispatched). Best effort: a failed read leaves
+// the count estimated until dispatch reads the entry.
+func (t *topic) learnMsgCounts(ps []pos) {
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+		ents, err := t.ml.read(ctx, p, 1)
+		cancel()
+		if err != nil {
+			t.log.Debug("message count not learned", "ledger", p.L, "entry", p.E, "err", err)
+			continue
+		}
+		t.ml.mu.Lock()
+		for _, e := range ents {
+			t.ml.noteEntryDataLocked(pos{e.LedgerID, e.EntryID}, e.Data)
+		}
+		t.ml.mu.Unlock()
 	}
 }
 
@@ -264,6 +292,10 @@ func (s *subscription) msgStats() (backlog int64, exact bool, unacked, partial, 
 	}
 	for p, b := range s.batchAcked {
 		if _, whole := s.acked[p]; !whole && ml.lessLocked(s.markDelete, p) {
+			n, ok := ml.msgsOfLocked(p)
+			if !ok && n <= int64(b.count) {
+				backlog += int64(b.count) + 1 - n // it has at least one message more
+			}
 			backlog -= int64(b.count)
 		}
 	}

@@ -1,0 +1,279 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/client"
+)
+
+// produceBatch sends n messages "<prefix><i>" as one batch (one entry).
+func produceBatch(t *testing.T, c *client.Client, topic, prefix string, n int) {
+	t.Helper()
+	ctx := tctx(t, 60*time.Second)
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: n, BatchingMaxDelay: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	ids := make(chan client.MessageID, n)
+	for i := range n {
+		p.SendAsync(ctx, &client.Message{Payload: fmt.Appendf(nil, "%s%d", prefix, i)}, func(id client.MessageID, _ *client.Message, err error) {
+			if err != nil {
+				t.Errorf("send: %v", err)
+			}
+			ids <- id
+		})
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-ids
+	for range n - 1 {
+		if id := <-ids; id.LedgerID != first.LedgerID || id.EntryID != first.EntryID {
+			t.Fatalf("messages in two entries (%v, %v): want one batch", first, id)
+		}
+	}
+}
+
+// subStats polls the topic's stats until pred holds for subscription sub.
+func subStats(t *testing.T, a *client.Admin, topic, sub string, what string, pred func(*clientv1.SubscriptionStats) bool) *clientv1.SubscriptionStats {
+	t.Helper()
+	ctx := tctx(t, 60*time.Second)
+	var last *clientv1.SubscriptionStats
+	for {
+		st, err := a.TopicStats(ctx, topic)
+		if err == nil {
+			for _, ss := range st.GetSubscriptions() {
+				if ss.GetName() == sub {
+					last = ss
+					if pred(ss) {
+						return ss
+					}
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("stats of %s/%s: want %s; last %v (err %v)", topic, sub, what, last, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBatchIndexAcks: 5 of the 20 messages of one batch acknowledged
+// count as a message backlog of 15 (1 entry); the batch redelivered to
+// another consumer — and after the topic is unloaded, from the persisted
+// cursor — holds only the 15 others; acknowledging them empties the
+// backlog.
+func TestBatchIndexAcks(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	a, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const topic = "public/default/batch-index-acks"
+	ctx := tctx(t, 120*time.Second)
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared, InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceBatch(t, c, topic, "m", 20)
+	ms := receiveN(t, co, 20, 60*time.Second, false)
+	for _, m := range ms[:5] {
+		if err := co.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ss := subStats(t, a, topic, "s", "msg_backlog 15", func(ss *clientv1.SubscriptionStats) bool { return ss.GetMsgBacklog() == 15 })
+	if ss.GetBacklogEntries() != 1 || ss.GetPartiallyAckedEntries() != 1 || ss.GetMsgBacklogEstimated() || ss.GetUnackedMessages() != 15 {
+		t.Fatalf("stats %v: want 1 backlog entry, 1 partially acked, exact, 15 unacked messages", ss)
+	}
+	if st, err := a.TopicStats(ctx, topic); err != nil || st.GetMsgBacklog() != 15 {
+		t.Fatalf("topic msg_backlog %d (%v), want 15", st.GetMsgBacklog(), err)
+	}
+	want := map[string]bool{}
+	for _, m := range ms[5:] {
+		want[string(m.Payload)] = true
+	}
+	// Redelivery counts live in the owner's memory: an unload resets them.
+	check := func(got []*client.ReceivedMessage, when string, redelivered bool) {
+		t.Helper()
+		for _, m := range got {
+			if !want[string(m.Payload)] {
+				t.Fatalf("%s: redelivered %q (%v), acknowledged by batch index before", when, m.Payload, m.ID)
+			}
+			if redelivered && m.RedeliveryCount < 1 {
+				t.Fatalf("%s: redelivered %v with redelivery count %d", when, m.ID, m.RedeliveryCount)
+			}
+		}
+	}
+	// Another consumer gets the entry less the 5 acknowledged messages.
+	if err := co.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	co2, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(receiveN(t, co2, 15, 60*time.Second, false), "after the consumer change", true)
+	expectNothing(t, co2, 300*time.Millisecond)
+	if err := co2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The partial acks are persisted with the cursor.
+	if err := a.UnloadTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	subStats(t, a, topic, "s", "msg_backlog 15 after the unload", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgBacklog() == 15 && ss.GetPartiallyAckedEntries() == 1
+	})
+	co3, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := receiveN(t, co3, 15, 60*time.Second, true)
+	check(got, "after the unload", false)
+	expectNothing(t, co3, 300*time.Millisecond)
+	subStats(t, a, topic, "s", "an empty backlog", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgBacklog() == 0 && ss.GetBacklogEntries() == 0 && ss.GetPartiallyAckedEntries() == 0
+	})
+}
+
+// TestNackDelayAndBackoff: a nacked message comes back no earlier than its
+// delay; with NackBackoff the delay grows with the redelivery count.
+func TestNackDelayAndBackoff(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 120*time.Second)
+
+	// A fixed delay.
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: "public/default/nack-delay", Subscription: "s", InitialPosition: client.Earliest,
+		NackRedeliveryDelay: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/nack-delay"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, &client.Message{Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	m := receiveN(t, co, 1, 60*time.Second, false)[0]
+	nackAt := time.Now()
+	if err := co.Nack(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	m2 := receiveN(t, co, 1, 60*time.Second, false)[0]
+	if d := time.Since(nackAt); d < 700*time.Millisecond {
+		t.Fatalf("redelivered %v after the nack, before the 700ms delay", d)
+	}
+	if m2.ID != m.ID || m2.RedeliveryCount != 1 {
+		t.Fatalf("redelivered %v count %d, want %v count 1", m2.ID, m2.RedeliveryCount, m.ID)
+	}
+	if err := co.Ack(ctx, m2.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Backoff 200ms × 2^count, at most 1s.
+	bo := &client.NackBackoff{Min: 200 * time.Millisecond, Max: time.Second, Multiplier: 2}
+	co2, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: "public/default/nack-backoff", Subscription: "s", InitialPosition: client.Earliest,
+		NackBackoff: bo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := c.NewProducer(ctx, client.ProducerOptions{Topic: "public/default/nack-backoff"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Send(ctx, &client.Message{Payload: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	m = receiveN(t, co2, 1, 60*time.Second, false)[0]
+	for round := range int32(4) {
+		if m.RedeliveryCount != round {
+			t.Fatalf("round %d: redelivery count %d", round, m.RedeliveryCount)
+		}
+		want := bo.Delay(round)
+		nackAt := time.Now()
+		if err := co2.Nack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+		m = receiveN(t, co2, 1, 60*time.Second, false)[0]
+		d := time.Since(nackAt)
+		if d < want {
+			t.Fatalf("round %d: redelivered after %v, before the backoff delay %v", round, d, want)
+		}
+		t.Logf("round %d: backoff %v, redelivered after %v", round, want, d.Round(time.Millisecond))
+	}
+	if err := co2.Ack(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if bo.Delay(0) != 200*time.Millisecond || bo.Delay(1) != 400*time.Millisecond || bo.Delay(2) != 800*time.Millisecond || bo.Delay(3) != time.Second || bo.Delay(40) != time.Second {
+		t.Fatalf("backoff delays %v %v %v %v %v", bo.Delay(0), bo.Delay(1), bo.Delay(2), bo.Delay(3), bo.Delay(40))
+	}
+}
+
+// TestAckTimeout: a received message not acknowledged within AckTimeout
+// is redelivered with its count raised; once acknowledged it is not.
+func TestAckTimeout(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 120*time.Second)
+	const topic = "public/default/ack-timeout"
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest, AckTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, p, 0, 3)
+	first := receiveN(t, co, 3, 60*time.Second, false)
+	at := time.Now()
+	if err := co.Ack(ctx, first[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	again := receiveN(t, co, 2, 60*time.Second, false)
+	if d := time.Since(at); d < 900*time.Millisecond {
+		t.Fatalf("redelivered %v after receipt, before the 1s ack timeout", d)
+	}
+	for _, m := range again {
+		if m.RedeliveryCount != 1 || m.ID == first[1].ID {
+			t.Fatalf("redelivered %v (%q) count %d: want messages 0 and 2 with count 1", m.ID, m.Payload, m.RedeliveryCount)
+		}
+		if err := co.Ack(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectNothing(t, co, 2500*time.Millisecond)
+
+	// Off by default; bad values are refused naming the option.
+	if _, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "bad", AckTimeout: 10 * time.Millisecond}); err == nil {
+		t.Fatal("AckTimeout 10ms accepted")
+	}
+	if _, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "bad", DeadLetter: &client.DeadLetterPolicy{}}); err == nil {
+		t.Fatal("DeadLetter.MaxRedeliveries 0 accepted")
+	}
+}
+
+// collectDLQ receives from a dead-letter consumer into seen, acking.
+func collectDLQ(ctx context.Context, co *client.Consumer, mu *sync.Mutex, seen map[string]int, props map[string]map[string]string) {
+	for {
+		m, err := co.Receive(ctx)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		seen[string(m.Payload)]++
+		props[string(m.Payload)] = m.Properties
+		mu.Unlock()
+		_ = co.Ack(ctx, m.ID)
+	}
+}
