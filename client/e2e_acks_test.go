@@ -9,6 +9,7 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/client"
+	"github.com/meridianmq/meridian/region/regiontest"
 )
 
 // produceBatch sends n messages "<prefix><i>" as one batch (one entry).
@@ -276,4 +277,220 @@ func collectDLQ(ctx context.Context, co *client.Consumer, mu *sync.Mutex, seen m
 		mu.Unlock()
 		_ = co.Ack(ctx, m.ID)
 	}
+}
+
+// ownerIndex returns the index in rc of the broker owning topic.
+func ownerIndex(t *testing.T, a *client.Admin, ids []string, topic string) int {
+	t.Helper()
+	st, err := a.TopicStats(tctx(t, 30*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if id == st.GetOwnerBroker() {
+			return i
+		}
+	}
+	t.Fatalf("owner %q of %s is none of %v", st.GetOwnerBroker(), topic, ids)
+	return -1
+}
+
+// nackAll receives from co and nacks everything until ctx ends, counting
+// the messages handed out with a redelivery count of max or more (the
+// dead-letter policy must have taken them).
+func nackAll(ctx context.Context, co *client.Consumer, max int32, tooMany *int, mu *sync.Mutex) {
+	for {
+		m, err := co.Receive(ctx)
+		if err != nil {
+			return
+		}
+		if m.RedeliveryCount >= max {
+			mu.Lock()
+			*tooMany++
+			mu.Unlock()
+		}
+		_ = co.Nack(ctx, m.ID)
+	}
+}
+
+// waitDLQ waits until every payload in want was seen in the dead-letter
+// topic; it fails naming the missing ones, and logs the duplicates.
+func waitDLQ(t *testing.T, mu *sync.Mutex, seen map[string]int, want []string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		mu.Lock()
+		var missing []string
+		dups := 0
+		for _, w := range want {
+			if seen[w] == 0 {
+				missing = append(missing, w)
+			} else {
+				dups += seen[w] - 1
+			}
+		}
+		mu.Unlock()
+		if len(missing) == 0 {
+			t.Logf("all %d messages dead-lettered; %d duplicates in the dead-letter topic", len(want), dups)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acknowledged messages never reached the dead-letter topic, e.g. %v", len(missing), len(want), missing[:min(10, len(missing))])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDeadLetterAcrossBrokerKill: a consumer that never acknowledges
+// (it nacks everything) sends every message to the dead-letter topic after
+// MaxRedeliveries deliveries; the owner broker is killed in the middle;
+// no acknowledged message is lost, none is handed to the application
+// with a redelivery count of MaxRedeliveries or more, and the original
+// subscription ends with an empty backlog.
+func TestDeadLetterAcrossBrokerKill(t *testing.T) {
+	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
+	addrs := rc.Addrs()
+	c := newClient(t, addrs[0])
+	a, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const topic, n, maxRd = "public/default/dlq-kill", 300, 3
+	dlqTopic := topic + "-s-DLQ"
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+
+	dlq, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: dlqTopic, Subscription: "check", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen, props := map[string]int{}, map[string]map[string]string{}
+	go collectDLQ(ctx, dlq, &mu, seen, props)
+
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared, InitialPosition: client.Earliest,
+		NackRedeliveryDelay: 20 * time.Millisecond, DeadLetter: &client.DeadLetterPolicy{MaxRedeliveries: maxRd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 10, BatchingMaxDelay: 5 * time.Millisecond, SendTimeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, p, 0, n)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("m%d", i)
+	}
+	tooMany := 0
+	go nackAll(ctx, co, maxRd, &tooMany, &mu)
+
+	ids := []string{rc.Broker(0).ID(), rc.Broker(1).ID()}
+	owner := ownerIndex(t, a, ids, topic)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		got := len(seen)
+		mu.Unlock()
+		if got >= n/4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d messages dead-lettered before the kill", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rc.Kill(owner)
+	mu.Lock()
+	t.Logf("killed the owner broker %d with %d of %d messages dead-lettered", owner, len(seen), n)
+	mu.Unlock()
+
+	waitDLQ(t, &mu, seen, want, 120*time.Second)
+	mu.Lock()
+	if tooMany > 0 {
+		t.Errorf("%d messages handed to the application with redelivery count >= %d", tooMany, maxRd)
+	}
+	for pl, pr := range props {
+		if pr[client.PropertyRealTopic] != topic || pr[client.PropertySubscription] != "s" || pr[client.PropertyOriginMessageID] == "" {
+			t.Fatalf("dead-lettered %q has properties %v", pl, pr)
+		}
+	}
+	mu.Unlock()
+	a2, err := newClient(t, addrs[1-owner]).Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subStats(t, a2, topic, "s", "an empty backlog", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgBacklog() == 0 && ss.GetBacklogEntries() == 0
+	})
+}
+
+// TestDeadLetterReplicatedTopic: on a topic replicated between two
+// regions, the dead-letter topic (in the same namespace) replicates too:
+// a consumer in region b receives every message region a's consumer
+// dead-lettered; a's subscription counts them and its backlog empties,
+// and the replicated subscription's backlog empties in b as well (the
+// dead-letter acknowledgements replicate like any ack).
+func TestDeadLetterReplicatedTopic(t *testing.T) {
+	m := regiontest.StartRegions(t, regiontest.MultiOptions{Regions: []string{"a", "b"}, Brokers: 1})
+	urlA, urlB := m.Region("a").Addrs()[0], m.Region("b").Addrs()[0]
+	ca, cb := newClient(t, urlA), newClient(t, urlB)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	aa, err := ca.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, err := cb.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := aa.CreateNamespace(ctx, "public/acks", &clientv1.NamespacePolicies{RetentionTimeSeconds: -1, RetentionSizeBytes: -1,
+		ReplicationRegions: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, n, maxRd = "public/acks/dlq-repl", 40, 2
+	dlqTopic := topic + "-s-DLQ"
+
+	dlqB, err := cb.Subscribe(ctx, client.ConsumerOptions{Topic: dlqTopic, Subscription: "check", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen, props := map[string]int{}, map[string]map[string]string{}
+	go collectDLQ(ctx, dlqB, &mu, seen, props)
+
+	co, err := ca.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared, InitialPosition: client.Earliest,
+		Replicated: true, NackRedeliveryDelay: 20 * time.Millisecond, DeadLetter: &client.DeadLetterPolicy{MaxRedeliveries: maxRd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, p, 0, n)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("m%d", i)
+	}
+	tooMany := 0
+	go nackAll(ctx, co, maxRd, &tooMany, &mu)
+	waitDLQ(t, &mu, seen, want, 120*time.Second)
+	mu.Lock()
+	if tooMany > 0 {
+		t.Errorf("%d messages handed to the application with redelivery count >= %d", tooMany, maxRd)
+	}
+	for pl, pr := range props {
+		if pr[client.PropertyRealTopic] != topic {
+			t.Fatalf("dead-lettered %q in region b has properties %v", pl, pr)
+		}
+	}
+	mu.Unlock()
+	subStats(t, aa, topic, "s", "every message dead-lettered and an empty backlog in region a", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgBacklog() == 0 && ss.GetDeadLetteredMessages() >= n
+	})
+	subStats(t, ab, topic, "s", "an empty backlog in region b (replicated acknowledgements)", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgBacklog() == 0 && ss.GetBacklogEntries() == 0
+	})
 }
