@@ -71,6 +71,11 @@ type Consumer struct {
 	// letters holds the dead-letter and retry producers (dlq.go).
 	rt      *redeliveryTracker
 	letters letterProducers
+	// retry is the retry-topic consumer (retry.go; nil without
+	// DeadLetter.EnableRetry, set before Subscribe returns); retryLedgers
+	// (guarded by mu) are its ledgers, to route acks.
+	retry        *retryState
+	retryLedgers map[int64]bool
 }
 
 // delivery is one entry split into messages.
@@ -140,6 +145,14 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	c.track(co)
 	go co.run(stream)
 	go co.redeliveryLoop()
+	if p := opts.DeadLetter; p != nil && p.EnableRetry {
+		if err := co.startRetry(ctx); err != nil {
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ccancel()
+			_ = co.Close(cctx)
+			return nil, userError(err)
+		}
+	}
 	return co, nil
 }
 
@@ -584,6 +597,8 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 			return nil, fatal
 		}
 		select {
+		case m := <-co.retryCh(): // retry.go (its consumer tracks its ack timeout)
+			return m, nil
 		case d := <-co.queue:
 			// Compare with the epoch now: a reconnect may have happened
 			// while this call waited.
@@ -640,6 +655,9 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
+	if t := co.target(id); t != co {
+		return t.Ack(ctx, id) // a retried message (retry.go)
+	}
 	gen, stale := co.ackGen(id)
 	if stale {
 		return nil // delivered by a region the client has left: redelivered here
@@ -662,6 +680,9 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 	}
 	if co.opts.Type == Shared {
 		return fmt.Errorf("%w: cumulative ack on Shared subscription %q", ErrNotAllowed, co.opts.Subscription)
+	}
+	if t := co.target(id); t != co {
+		return t.AckCumulative(ctx, id) // a retried message (retry.go)
 	}
 	gen, stale := co.ackGen(id)
 	if stale {
@@ -916,6 +937,9 @@ func (co *Consumer) Close(ctx context.Context) error {
 			co.closeErr = ctx.Err()
 		}
 		co.letters.close(ctx)
+		if co.retry != nil {
+			_ = co.retry.co.Close(ctx)
+		}
 		co.c.untrack(co)
 	})
 	return co.closeErr

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -493,4 +494,69 @@ func TestDeadLetterReplicatedTopic(t *testing.T) {
 	subStats(t, ab, topic, "s", "an empty backlog in region b (replicated acknowledgements)", func(ss *clientv1.SubscriptionStats) bool {
 		return ss.GetMsgBacklog() == 0 && ss.GetBacklogEntries() == 0
 	})
+}
+
+// TestReconsumeLater: with EnableRetry, ReconsumeLater sends a message
+// through the retry topic (RECONSUMETIMES raised, received again by the
+// same consumer) and, past MaxRedeliveries reconsumes, to the dead-letter
+// topic; nothing is lost on the way.
+func TestReconsumeLater(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 120*time.Second)
+	const topic, n = "public/default/reconsume", 6
+	dlq, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic + "-s-DLQ", Subscription: "check", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen, props := map[string]int{}, map[string]map[string]string{}
+	go collectDLQ(ctx, dlq, &mu, seen, props)
+	delay := 300 * time.Millisecond
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "s", Type: client.Shared, InitialPosition: client.Earliest,
+		DeadLetter: &client.DeadLetterPolicy{MaxRedeliveries: 2, EnableRetry: true, RetryDelays: []time.Duration{delay}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, p, 0, n)
+	times := map[string][]string{}
+	for range 3 * n {
+		m := receiveN(t, co, 1, 60*time.Second, false)[0]
+		pl := string(m.Payload)
+		times[pl] = append(times[pl], m.Properties[client.PropertyReconsumeTimes])
+		if err := co.ReconsumeLater(ctx, m, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pl, ts := range times {
+		if len(ts) != 3 || ts[0] != "" || ts[1] != "1" || ts[2] != "2" {
+			t.Fatalf("message %q received with RECONSUMETIMES %q, want [\"\" 1 2]", pl, ts)
+		}
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("m%d", i)
+	}
+	waitDLQ(t, &mu, seen, want, 60*time.Second)
+	mu.Lock()
+	for pl, pr := range props {
+		if pr[client.PropertyRealTopic] != topic || pr[client.PropertyReconsumeTimes] != "2" {
+			t.Fatalf("dead-lettered %q has properties %v", pl, pr)
+		}
+	}
+	mu.Unlock()
+	expectNothing(t, co, 500*time.Millisecond)
+	// Without EnableRetry it is refused.
+	plain, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "plain", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receiveN(t, plain, 1, 60*time.Second, false)[0]
+	if err := plain.ReconsumeLater(ctx, m, time.Second); !errors.Is(err, client.ErrNotAllowed) {
+		t.Fatalf("ReconsumeLater without EnableRetry: %v, want ErrNotAllowed", err)
+	}
 }

@@ -162,6 +162,9 @@ func (co *Consumer) Nack(ctx context.Context, id MessageID) error {
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
+	if t := co.target(id); t != co {
+		return t.Nack(ctx, id) // a retried message (retry.go)
+	}
 	gen, stale := co.ackGen(id)
 	if stale {
 		return nil // delivered by a region the client has left
