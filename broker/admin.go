@@ -359,9 +359,10 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		ss.Replicated = s.cov.replicated
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
-				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED, Priority: c.priority,
+				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.sharedLikeLocked(), Priority: c.priority,
 				UnackedMessages: s.consumerUnackedLocked(c)})
 		}
+		s.dispatchStatsLocked(ss) // keyshared.go
 		s.mu.Unlock()
 		ss.AckReplication = t.ackReplicationStats(s)
 		st.BacklogEntries = max(st.BacklogEntries, ss.BacklogEntries)

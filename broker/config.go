@@ -181,6 +181,18 @@ type Config struct {
 	// broker logs a warning at start.
 	UnsafeSkipOriginCheck bool `yaml:"unsafe_skip_origin_check"`
 
+	// MaxSetAsideEntries bounds a subscription's replay set: entries read
+	// but set aside (a Key_Shared key whose consumer has no permit or is
+	// still draining, a matured delayed entry, a redelivery). Past it the
+	// dispatcher stops reading new entries until the set shrinks
+	// (back-pressure instead of unbounded memory). 0 = 10000.
+	MaxSetAsideEntries int `yaml:"max_set_aside_entries"`
+	// MaxDelayedEntries bounds the delayed entries (deliver_at_ms in the
+	// future) one subscription tracks in memory; past it the dispatcher
+	// stops reading ahead until some are due. The entries themselves stay
+	// in the ledger: the index is rebuilt by reading. 0 = 100000.
+	MaxDelayedEntries int `yaml:"max_delayed_entries"`
+
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
 }
@@ -276,6 +288,10 @@ func (c Config) Validate() error {
 		return bad("max_permits_per_consumer %d must be >= 1", c.MaxPermitsPerConsumer)
 	case c.MaxUnackedPerConsumer < 1:
 		return bad("max_unacked_per_consumer %d must be >= 1", c.MaxUnackedPerConsumer)
+	case c.MaxSetAsideEntries < 0:
+		return bad("max_set_aside_entries %d must be >= 0 (0 = 10000)", c.MaxSetAsideEntries)
+	case c.MaxDelayedEntries < 0:
+		return bad("max_delayed_entries %d must be >= 0 (0 = 100000)", c.MaxDelayedEntries)
 	case c.TailCacheBytes < 0:
 		return bad("tail_cache_bytes %d must be >= 0", c.TailCacheBytes)
 	case c.MaxIndividualAcks < 1:

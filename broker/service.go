@@ -195,6 +195,10 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
 		return
 	}
+	if err := validateSendDispatch(sd); err != nil { // keyshared.go
+		fail(err)
+		return
+	}
 	if err := b.checkSendReplication(ctx, t.name, sd); err != nil {
 		fail(err)
 		return
@@ -259,6 +263,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		UncompressedSize: sd.GetUncompressedSize(), OriginRegion: b.cfg.Region,
 		ReplicateTo: sd.GetReplicateTo(), DisableReplication: sd.GetDisableReplication(),
 		BrokerPublishTimeMs: now.UnixMilli(), ProducerIdentity: p.identity,
+		DeliverAtMs: sd.GetDeliverAtMs(), BatchKey: sd.GetBatchKey(), SchemaVersion: sd.GetSchemaVersion(),
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}
@@ -324,7 +329,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 		return GRPCError(fmt.Errorf("%w: subscription %q: names starting with %q are the replicators' cursors", ErrInvalidArgument, sub.GetSubscription(), ReplicatorCursorPrefix))
 	}
 	if _, ok := clientv1.SubscriptionType_name[int32(sub.GetType())]; !ok {
-		return GRPCError(fmt.Errorf("%w: subscription type %d is not EXCLUSIVE, SHARED or FAILOVER", ErrInvalidArgument, sub.GetType()))
+		return GRPCError(fmt.Errorf("%w: subscription type %d is not EXCLUSIVE, SHARED, FAILOVER or KEY_SHARED", ErrInvalidArgument, sub.GetType()))
 	}
 	if _, ok := clientv1.InitialPosition_name[int32(sub.GetInitialPosition())]; !ok {
 		return GRPCError(fmt.Errorf("%w: initial_position %d is not LATEST or EARLIEST", ErrInvalidArgument, sub.GetInitialPosition()))
@@ -347,7 +352,8 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 		defer t.removeReader(s)
 	}
 	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
-		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{})}
+		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{}),
+		ks: sub.GetKeyShared()}
 	if err := s.addConsumer(c, sub.GetType()); err != nil {
 		return GRPCError(err)
 	}

@@ -568,6 +568,7 @@ func (s *subscription) seekVectorEpoch(v ackVector, floor pos, epoch int64, regi
 		delete(s.pending, p)
 		c.pending--
 	}
+	s.resetDispatchLocked()
 	s.readEpoch++
 	s.dirty = true
 	c := &s.cov

@@ -32,6 +32,9 @@ type consumer struct {
 	active   bool
 	msgsOut  int64
 	bytesOut int64
+	// ks is the consumer's Key_Shared policy (nil: AUTO_SPLIT, in order);
+	// set before addConsumer, then read-only.
+	ks *clientv1.KeySharedPolicy
 }
 
 // closeDone ends the consumer's stream (idempotent).
@@ -89,8 +92,10 @@ type subscription struct {
 	lastPersist time.Time
 	deleted     bool
 	readEpoch   int64
-	blocked     *blockedRead // dispatch cannot read its next entry (see lost.go)
-	cov         coverState   // cover vector and replicated-subscription state (subcover.go)
+	blocked     *blockedRead   // dispatch cannot read its next entry (see lost.go)
+	cov         coverState     // cover vector and replicated-subscription state (subcover.go)
+	ks          keySharedState // Key_Shared routing (keyshared.go)
+	delay       delayIndex     // delayed entries held back (delayed.go)
 	// batchAcked holds the acknowledged batch indexes of entries after
 	// mark-delete not acknowledged as a whole (batchacks.go).
 	batchAcked map[pos]*batchBits
@@ -135,6 +140,14 @@ func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) e
 	if s.deleted {
 		return fmt.Errorf("%w: subscription %s was deleted", ErrNotFound, s.name)
 	}
+	if typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_KEY_SHARED {
+		if len(s.consumers) > 0 && s.typ != typ {
+			return fmt.Errorf("%w: subscription %s is connected as %s, not %s", ErrTypeMismatch, s.name, s.typ, typ)
+		}
+		if err := s.admitKeySharedLocked(c); err != nil {
+			return err
+		}
+	}
 	if len(s.consumers) > 0 {
 		if s.typ != typ {
 			return fmt.Errorf("%w: subscription %s is connected as %s, not %s", ErrTypeMismatch, s.name, s.typ, typ)
@@ -152,6 +165,7 @@ func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) e
 	s.cov.typ = typ
 	s.consumers = append(s.consumers, c)
 	s.updateActiveLocked()
+	s.rebuildKeySharedLocked()
 	s.kick()
 	return nil
 }
@@ -159,7 +173,7 @@ func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) e
 // updateActiveLocked picks the Failover/Exclusive active consumer (lowest
 // priority, then name) and tells consumers whose state changed.
 func (s *subscription) updateActiveLocked() {
-	if s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED {
+	if s.sharedLikeLocked() {
 		return
 	}
 	sort.SliceStable(s.consumers, func(i, j int) bool {
@@ -215,6 +229,7 @@ func (s *subscription) removeConsumer(c *consumer) {
 	s.redeliverFromLocked(c)
 	c.active = false
 	s.updateActiveLocked()
+	s.rebuildKeySharedLocked()
 	s.mu.Unlock()
 	s.kick()
 }
@@ -264,8 +279,8 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cumulative {
-		if s.typ == clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && len(s.consumers) > 0 {
-			return fmt.Errorf("%w: cumulative ack on Shared subscription %s; use individual acks", ErrNotAllowed, s.name)
+		if s.sharedLikeLocked() && len(s.consumers) > 0 {
+			return fmt.Errorf("%w: cumulative ack on %s subscription %s; use individual acks", ErrNotAllowed, s.typ, s.name)
 		}
 		if len(ids) != 1 {
 			return fmt.Errorf("%w: cumulative ack needs exactly 1 message ID, got %d", ErrInvalidArgument, len(ids))
@@ -323,6 +338,9 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 	s.compactLocked()
 	s.dirty = true
 	s.afterAckLocked()
+	if s.isKeySharedLocked() && len(s.redeliver) > 0 {
+		s.kick() // set-aside entries may wait for this ack (draining)
+	}
 	return nil
 }
 
@@ -359,6 +377,7 @@ func (s *subscription) reset(md pos) {
 		delete(s.pending, p)
 		c.pending--
 	}
+	s.resetDispatchLocked()
 	s.readEpoch++
 	s.dirty = true
 	s.cov.resetLocked(md)
@@ -417,7 +436,7 @@ func (s *subscription) permitsLocked() int64 {
 		return 0 // a failover switch delay: endSwitchHold kicks the dispatcher
 	}
 	for _, c := range s.consumers {
-		if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED && !c.active || c.pending >= limit {
+		if !s.sharedLikeLocked() && !c.active || c.pending >= limit {
 			continue
 		}
 		n += c.permits
@@ -431,7 +450,7 @@ func (s *subscription) pickLocked() *consumer {
 		return nil
 	}
 	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
-	if s.typ != clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED {
+	if !s.sharedLikeLocked() {
 		for _, c := range s.consumers {
 			if c.active && c.permits > 0 && c.pending < limit {
 				return c
@@ -449,69 +468,46 @@ func (s *subscription) pickLocked() *consumer {
 	return nil
 }
 
+// dispatchOnce runs one dispatch round: due delayed entries join the
+// replay set; the replay set goes first, oldest first; then new entries
+// are read. It reports whether it made progress (the loop runs it again).
 func (s *subscription) dispatchOnce() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.t.b.cfg.OperationTimeout)
 	defer cancel()
-	ml := s.t.ml
+	// Read before s.mu: the topic's lock is never taken under it.
+	delayOn := s.t.delayedDeliveryEnabled() && !s.nonDurable
 	s.mu.Lock()
+	s.matureDelayedLocked(delayOn)
 	permits := s.permitsLocked()
 	if permits == 0 {
 		s.mu.Unlock()
 		return false, nil
 	}
 	epoch := s.readEpoch
-	// Redeliveries first, oldest first.
 	if len(s.redeliver) > 0 {
-		ml.mu.Lock()
-		ps := make([]pos, 0, len(s.redeliver))
-		for p := range s.redeliver {
-			ps = append(ps, p)
+		ks := s.isKeySharedLocked()
+		sent, err := s.replayLocked(ctx, permits, epoch) // releases s.mu
+		if err != nil || sent || !ks {
+			return sent, err
 		}
-		sort.Slice(ps, func(i, j int) bool { return ml.lessLocked(ps[i], ps[j]) })
-		ml.mu.Unlock()
-		if int64(len(ps)) > permits {
-			ps = ps[:permits]
-		}
-		s.mu.Unlock()
-		var ents []LedgerEntry
-		for _, p := range ps {
-			e, err := ml.read(ctx, p, 1)
-			if errors.Is(err, ErrNotFound) || err == nil && len(e) == 0 {
-				s.mu.Lock()
-				delete(s.redeliver, p)
-				s.mu.Unlock()
-				continue
-			}
-			if err != nil {
-				return false, s.readBlocked(p, err)
-			}
-			ents = append(ents, e...)
-		}
+		// Key_Shared: nothing in the replay set can go now (its keys'
+		// consumers have no permit, or the keys are draining); other keys
+		// go on with new entries.
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		if s.readEpoch != epoch {
+			s.mu.Unlock()
 			return true, nil
 		}
-		sent := false
-		for _, e := range ents {
-			p := pos{e.LedgerID, e.EntryID}
-			if _, ok := s.redeliver[p]; !ok {
-				continue
-			}
-			c := s.pickLocked()
-			if c == nil {
-				break
-			}
-			delete(s.redeliver, p)
-			if s.coverEntryLocked(e) {
-				continue // acknowledged by the cover vector meanwhile
-			}
-			s.redelivers[p]++
-			s.deliverLocked(c, e, s.redelivers[p])
-			sent = true
+		if permits = s.permitsLocked(); permits == 0 {
+			s.mu.Unlock()
+			return false, nil
 		}
-		return sent || len(ents) == 0 && len(ps) > 0, nil
 	}
+	if len(s.redeliver) >= s.maxSetAsideLocked() || len(s.delay.at) >= s.maxDelayedLocked() {
+		s.mu.Unlock()
+		return false, nil // back-pressure: no reading ahead past the bounds
+	}
+	ml := s.t.ml
 	ml.mu.Lock()
 	next, ok := s.nextToReadLocked()
 	ml.mu.Unlock()
@@ -547,11 +543,19 @@ func (s *subscription) dispatchOnce() (bool, error) {
 	if s.readEpoch != epoch {
 		return true, nil
 	}
+	defer s.armDelayTimerLocked()
+	if s.isKeySharedLocked() {
+		return s.routeReadLocked(ents, delayOn), nil
+	}
+	now := time.Now().UnixMilli()
 	sent := false
 	for _, e := range ents {
 		p := pos{e.LedgerID, e.EntryID}
 		c := s.pickLocked()
 		if c == nil {
+			break
+		}
+		if delayOn && len(s.delay.at) >= s.maxDelayedLocked() {
 			break
 		}
 		s.lastRead = p
@@ -565,9 +569,178 @@ func (s *subscription) dispatchOnce() (bool, error) {
 		if s.coverEntryLocked(e) {
 			continue // acknowledged by the cover vector: not delivered
 		}
+		if delayOn {
+			if at := deliverAt(e); at > now {
+				s.holdLocked(p, at)
+				continue
+			}
+		}
 		s.deliverLocked(c, e, 0)
 	}
 	return sent, nil
+}
+
+// deliverAt is the entry's deliver_at_ms (0 for an undecodable entry,
+// which deliverLocked skips).
+func deliverAt(e LedgerEntry) int64 {
+	md, _, err := wire.DecodeEntry(e.Data)
+	if err != nil {
+		return 0
+	}
+	return md.GetDeliverAtMs()
+}
+
+// routeReadLocked dispatches newly read entries of a Key_Shared
+// subscription: each goes to its key's consumer when it may take it now,
+// else into the replay set (never past its bound). Needs s.mu.
+func (s *subscription) routeReadLocked(ents []LedgerEntry, delayOn bool) bool {
+	ml := s.t.ml
+	now := time.Now().UnixMilli()
+	r := s.newKSRoundLocked()
+	// Keys with set-aside entries: a new entry must not overtake them.
+	for p := range s.redeliver {
+		if slot, ok := s.ks.slots[p]; ok {
+			r.blocked[slot] = true
+		}
+	}
+	maxAside, maxDelayed := s.maxSetAsideLocked(), s.maxDelayedLocked()
+	progressed := false
+	for _, e := range ents {
+		p := pos{e.LedgerID, e.EntryID}
+		ml.mu.Lock()
+		done := !ml.lessLocked(s.markDelete, p)
+		ml.mu.Unlock()
+		if _, acked := s.acked[p]; acked || done {
+			s.lastRead = p
+			progressed = true
+			continue
+		}
+		md, _, derr := wire.DecodeEntry(e.Data)
+		if derr != nil {
+			md = nil
+		}
+		if delayOn && md.GetDeliverAtMs() > now && len(s.delay.at) >= maxDelayed {
+			break
+		}
+		if len(s.redeliver) >= maxAside {
+			break
+		}
+		s.lastRead = p
+		progressed = true
+		if s.coverEntryLocked(e) {
+			continue // acknowledged by the cover vector: not delivered
+		}
+		slot := s.slotOfLocked(e, md)
+		if delayOn && md.GetDeliverAtMs() > now {
+			s.holdLocked(p, md.GetDeliverAtMs())
+			continue
+		}
+		c := s.routeLocked(r, slot)
+		if c == nil {
+			s.setAsideLocked(p)
+			continue
+		}
+		s.deliverLocked(c, e, 0)
+		r.delivered(c, slot)
+	}
+	s.pruneKeySharedLocked()
+	return progressed
+}
+
+// replayLocked delivers entries of the replay set (redeliveries, matured
+// delayed entries, Key_Shared entries set aside), oldest first. Called
+// with s.mu held; returns with it released.
+func (s *subscription) replayLocked(ctx context.Context, permits int64, epoch int64) (bool, error) {
+	ml := s.t.ml
+	ks := s.isKeySharedLocked()
+	ml.mu.Lock()
+	ps := make([]pos, 0, len(s.redeliver))
+	for p := range s.redeliver {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ml.lessLocked(ps[i], ps[j]) })
+	ml.mu.Unlock()
+	var cand []pos
+	if ks {
+		// Choose, without reading, the entries that can go now.
+		r := s.newKSRoundLocked()
+		for _, p := range ps {
+			if int64(len(cand)) >= permits || len(cand) >= maxReadBatch {
+				break
+			}
+			slot, known := s.ks.slots[p]
+			if !known {
+				cand = append(cand, p) // read to learn its key
+				continue
+			}
+			if c := s.routeLocked(r, slot); c != nil {
+				r.used[c]++
+				cand = append(cand, p)
+			}
+		}
+		if len(cand) == 0 {
+			s.mu.Unlock()
+			return false, nil
+		}
+	} else {
+		cand = ps[:min(int64(len(ps)), permits)]
+	}
+	s.mu.Unlock()
+	var ents []LedgerEntry
+	for _, p := range cand {
+		e, err := ml.read(ctx, p, 1)
+		if errors.Is(err, ErrNotFound) || err == nil && len(e) == 0 {
+			s.mu.Lock()
+			delete(s.redeliver, p)
+			s.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return false, s.readBlocked(p, err)
+		}
+		ents = append(ents, e...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readEpoch != epoch {
+		return true, nil
+	}
+	var r *ksRound
+	if ks {
+		r = s.newKSRoundLocked()
+	}
+	sent := false
+	for _, e := range ents {
+		p := pos{e.LedgerID, e.EntryID}
+		if _, ok := s.redeliver[p]; !ok {
+			continue
+		}
+		var c *consumer
+		var slot int32
+		if ks {
+			slot = s.slotOfLocked(e, nil)
+			if c = s.routeLocked(r, slot); c == nil {
+				continue // stays set aside; its key is blocked for this round
+			}
+		} else if c = s.pickLocked(); c == nil {
+			break
+		}
+		delete(s.redeliver, p)
+		if s.coverEntryLocked(e) {
+			continue // acknowledged by the cover vector meanwhile
+		}
+		if _, fresh := s.ks.fresh[p]; fresh {
+			delete(s.ks.fresh, p) // set aside, never delivered: not a redelivery
+		} else {
+			s.redelivers[p]++
+		}
+		s.deliverLocked(c, e, s.redelivers[p])
+		if ks {
+			r.delivered(c, slot)
+		}
+		sent = true
+	}
+	return sent || len(ents) == 0 && len(cand) > 0, nil
 }
 
 // deliverLocked pushes one entry to c under one of its permits.

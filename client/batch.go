@@ -10,6 +10,9 @@ type pendingMsg struct {
 	seq      int64
 	callback func(MessageID, *Message, error)
 	accepted time.Time // when SendAsync accepted it; the send timeout starts here
+	// deliverAt is the message's resolved delivery time (Unix ms, 0 = at
+	// once; Message.DeliverAt/DeliverAfter taken at acceptance).
+	deliverAt int64
 }
 
 // batch is a group of messages sent as one entry. The receipt for the
@@ -37,6 +40,12 @@ func (b *batch) replication() (to []string, disable bool) {
 	return m.ReplicateTo, m.DisableReplication
 }
 
+// key is the key of every message of the batch (see batchBuilder.add).
+func (b *batch) key() string { return b.msgs[0].msg.Key }
+
+// deliverAt is the delivery time of every message of the batch.
+func (b *batch) deliverAt() int64 { return b.msgs[0].deliverAt }
+
 // oldest is when the batch's first message was accepted.
 func (b *batch) oldest() time.Time { return b.msgs[0].accepted }
 
@@ -54,12 +63,13 @@ func newBatchBuilder(maxMessages, maxBytes int) *batchBuilder {
 }
 
 // add appends m. It returns the batch that had to be closed BEFORE m was
-// added (because m would not fit, or has other replication options than
-// the batch: one batch is one entry, replicated as a whole), or nil, and whether the batch that now
+// added (because m would not fit, or differs from the batch in replication
+// options, key or delivery time: one batch is one entry, replicated,
+// routed and delivered as a whole), or nil, and whether the batch that now
 // holds m is full and must be closed right away.
 func (bb *batchBuilder) add(m pendingMsg) (closed *batch, full bool) {
 	sz := m.msg.size()
-	if bb.cur != nil && (bb.cur.bytes+sz > bb.maxBytes || !sameReplication(bb.cur.msgs[0].msg, m.msg)) {
+	if bb.cur != nil && (bb.cur.bytes+sz > bb.maxBytes || !sameBatch(bb.cur.msgs[0], m)) {
 		closed = bb.cur
 		bb.cur = nil
 	}

@@ -524,10 +524,16 @@ func TestReconsumeLater(t *testing.T) {
 	}
 	produceN(t, p, 0, n)
 	times := map[string][]string{}
+	reconsumedAt := map[string]time.Time{}
 	for range 3 * n {
 		m := receiveN(t, co, 1, 60*time.Second, false)[0]
 		pl := string(m.Payload)
 		times[pl] = append(times[pl], m.Properties[client.PropertyReconsumeTimes])
+		// The retry copy is held back by delayed delivery for the delay level.
+		if at, ok := reconsumedAt[pl]; ok && time.Since(at) < delay {
+			t.Fatalf("message %q back %v after ReconsumeLater, before its %v delay", pl, time.Since(at), delay)
+		}
+		reconsumedAt[pl] = time.Now()
 		if err := co.ReconsumeLater(ctx, m, 0); err != nil {
 			t.Fatal(err)
 		}

@@ -50,6 +50,36 @@ type Message struct {
 // MaxReplicateTo caps Message.ReplicateTo (the broker's limit).
 const MaxReplicateTo = 16
 
+// MaxKeyBytes caps Message.Key: the key travels as the batch key of its
+// entry (Key_Shared routing), which the broker bounds to 256 bytes.
+const MaxKeyBytes = 256
+
+// validateDispatch checks a message's key and delivery time.
+func (m *Message) validateDispatch() error {
+	if len(m.Key) > MaxKeyBytes {
+		return fmt.Errorf("%w: Key is %d bytes, limit %d (MaxKeyBytes)", ErrInvalidArgument, len(m.Key), MaxKeyBytes)
+	}
+	if m.DeliverAfter < 0 {
+		return fmt.Errorf("%w: DeliverAfter %v must be >= 0", ErrInvalidArgument, m.DeliverAfter)
+	}
+	if !m.DeliverAt.IsZero() && m.DeliverAt.UnixMilli() < 0 {
+		return fmt.Errorf("%w: DeliverAt %v is before 1970 (want zero or a time after the Unix epoch)", ErrInvalidArgument, m.DeliverAt)
+	}
+	return nil
+}
+
+// deliverAtMs resolves DeliverAt/DeliverAfter at acceptance time (Unix ms,
+// 0 = at once).
+func (m *Message) deliverAtMs(now time.Time) int64 {
+	switch {
+	case !m.DeliverAt.IsZero():
+		return m.DeliverAt.UnixMilli()
+	case m.DeliverAfter > 0:
+		return now.Add(m.DeliverAfter).UnixMilli()
+	}
+	return 0
+}
+
 // validateReplication checks a message's replication options.
 func (m *Message) validateReplication() error {
 	if m.DisableReplication && len(m.ReplicateTo) > 0 {
@@ -70,6 +100,13 @@ func (m *Message) validateReplication() error {
 // one entry, and replication options are per entry.
 func sameReplication(a, b *Message) bool {
 	return a.DisableReplication == b.DisableReplication && slices.Equal(a.ReplicateTo, b.ReplicateTo)
+}
+
+// sameBatch reports whether a and b may share a batch: one batch is one
+// entry, and replication options, the key (Key_Shared routes whole
+// entries by key) and the delivery time are per entry.
+func sameBatch(a, b pendingMsg) bool {
+	return a.deliverAt == b.deliverAt && a.msg.Key == b.msg.Key && sameReplication(a.msg, b.msg)
 }
 
 // size is the message's contribution to a batch's byte budget.

@@ -494,8 +494,8 @@ func (o ConsumerOptions) Validate() error {
 	if len(o.Subscription) > maxNameLen {
 		return fmt.Errorf("%w: Subscription is %d bytes, limit %d", ErrInvalidArgument, len(o.Subscription), maxNameLen)
 	}
-	if o.Type < Exclusive || o.Type > Failover {
-		return fmt.Errorf("%w: Type %d unknown (want Exclusive, Shared or Failover)", ErrInvalidArgument, int(o.Type))
+	if o.Type < Exclusive || o.Type > KeyShared {
+		return fmt.Errorf("%w: Type %d unknown (want Exclusive, Shared, Failover or KeyShared)", ErrInvalidArgument, int(o.Type))
 	}
 	if o.InitialPosition != Latest && o.InitialPosition != Earliest {
 		return fmt.Errorf("%w: InitialPosition %d unknown (want Earliest or Latest)", ErrInvalidArgument, int(o.InitialPosition))

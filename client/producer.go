@@ -202,6 +202,10 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 		cb(MessageID{}, m, err)
 		return
 	}
+	if err := m.validateDispatch(); err != nil {
+		cb(MessageID{}, m, err)
+		return
+	}
 	if sz := m.size(); p.opts.MaxMessageSize > 0 && sz > p.opts.MaxMessageSize {
 		cb(MessageID{}, m, fmt.Errorf("%w: message is %d bytes, limit %d (MaxMessageSize)", ErrMessageTooLarge, sz, p.opts.MaxMessageSize))
 		return
@@ -227,7 +231,8 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 		cb(MessageID{}, m, err)
 		return
 	}
-	pm := pendingMsg{msg: m, seq: p.nextSeq, callback: cb, accepted: time.Now()}
+	now := time.Now()
+	pm := pendingMsg{msg: m, seq: p.nextSeq, callback: cb, accepted: now, deliverAt: m.deliverAtMs(now)}
 	m.SequenceID = pm.seq
 	m.Duplicate = false
 	p.nextSeq++
@@ -697,6 +702,8 @@ func (p *Producer) writeLoop(stream clientv1.Meridian_ProduceClient, stop <-chan
 			Payload:            b.payload,
 			ReplicateTo:        to,
 			DisableReplication: disable,
+			DeliverAtMs:        b.deliverAt(),
+			BatchKey:           b.key(),
 		}}}
 		if err := stream.Send(req); err != nil {
 			return mapError(err)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -134,6 +135,11 @@ type produceFlags struct {
 	verbose, noReplication                              bool
 	replicateTo                                         []string
 	fo                                                  failoverFlags
+	// deliverAfter/deliverAt are the raw --deliver-after/--deliver-at
+	// values; validate resolves them into deliverAfterD/deliverAtT.
+	deliverAfter, deliverAt string
+	deliverAfterD           time.Duration
+	deliverAtT              time.Time
 }
 
 func newProduceCmd() *cobra.Command {
@@ -150,6 +156,9 @@ With --output json, one line per ACKNOWLEDGED message:
 {"id":"L:E:B","seq":N,"key":"...","producer":"NAME","ack_time":"RFC3339Nano",
 "origin_region":"REGION","origin_id":"L:E:B"} (origin: this region and the message's
 ID here, the names other regions' consumers see it under).
+--deliver-after D (10s, 5m, 1h, 7d, or a Go duration) or --deliver-at TIME
+(RFC 3339, or Unix milliseconds) delays delivery to every subscription (delayed
+delivery; the broker holds the messages until then, in every region).
 --replicate-to a,b restricts geo-replication of the messages to those regions (each
 one of the topic's replication regions); --no-replication keeps them in this region.
 A message the broker had already stored (resent after a reconnect) is not stored
@@ -181,6 +190,8 @@ warning on stderr: its messages would be deleted.`,
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
 	fl.StringSliceVar(&f.replicateTo, "replicate-to", nil, "replicate the messages only to these regions (comma-separated, at most 16)")
 	fl.BoolVar(&f.noReplication, "no-replication", false, "keep the messages in this region (no geo-replication)")
+	fl.StringVar(&f.deliverAfter, "deliver-after", "", "deliver the messages this long after they are sent (10s, 5m, 1h, 7d, or a Go duration)")
+	fl.StringVar(&f.deliverAt, "deliver-at", "", "deliver the messages at this time (RFC 3339, e.g. 2026-12-01T10:00:00Z, or Unix milliseconds)")
 	return cmd
 }
 
@@ -218,6 +229,9 @@ func (f *produceFlags) validate() error {
 	}
 	if len(f.replicateTo) > client.MaxReplicateTo {
 		return fmt.Errorf("--replicate-to has %d regions, limit %d", len(f.replicateTo), client.MaxReplicateTo)
+	}
+	if err := f.validateDelivery(); err != nil {
+		return err
 	}
 	return validateProducerFlags(f.maxPending, f.batchMax, f.batchDelay, f.compression)
 }
@@ -355,7 +369,8 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 			key = fmt.Sprintf("k%d", sent%f.keys)
 		}
 		sent++
-		p.SendAsync(ctx, &client.Message{Key: key, Payload: payload, ReplicateTo: f.replicateTo, DisableReplication: f.noReplication}, func(id client.MessageID, m *client.Message, err error) {
+		p.SendAsync(ctx, &client.Message{Key: key, Payload: payload, ReplicateTo: f.replicateTo, DisableReplication: f.noReplication,
+			DeliverAt: f.deliverAtT, DeliverAfter: f.deliverAfterD}, func(id client.MessageID, m *client.Message, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -391,4 +406,52 @@ func runProduce(cmd *cobra.Command, f *produceFlags) error {
 		return fmt.Errorf("interrupted: %d of %d messages acknowledged", acked, sent)
 	}
 	return nil
+}
+
+// validateDelivery resolves --deliver-after and --deliver-at.
+func (f *produceFlags) validateDelivery() error {
+	if f.deliverAfter != "" && f.deliverAt != "" {
+		return errors.New("--deliver-after and --deliver-at are mutually exclusive")
+	}
+	if f.deliverAfter != "" {
+		d, err := parseDurationFlag("--deliver-after", f.deliverAfter)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			return fmt.Errorf("--deliver-after %q: must be >= 0", f.deliverAfter)
+		}
+		f.deliverAfterD = d
+	}
+	if f.deliverAt != "" {
+		t, err := parseDeliverAt(f.deliverAt)
+		if err != nil {
+			return err
+		}
+		f.deliverAtT = t
+	}
+	if f.key != "" && len(f.key) > client.MaxKeyBytes {
+		return fmt.Errorf("--key is %d bytes, limit %d", len(f.key), client.MaxKeyBytes)
+	}
+	return nil
+}
+
+// parseDeliverAt parses --deliver-at: RFC 3339 (with or without fractional
+// seconds) or Unix milliseconds.
+func parseDeliverAt(v string) (time.Time, error) {
+	s := strings.TrimSpace(v)
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if ms <= 0 {
+			return time.Time{}, fmt.Errorf("--deliver-at %q: Unix milliseconds must be > 0", v)
+		}
+		return time.UnixMilli(ms), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--deliver-at %q: want an RFC 3339 time such as 2026-12-01T10:00:00Z, or Unix milliseconds", v)
+	}
+	if t.UnixMilli() <= 0 {
+		return time.Time{}, fmt.Errorf("--deliver-at %q: must be after 1970-01-01T00:00:00Z", v)
+	}
+	return t, nil
 }

@@ -1560,6 +1560,11 @@ type ConsumerStats struct {
 	// unacked_messages counts the messages of the entries delivered to this
 	// consumer and not acknowledged, less their acknowledged batch indexes.
 	UnackedMessages int64 `protobuf:"varint,8,opt,name=unacked_messages,json=unackedMessages,proto3" json:"unacked_messages,omitempty"`
+	// key_hash_ranges are the key slots (wire.KeySlot) a KEY_SHARED consumer
+	// owns: its sticky ranges, or its share of the consistent-hash ring.
+	KeyHashRanges []*HashRange `protobuf:"bytes,11,rep,name=key_hash_ranges,json=keyHashRanges,proto3" json:"key_hash_ranges,omitempty"`
+	// allow_out_of_order: the KEY_SHARED consumer lifted the join rule.
+	AllowOutOfOrder bool `protobuf:"varint,12,opt,name=allow_out_of_order,json=allowOutOfOrder,proto3" json:"allow_out_of_order,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1650,6 +1655,20 @@ func (x *ConsumerStats) GetUnackedMessages() int64 {
 	return 0
 }
 
+func (x *ConsumerStats) GetKeyHashRanges() []*HashRange {
+	if x != nil {
+		return x.KeyHashRanges
+	}
+	return nil
+}
+
+func (x *ConsumerStats) GetAllowOutOfOrder() bool {
+	if x != nil {
+		return x.AllowOutOfOrder
+	}
+	return false
+}
+
 type SubscriptionStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1689,8 +1708,19 @@ type SubscriptionStats struct {
 	// partially_acked_entries is the number of entries with some (not all)
 	// messages acknowledged by batch index.
 	PartiallyAckedEntries int64 `protobuf:"varint,16,opt,name=partially_acked_entries,json=partiallyAckedEntries,proto3" json:"partially_acked_entries,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// delayed_entries counts entries held by delayed delivery (deliver_at_ms
+	// in the future) that dispatch has read and tracks in memory.
+	DelayedEntries int64 `protobuf:"varint,20,opt,name=delayed_entries,json=delayedEntries,proto3" json:"delayed_entries,omitempty"`
+	// set_aside_entries counts entries waiting in the replay set: nacked or
+	// returned by a consumer, or (KEY_SHARED) set aside because the key's
+	// consumer has no permit, the key is still draining from another
+	// consumer, or no consumer's sticky range covers the key's slot.
+	SetAsideEntries int64 `protobuf:"varint,21,opt,name=set_aside_entries,json=setAsideEntries,proto3" json:"set_aside_entries,omitempty"`
+	// uncovered_entries counts the set-aside entries whose key slot no
+	// connected consumer covers (KEY_SHARED STICKY with gaps).
+	UncoveredEntries int64 `protobuf:"varint,22,opt,name=uncovered_entries,json=uncoveredEntries,proto3" json:"uncovered_entries,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubscriptionStats) Reset() {
@@ -1831,6 +1861,27 @@ func (x *SubscriptionStats) GetMsgBacklogEstimated() bool {
 func (x *SubscriptionStats) GetPartiallyAckedEntries() int64 {
 	if x != nil {
 		return x.PartiallyAckedEntries
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetDelayedEntries() int64 {
+	if x != nil {
+		return x.DelayedEntries
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetSetAsideEntries() int64 {
+	if x != nil {
+		return x.SetAsideEntries
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetUncoveredEntries() int64 {
+	if x != nil {
+		return x.UncoveredEntries
 	}
 	return 0
 }
@@ -6705,7 +6756,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1e\n" +
 	"\vmsg_rate_in\x18\x03 \x01(\x01R\tmsgRateIn\x12\"\n" +
 	"\rbytes_rate_in\x18\x04 \x01(\x01R\vbytesRateIn\x12(\n" +
-	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xa5\x02\n" +
+	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\x99\x03\n" +
 	"\rConsumerStats\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
@@ -6715,7 +6766,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
 	"msgRateOut\x12)\n" +
-	"\x10unacked_messages\x18\b \x01(\x03R\x0funackedMessages\"\xa1\x06\n" +
+	"\x10unacked_messages\x18\b \x01(\x03R\x0funackedMessages\x12E\n" +
+	"\x0fkey_hash_ranges\x18\v \x03(\v2\x1d.meridian.client.v1.HashRangeR\rkeyHashRanges\x12+\n" +
+	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\xa3\a\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -6737,7 +6790,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12msg_rate_redeliver\x18\r \x01(\x01R\x10msgRateRedeliver\x124\n" +
 	"\x16dead_lettered_messages\x18\x0e \x01(\x03R\x14deadLetteredMessages\x122\n" +
 	"\x15msg_backlog_estimated\x18\x0f \x01(\bR\x13msgBacklogEstimated\x126\n" +
-	"\x17partially_acked_entries\x18\x10 \x01(\x03R\x15partiallyAckedEntries\"\xd5\x01\n" +
+	"\x17partially_acked_entries\x18\x10 \x01(\x03R\x15partiallyAckedEntries\x12'\n" +
+	"\x0fdelayed_entries\x18\x14 \x01(\x03R\x0edelayedEntries\x12*\n" +
+	"\x11set_aside_entries\x18\x15 \x01(\x03R\x0fsetAsideEntries\x12+\n" +
+	"\x11uncovered_entries\x18\x16 \x01(\x03R\x10uncoveredEntries\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -7268,10 +7324,11 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*GetFailoverTargetRequest)(nil),         // 105: meridian.client.v1.GetFailoverTargetRequest
 	(*FailoverTarget)(nil),                   // 106: meridian.client.v1.FailoverTarget
 	nil,                                      // 107: meridian.client.v1.LedgerDetails.PropertiesEntry
-	(SubscriptionType)(0),                    // 108: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                        // 109: meridian.client.v1.MessageId
-	(InitialPosition)(0),                     // 110: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                   // 111: meridian.client.v1.OriginPosition
+	(*HashRange)(nil),                        // 108: meridian.client.v1.HashRange
+	(SubscriptionType)(0),                    // 109: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                        // 110: meridian.client.v1.MessageId
+	(InitialPosition)(0),                     // 111: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                   // 112: meridian.client.v1.OriginPosition
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
@@ -7279,132 +7336,133 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 2: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 3: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 4: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	108, // 5: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	30,  // 6: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	109, // 7: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	33,  // 8: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	32,  // 9: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	109, // 10: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29,  // 11: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31,  // 12: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	101, // 13: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	109, // 14: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 15: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 16: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	109, // 17: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	110, // 18: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	109, // 19: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	110, // 20: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	111, // 21: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 22: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 23: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 24: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 25: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 26: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 27: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 28: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 29: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 30: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 31: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 32: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	107, // 33: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 34: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 35: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 36: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	109, // 37: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 38: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 39: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	2,   // 40: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 41: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 42: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 43: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 44: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 45: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 46: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 47: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 48: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 49: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 50: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 51: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 52: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 53: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 54: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 55: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 56: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 57: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 58: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 59: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 60: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 61: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 62: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 63: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 64: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 65: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 66: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 67: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 68: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 69: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 70: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 71: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 72: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 73: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 74: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 75: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 76: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 77: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 78: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 79: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 80: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 81: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 82: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	3,   // 83: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 84: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 85: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 86: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 87: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 88: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 89: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 90: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 91: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 92: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 93: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 94: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 95: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 96: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 97: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 98: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 99: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 100: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 101: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 102: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 103: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 104: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 105: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 106: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 107: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 108: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 109: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 110: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 111: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 112: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 113: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 114: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 115: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 116: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 117: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 118: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 119: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 120: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 121: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 122: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 123: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 124: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 125: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	83,  // [83:126] is the sub-list for method output_type
-	40,  // [40:83] is the sub-list for method input_type
-	40,  // [40:40] is the sub-list for extension type_name
-	40,  // [40:40] is the sub-list for extension extendee
-	0,   // [0:40] is the sub-list for field type_name
+	108, // 5: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	109, // 6: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	30,  // 7: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	110, // 8: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	33,  // 9: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	32,  // 10: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
+	110, // 11: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29,  // 12: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31,  // 13: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	101, // 14: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	110, // 15: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 16: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 17: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	110, // 18: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	111, // 19: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	110, // 20: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	111, // 21: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	112, // 22: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 23: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 24: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 25: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 26: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 27: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 28: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 29: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 30: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 31: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 32: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 33: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	107, // 34: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 35: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 36: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 37: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	110, // 38: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 39: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 40: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	2,   // 41: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 42: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 43: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 44: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 45: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 46: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 47: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 48: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 49: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 50: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 51: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 52: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 53: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 54: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 55: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 56: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 57: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 58: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 59: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 60: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 61: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 62: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 63: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 64: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 65: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 66: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 67: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 68: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 69: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 70: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 71: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 72: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 73: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 74: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 75: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 76: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 77: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 78: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 79: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 80: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 81: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 82: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 83: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	3,   // 84: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 85: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 86: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 87: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 88: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 89: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 90: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 91: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 92: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 93: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 94: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 95: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 96: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 97: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 98: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 99: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 100: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 101: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 102: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 103: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 104: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 105: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 106: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 107: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 108: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 109: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 110: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 111: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 112: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 113: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 114: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 115: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 116: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 117: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 118: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 119: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 120: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 121: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 122: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 123: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 124: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 125: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 126: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	84,  // [84:127] is the sub-list for method output_type
+	41,  // [41:84] is the sub-list for method input_type
+	41,  // [41:41] is the sub-list for extension type_name
+	41,  // [41:41] is the sub-list for extension extendee
+	0,   // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }

@@ -1,5 +1,9 @@
 package main
 
+// A copy of part backlog's parseDurationFlag (cmd/meridian/units.go on
+// branch backlog) so that this branch builds alone; the integrator keeps
+// one (delete this file when merging).
+
 import (
 	"fmt"
 	"math"
@@ -7,18 +11,6 @@ import (
 	"strings"
 	"time"
 )
-
-// This file is a copy of parseDurationFlag from branch backlog's units.go
-// (the integrator keeps one of them).
-
-// Units of the policy flags, as Pulsar's admin tool spells them.
-//
-// Durations: Go durations ("90s", "1h30m") and Pulsar's single-unit forms
-// "10s", "30m", "1h", "7d", "2w"; a plain integer is seconds (Pulsar's
-// default unit). Sizes: plain bytes, or a number followed by K, M, G or T
-// (binary multiples, as Pulsar: 1K = 1024 bytes; a trailing "B" is
-// accepted). For both, "-1" means unlimited/forever (Pulsar's convention)
-// and is returned as -1; callers that do not allow it refuse negatives.
 
 // parseDurationFlag parses the value v of the flag named flag (for the
 // error message, e.g. "--ttl").
