@@ -63,4 +63,20 @@ func TestMessageCounts(t *testing.T) {
 	if _, ok := ml.msgs[9]; ok {
 		t.Fatal("counts kept for a ledger not in the topic")
 	}
+	if got := ml.msgs[7].total(4); got != 32 {
+		t.Fatalf("ledger 7 total %d, want 32", got)
+	}
+	if got := ml.msgs[7].total(5); got != 0 {
+		t.Fatalf("ledger 7 total with an unknown entry %d, want 0 (unknown)", got)
+	}
+	// A closed ledger's stored total: exact as a whole, its average for
+	// single entries.
+	ml2 := &managedLedger{rec: mlRecord{Ledgers: []ledgerInfo{{ID: 3, Seq: 0, Entries: 4, Messages: 40}}}}
+	ml2.rebuildSeqLocked()
+	if n, exact := ml2.msgsAfterLocked(pos{3, -1}); n != 40 || !exact {
+		t.Fatalf("stored total: %d exact=%v, want 40 exact", n, exact)
+	}
+	if n, exact := ml2.msgsAfterLocked(pos{3, 1}); n != 20 || exact {
+		t.Fatalf("after 3:1: %d exact=%v, want 20 estimated", n, exact)
+	}
 }

@@ -13,7 +13,11 @@ import (
 // (4 bytes per entry). An entry it has neither written nor read since it
 // loaded the topic (a takeover's backlog not dispatched yet) counts as its
 // ledger's average over the entries it knows, or 1 when it knows none:
-// such counts are estimates and the stats say so.
+// such counts are estimates and the stats say so. A closed ledger whose
+// closer knew every count stores its total (ledgerInfo.Messages), and a
+// takeover learns the counts of the entries its dedup scan reads (the
+// ledgers after the dedup snapshot, the previous owner's open one
+// included), so whole ledgers are exact after a move too.
 
 // ledgerMsgs holds the known message counts of one ledger's entries.
 type ledgerMsgs struct {
@@ -28,30 +32,56 @@ const maxCountedEntryID = 1 << 22
 
 // noteMsgsLocked records that entry p holds n messages. ml.mu held.
 func (ml *managedLedger) noteMsgsLocked(p pos, n int32) {
-	if n <= 0 || p.E < 0 || p.E >= maxCountedEntryID {
-		return
-	}
 	if _, ok := ml.seqOf[p.L]; !ok {
 		return // not (or no longer) one of the topic's ledgers
 	}
-	if ml.msgs == nil {
-		ml.msgs = map[int64]*ledgerMsgs{}
+	ml.msgs = noteCount(ml.msgs, p, n)
+}
+
+// noteCount records in m that entry p holds n messages; it returns m
+// (allocated when nil).
+func noteCount(m map[int64]*ledgerMsgs, p pos, n int32) map[int64]*ledgerMsgs {
+	if n <= 0 || p.E < 0 || p.E >= maxCountedEntryID {
+		return m
 	}
-	lm := ml.msgs[p.L]
+	if m == nil {
+		m = map[int64]*ledgerMsgs{}
+	}
+	lm := m[p.L]
 	if lm == nil {
 		lm = &ledgerMsgs{}
-		ml.msgs[p.L] = lm
+		m[p.L] = lm
 	}
 	if int(p.E) >= len(lm.counts) {
 		grow := max(int(p.E)+1, 2*len(lm.counts), 64)
 		lm.counts = append(lm.counts, make([]int32, grow-len(lm.counts))...)
 	}
 	if lm.counts[p.E] != 0 {
-		return
+		return m
 	}
 	lm.counts[p.E] = n
 	lm.known++
 	lm.sum += int64(n)
+	return m
+}
+
+// total returns the ledger's message count when every one of its entries
+// is known, else 0 (unknown). Nil-safe.
+func (lm *ledgerMsgs) total(entries int64) int64 {
+	if lm == nil || entries <= 0 || lm.known != entries {
+		return 0
+	}
+	return lm.sum
+}
+
+// ledgerLocked returns the retained ledger id's info (nil if none).
+func (ml *managedLedger) ledgerLocked(id int64) *ledgerInfo {
+	for i := range ml.rec.Ledgers {
+		if ml.rec.Ledgers[i].ID == id {
+			return &ml.rec.Ledgers[i]
+		}
+	}
+	return nil
 }
 
 // noteEntryData records the message count of a stored entry's bytes.
@@ -66,13 +96,13 @@ func (ml *managedLedger) noteEntryDataLocked(p pos, data []byte) {
 // msgsOfLocked returns entry p's message count and whether it is exact.
 func (ml *managedLedger) msgsOfLocked(p pos) (int64, bool) {
 	lm := ml.msgs[p.L]
-	if lm == nil {
-		return 1, false
-	}
-	if p.E >= 0 && int(p.E) < len(lm.counts) && lm.counts[p.E] != 0 {
+	if lm != nil && p.E >= 0 && int(p.E) < len(lm.counts) && lm.counts[p.E] != 0 {
 		return int64(lm.counts[p.E]), true
 	}
-	if lm.known == 0 {
+	if li := ml.ledgerLocked(p.L); li != nil && li.Messages > 0 && li.Entries > 0 {
+		return max(1, (li.Messages+li.Entries/2)/li.Entries), false
+	}
+	if lm == nil || lm.known == 0 {
 		return 1, false
 	}
 	return max(1, (lm.sum+lm.known/2)/lm.known), false
@@ -105,6 +135,10 @@ func (ml *managedLedger) msgsAfterLocked(p pos) (int64, bool) {
 		lm := ml.msgs[li.ID]
 		if first == 0 && lm != nil && lm.known == n {
 			total += lm.sum // every entry known: no walk
+			continue
+		}
+		if first == 0 && li.Messages > 0 && li.Entries == n {
+			total += li.Messages // a closed ledger's stored total
 			continue
 		}
 		for x := first; x < n; x++ {
