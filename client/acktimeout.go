@@ -30,3 +30,10 @@ func (co *Consumer) noteReceived(id MessageID) {
 		rt.kick()
 	}
 }
+
+// clearReceived forgets every ack-timeout start (a new stream).
+func (rt *redeliveryTracker) clearReceived() {
+	rt.mu.Lock()
+	clear(rt.received)
+	rt.mu.Unlock()
+}

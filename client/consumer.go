@@ -71,6 +71,8 @@ type Consumer struct {
 	// letters holds the dead-letter and retry producers (dlq.go).
 	rt      *redeliveryTracker
 	letters letterProducers
+	// idxAcks groups batch-index acknowledgements (nack.go).
+	idxAcks batchAckGroup
 	// retry is the retry-topic consumer (retry.go; nil without
 	// DeadLetter.EnableRetry, set before Subscribe returns); retryLedgers
 	// (guarded by mu) are its ledgers, to route acks.
@@ -359,6 +361,9 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 	// new region.
 	endWatch := co.c.watchSwitch(gen, stream.(*cancelConsume).cancel)
 	defer endWatch()
+	// The broker redelivers every unacknowledged entry on the new stream:
+	// their ack timeouts restart when they are received again.
+	co.rt.clearReceived()
 	co.mu.Lock()
 	co.epoch++
 	co.stream = stream
@@ -368,6 +373,9 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 	co.mu.Unlock()
 
 	err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: uint32(co.opts.ReceiverQueueSize)}}})
+	if err == nil {
+		co.flushBatchAcks() // what a broken stream left pending
+	}
 	if err == nil {
 		err = co.readLoop(stream)
 	}
@@ -552,6 +560,7 @@ func (co *Consumer) skipAcked(id MessageID, msgs []*ReceivedMessage) []*Received
 // whole.
 func (co *Consumer) forgetEntry(id MessageID) {
 	k := entryKey{id.LedgerID, id.EntryID}
+	co.idxAcks.drop(k)
 	co.mu.Lock()
 	delete(co.batches, k)
 	co.mu.Unlock()
@@ -663,11 +672,13 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 		return nil // delivered by a region the client has left: redelivered here
 	}
 	if !co.individualTarget(id) {
-		co.ackBatchIndex(id)
+		co.ackBatchIndex(id, gen)
 		return nil
 	}
 	co.forgetEntry(id)
-	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
+	// Pending batch-index acks ride along (nack.go).
+	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}},
+		BatchIndexAcks: co.idxAcks.take(gen)})
 }
 
 // AckCumulative acknowledges every message up to and including id. It is
@@ -922,6 +933,7 @@ func (co *Consumer) Unsubscribe(ctx context.Context) error {
 // to the subscription's other (or next) consumers. Idempotent.
 func (co *Consumer) Close(ctx context.Context) error {
 	co.closeOnce.Do(func() {
+		co.confirmBatchAcks(ctx)
 		co.mu.Lock()
 		s := co.stream
 		co.mu.Unlock()

@@ -259,18 +259,125 @@ func (co *Consumer) askRedeliver(keys []entryKey, timedOut int) {
 	}
 }
 
-// ackBatchIndex tells the broker that message id of a multi-message entry
-// is acknowledged while others of the entry are not (fire and forget: if
-// it is lost the message is delivered again and skipped by the client as
-// long as it remembers the batch, else handed out again: at least once).
-func (co *Consumer) ackBatchIndex(id MessageID) {
+// batchAckGroupDelay is how long batch-index acknowledgements wait to be
+// sent together (Pulsar groups acknowledgements for 100 ms; a shorter
+// window keeps redeliveries of acknowledged messages rare).
+const batchAckGroupDelay = 10 * time.Millisecond
+
+// batchAckGroup holds batch-index acknowledgements not sent yet.
+type batchAckGroup struct {
+	mu sync.Mutex
+	// pending: per entry, the switch generation it was delivered in (an
+	// ack is never sent to another region: positions differ) and indexes.
+	pending map[entryKey]*pendingIdx
+	timer   *time.Timer
+	sent    bool // some were sent fire and forget: Close confirms them
+}
+
+type pendingIdx struct {
+	gen uint64
+	idx []int32
+}
+
+// ackBatchIndex records that message id of a multi-message entry is
+// acknowledged while others of the entry are not. The indexes are sent
+// grouped, fire and forget, within batchAckGroupDelay (or with the next
+// acknowledgement, or at Close, which waits for the broker). If they are
+// lost the message comes back and the client skips it as long as it
+// remembers the batch, else hands it out again: at least once.
+func (co *Consumer) ackBatchIndex(id MessageID, gen uint64) {
+	g := &co.idxAcks
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending == nil {
+		g.pending = map[entryKey]*pendingIdx{}
+	}
+	k := entryKey{id.LedgerID, id.EntryID}
+	p := g.pending[k]
+	if p == nil || p.gen != gen {
+		p = &pendingIdx{gen: gen}
+		g.pending[k] = p
+	}
+	p.idx = append(p.idx, id.BatchIndex)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(batchAckGroupDelay, co.flushBatchAcks)
+	}
+}
+
+// take removes the pending batch-index acks and returns those of switch
+// generation gen (the others belong to a region the client has left).
+func (g *batchAckGroup) take(gen uint64) []*clientv1.BatchIndexAck {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	var out []*clientv1.BatchIndexAck
+	for k, p := range g.pending {
+		if p.gen == gen {
+			out = append(out, &clientv1.BatchIndexAck{LedgerId: k.ledger, EntryId: k.entry, BatchIndexes: p.idx})
+		}
+	}
+	g.pending = nil
+	return out
+}
+
+// drop forgets the pending indexes of an entry acknowledged as a whole.
+func (g *batchAckGroup) drop(k entryKey) {
+	g.mu.Lock()
+	delete(g.pending, k)
+	g.mu.Unlock()
+}
+
+// flushBatchAcks sends the pending batch-index acks on the current stream
+// (fire and forget). Without a stream they stay pending: the next
+// stream's serve sends them.
+func (co *Consumer) flushBatchAcks() {
 	co.mu.Lock()
-	stream := co.stream
+	stream, gen := co.stream, co.gen
 	co.mu.Unlock()
+	g := &co.idxAcks
 	if stream == nil {
+		g.mu.Lock()
+		g.timer = nil
+		g.mu.Unlock()
 		return
 	}
-	_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{
-		BatchIndexAcks: []*clientv1.BatchIndexAck{{LedgerId: id.LedgerID, EntryId: id.EntryID, BatchIndexes: []int32{id.BatchIndex}}},
-	}}})
+	acks := g.take(gen)
+	if len(acks) == 0 {
+		return
+	}
+	g.mu.Lock()
+	g.sent = true
+	g.mu.Unlock()
+	if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{BatchIndexAcks: acks}}}); err != nil {
+		co.log.Debug("batch-index acks not sent; their messages may be redelivered", "err", err)
+	}
+}
+
+// confirmBatchAcks sends the pending batch-index acks and waits until the
+// broker applied them and every one sent before (Close: a cancelled
+// stream could drop what is still buffered).
+func (co *Consumer) confirmBatchAcks(ctx context.Context) {
+	g := &co.idxAcks
+	co.mu.Lock()
+	gen, stream := co.gen, co.stream
+	co.mu.Unlock()
+	acks := g.take(gen)
+	g.mu.Lock()
+	sent := g.sent
+	g.sent = false
+	g.mu.Unlock()
+	if len(acks) == 0 && !sent {
+		return
+	}
+	if stream == nil {
+		return // the broker redelivers; the skipped messages come back
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := co.sendAck(cctx, gen, &clientv1.Ack{BatchIndexAcks: acks}); err != nil {
+		co.log.Debug("batch-index acks not confirmed at close", "err", err)
+	}
 }

@@ -65,8 +65,11 @@ func TestParsers(t *testing.T) {
 	if ty, err := ParseSubscriptionType("failover"); err != nil || ty != Failover {
 		t.Fatal(ty, err)
 	}
-	if _, err := ParseSubscriptionType("key_shared"); err == nil {
-		t.Fatal("key_shared accepted")
+	if ty, err := ParseSubscriptionType("key_shared"); err != nil || ty != KeyShared {
+		t.Fatal(ty, err)
+	}
+	if _, err := ParseSubscriptionType("keyed"); err == nil {
+		t.Fatal("keyed accepted")
 	}
 	if p, err := ParseInitialPosition("earliest"); err != nil || p != Earliest {
 		t.Fatal(p, err)
