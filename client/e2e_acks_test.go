@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -347,7 +348,9 @@ func waitDLQ(t *testing.T, mu *sync.Mutex, seen map[string]int, want []string, d
 // MaxRedeliveries deliveries; the owner broker is killed in the middle;
 // no acknowledged message is lost, none is handed to the application
 // with a redelivery count of MaxRedeliveries or more, and the original
-// subscription ends with an empty backlog.
+// subscription ends with an empty backlog. With MERIDIAN_LONG=1 (make
+// test-long): 3000 messages and three kills, the killed broker restarted
+// after each.
 func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 	rc := regiontest.Start(t, regiontest.Options{Brokers: 2, Bookies: 3})
 	addrs := rc.Addrs()
@@ -356,9 +359,13 @@ func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const topic, n, maxRd = "public/default/dlq-kill", 300, 3
+	const topic, maxRd = "public/default/dlq-kill", 3
+	n, kills := 300, 1
+	if os.Getenv("MERIDIAN_LONG") != "" {
+		n, kills = 3000, 3
+	}
 	dlqTopic := topic + "-s-DLQ"
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Second)
 	defer cancel()
 
 	dlq, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: dlqTopic, Subscription: "check", InitialPosition: client.Earliest})
@@ -387,26 +394,38 @@ func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 	go nackAll(ctx, co, maxRd, &tooMany, &mu)
 
 	ids := []string{rc.Broker(0).ID(), rc.Broker(1).ID()}
-	owner := ownerIndex(t, a, ids, topic)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	owner := -1
+	for k := 1; k <= kills; k++ {
+		if owner >= 0 {
+			rc.Restart(owner) // the previous kill's broker comes back
+		}
+		adm := a
+		if owner >= 0 {
+			if adm, err = newClient(t, addrs[owner]).Admin(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		owner = ownerIndex(t, adm, ids, topic)
+		deadline := time.Now().Add(120 * time.Second)
+		for {
+			mu.Lock()
+			got := len(seen)
+			mu.Unlock()
+			if got >= n*k/(kills+3) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d messages dead-lettered before kill %d", got, k)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		rc.Kill(owner)
 		mu.Lock()
-		got := len(seen)
+		t.Logf("kill %d: the owner broker %d, with %d of %d messages dead-lettered", k, owner, len(seen), n)
 		mu.Unlock()
-		if got >= n/4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d messages dead-lettered before the kill", got)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	rc.Kill(owner)
-	mu.Lock()
-	t.Logf("killed the owner broker %d with %d of %d messages dead-lettered", owner, len(seen), n)
-	mu.Unlock()
 
-	waitDLQ(t, &mu, seen, want, 120*time.Second)
+	waitDLQ(t, &mu, seen, want, time.Duration(kills)*120*time.Second)
 	mu.Lock()
 	if tooMany > 0 {
 		t.Errorf("%d messages handed to the application with redelivery count >= %d", tooMany, maxRd)
