@@ -381,7 +381,8 @@ func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 10, BatchingMaxDelay: 5 * time.Millisecond, SendTimeout: 60 * time.Second})
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 10, BatchingMaxDelay: 5 * time.Millisecond, SendTimeout: 60 * time.Second,
+		BlockIfQueueFull: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +402,8 @@ func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 		}
 		adm := a
 		if owner >= 0 {
-			if adm, err = newClient(t, addrs[owner]).Admin(); err != nil {
+			// A restarted broker listens on a new address.
+			if adm, err = newClient(t, rc.Addrs()[owner]).Admin(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -436,7 +438,7 @@ func TestDeadLetterAcrossBrokerKill(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	a2, err := newClient(t, addrs[1-owner]).Admin()
+	a2, err := newClient(t, rc.Addrs()[1-owner]).Admin()
 	if err != nil {
 		t.Fatal(err)
 	}
