@@ -93,6 +93,8 @@ type redeliveryTracker struct {
 	received map[entryKey]time.Time // AckTimeout only
 	counts   map[entryKey]int32     // redelivery count at the last delivery
 	wake     chan struct{}
+	// next is when the loop wakes up next: a nack due earlier wakes it.
+	next time.Time
 }
 
 type nackDue struct {
@@ -178,11 +180,16 @@ func (co *Consumer) Nack(ctx context.Context, id MessageID) error {
 		delay = b.Delay(rt.counts[k])
 	}
 	delete(rt.received, k) // the ack timeout no longer applies
+	wake := false
 	if _, ok := rt.nacked[k]; !ok {
-		rt.nacked[k] = nackDue{at: time.Now().Add(delay), gen: gen}
+		at := time.Now().Add(delay)
+		rt.nacked[k] = nackDue{at: at, gen: gen}
+		wake = at.Before(rt.next)
 	}
 	rt.mu.Unlock()
-	rt.kick()
+	if wake {
+		rt.kick() // otherwise the loop is due first anyway
+	}
 	return nil
 }
 
@@ -224,6 +231,7 @@ func (co *Consumer) redeliveryLoop() {
 				}
 			}
 		}
+		rt.next = next
 		rt.mu.Unlock()
 		if len(due) > 0 {
 			co.askRedeliver(due, timedOut)
