@@ -414,7 +414,8 @@ func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.Ge
 		s.mu.Lock()
 		ci := &clientv1.CursorInfo{Name: s.name, MarkDeletePosition: &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E},
 			IndividuallyAcked: formatRanges(ackRanges(s.acked, maxShownAcks)), LastPersistMs: s.lastPersist.UnixMilli(),
-			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks}
+			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks,
+			PartiallyAcked: formatBatchAcks(batchAcksToRecord(s.batchAcked, maxShownAcks)), PartiallyAckedCount: int64(len(s.batchAcked))}
 		s.mu.Unlock()
 		st.Cursors = append(st.Cursors, ci)
 	}

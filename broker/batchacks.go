@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -86,6 +88,21 @@ func batchAcksToRecord(m map[pos]*batchBits, maxN int) []batchAckRecord {
 	out := make([]batchAckRecord, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, batchAckRecord{L: p.L, E: p.E, Words: append([]uint64(nil), m[p].words...)})
+	}
+	return out
+}
+
+// formatBatchAcks renders records as "L:E:[i,j,...]" for internal stats.
+func formatBatchAcks(rs []batchAckRecord) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		b := batchBits{words: r.Words}
+		idx := b.indexes()
+		parts := make([]string, len(idx))
+		for i, x := range idx {
+			parts[i] = strconv.Itoa(int(x))
+		}
+		out = append(out, fmt.Sprintf("%d:%d:[%s]", r.L, r.E, strings.Join(parts, ",")))
 	}
 	return out
 }

@@ -32,6 +32,9 @@ func TestBatchBits(t *testing.T) {
 	if len(ext.BatchAcks) != 3 || !slices.Equal(ext.BatchAcks[2].Words, b.words) {
 		t.Fatalf("decoded %+v", ext.BatchAcks)
 	}
+	if got := formatBatchAcks(ext.BatchAcks); !slices.Equal(got, []string{"1:9:[0]", "2:1:[1,2]", "2:5:[0,3,64,70,199]"}) {
+		t.Fatalf("formatted %q", got)
+	}
 }
 
 // TestMessageCounts: known counts are exact; unknown entries of a ledger

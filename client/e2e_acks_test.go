@@ -99,6 +99,14 @@ func TestBatchIndexAcks(t *testing.T) {
 	if st, err := a.TopicStats(ctx, topic); err != nil || st.GetMsgBacklog() != 15 {
 		t.Fatalf("topic msg_backlog %d (%v), want 15", st.GetMsgBacklog(), err)
 	}
+	is, err := a.TopicInternalStats(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPartial := fmt.Sprintf("%d:%d:[0,1,2,3,4]", ms[0].ID.LedgerID, ms[0].ID.EntryID)
+	if cs := is.GetCursors(); len(cs) != 1 || cs[0].GetPartiallyAckedCount() != 1 || len(cs[0].GetPartiallyAcked()) != 1 || cs[0].GetPartiallyAcked()[0] != wantPartial {
+		t.Fatalf("internal stats cursors %v: want partially acked %s", cs, wantPartial)
+	}
 	want := map[string]bool{}
 	for _, m := range ms[5:] {
 		want[string(m.Payload)] = true

@@ -2323,8 +2323,13 @@ type CursorInfo struct {
 	// individually_acked_truncated says when it was cut.
 	IndividuallyAckedCount     int64 `protobuf:"varint,5,opt,name=individually_acked_count,json=individuallyAckedCount,proto3" json:"individually_acked_count,omitempty"`
 	IndividuallyAckedTruncated bool  `protobuf:"varint,6,opt,name=individually_acked_truncated,json=individuallyAckedTruncated,proto3" json:"individually_acked_truncated,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// partially_acked lists entries after mark-delete with some messages
+	// acknowledged by batch index, as "L:E:[i,j,...]" (the first 1000 in
+	// position order); partially_acked_count counts them all.
+	PartiallyAcked      []string `protobuf:"bytes,7,rep,name=partially_acked,json=partiallyAcked,proto3" json:"partially_acked,omitempty"`
+	PartiallyAckedCount int64    `protobuf:"varint,8,opt,name=partially_acked_count,json=partiallyAckedCount,proto3" json:"partially_acked_count,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CursorInfo) Reset() {
@@ -2397,6 +2402,20 @@ func (x *CursorInfo) GetIndividuallyAckedTruncated() bool {
 		return x.IndividuallyAckedTruncated
 	}
 	return false
+}
+
+func (x *CursorInfo) GetPartiallyAcked() []string {
+	if x != nil {
+		return x.PartiallyAcked
+	}
+	return nil
+}
+
+func (x *CursorInfo) GetPartiallyAckedCount() int64 {
+	if x != nil {
+		return x.PartiallyAckedCount
+	}
+	return 0
 }
 
 type TopicInternalStats struct {
@@ -6838,7 +6857,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\x04 \x01(\x03R\tcreatedMs\x12\x16\n" +
-	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xc4\x02\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xa1\x03\n" +
 	"\n" +
 	"CursorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
@@ -6846,7 +6865,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12individually_acked\x18\x03 \x03(\tR\x11individuallyAcked\x12&\n" +
 	"\x0flast_persist_ms\x18\x04 \x01(\x03R\rlastPersistMs\x128\n" +
 	"\x18individually_acked_count\x18\x05 \x01(\x03R\x16individuallyAckedCount\x12@\n" +
-	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\"\xb7\x02\n" +
+	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\x12'\n" +
+	"\x0fpartially_acked\x18\a \x03(\tR\x0epartiallyAcked\x122\n" +
+	"\x15partially_acked_count\x18\b \x01(\x03R\x13partiallyAckedCount\"\xb7\x02\n" +
 	"\x12TopicInternalStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x128\n" +
 	"\aledgers\x18\x02 \x03(\v2\x1e.meridian.client.v1.LedgerInfoR\aledgers\x128\n" +
