@@ -225,6 +225,13 @@ func TestNackDelayAndBackoff(t *testing.T) {
 	if err := co2.Ack(ctx, m.ID); err != nil {
 		t.Fatal(err)
 	}
+	a, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subStats(t, a, "public/default/nack-backoff", "s", "a redelivery rate", func(ss *clientv1.SubscriptionStats) bool {
+		return ss.GetMsgRateRedeliver() > 0 && ss.GetMsgBacklog() == 0
+	})
 	if bo.Delay(0) != 200*time.Millisecond || bo.Delay(1) != 400*time.Millisecond || bo.Delay(2) != 800*time.Millisecond || bo.Delay(3) != time.Second || bo.Delay(40) != time.Second {
 		t.Fatalf("backoff delays %v %v %v %v %v", bo.Delay(0), bo.Delay(1), bo.Delay(2), bo.Delay(3), bo.Delay(40))
 	}
