@@ -192,15 +192,22 @@ func (s *subscription) acknowledgeAck(ctx context.Context, a *clientv1.Ack) erro
 }
 
 // ackBatchIndexes records batch-index acknowledgements. An index at or
-// past the entry's message count (when known) is refused; an entry whose
-// every message is now acknowledged is acknowledged as a whole.
+// past the entry's message count (when known) is refused, and then none of
+// the request is applied; an entry whose every message is now acknowledged
+// is acknowledged as a whole.
 func (s *subscription) ackBatchIndexes(acks []*clientv1.BatchIndexAck) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ml := s.t.ml
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	var whole []pos
+	type apply struct {
+		p     pos
+		n     int64
+		exact bool
+		idx   []int32
+	}
+	var todo []apply
 	for _, a := range acks {
 		p := pos{a.GetLedgerId(), a.GetEntryId()}
 		if _, ok := ml.seqOf[p.L]; !ok {
@@ -209,36 +216,38 @@ func (s *subscription) ackBatchIndexes(acks []*clientv1.BatchIndexAck) error {
 		if p.E < 0 || ml.lessLocked(ml.lastPosLocked(), p) {
 			return fmt.Errorf("%w: batch_index_acks: message ID %d:%d is not a stored entry", ErrInvalidArgument, p.L, p.E)
 		}
+		n, exact := ml.msgsOfLocked(p)
+		limit := int64(maxBatchIndex)
+		if exact {
+			limit = n
+		}
+		for _, i := range a.GetBatchIndexes() {
+			if i < 0 || int64(i) >= limit {
+				return fmt.Errorf("%w: batch_index_acks: index %d of entry %d:%d out of range [0, %d)", ErrInvalidArgument, i, p.L, p.E, limit)
+			}
+		}
 		if !ml.lessLocked(s.markDelete, p) {
 			continue
 		}
 		if _, done := s.acked[p]; done {
 			continue
 		}
-		n, exact := ml.msgsOfLocked(p)
-		for _, i := range a.GetBatchIndexes() {
-			if i < 0 || i >= maxBatchIndex || exact && int64(i) >= n {
-				limit := int64(maxBatchIndex)
-				if exact {
-					limit = n
-				}
-				return fmt.Errorf("%w: batch_index_acks: index %d of entry %d:%d out of range [0, %d)", ErrInvalidArgument, i, p.L, p.E, limit)
-			}
-		}
-		b := s.batchAcked[p]
+		todo = append(todo, apply{p, n, exact, a.GetBatchIndexes()})
+	}
+	var whole []pos
+	for _, a := range todo {
+		b := s.batchAcked[a.p]
 		if b == nil {
 			b = &batchBits{}
-			s.batchAcked[p] = b
+			s.batchAcked[a.p] = b
 		}
-		changed := false
-		for _, i := range a.GetBatchIndexes() {
-			changed = b.set(i) || changed
+		for _, i := range a.idx {
+			if b.set(i) {
+				s.dirty = true
+			}
 		}
-		if changed {
-			s.dirty = true
-		}
-		if exact && int64(b.count) >= n {
-			whole = append(whole, p)
+		if a.exact && int64(b.count) >= a.n {
+			whole = append(whole, a.p)
 		}
 	}
 	for _, p := range whole {

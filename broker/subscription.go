@@ -771,6 +771,7 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 			ml.mu.Lock()
 			s.ackWholeLocked(p)
 			s.compactLocked()
+			s.afterAckLocked()
 			ml.mu.Unlock()
 			return
 		}
