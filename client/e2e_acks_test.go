@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/client"
 	"github.com/meridianmq/meridian/region/regiontest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // produceBatch sends n messages "<prefix><i>" as one batch (one entry).
@@ -684,4 +687,71 @@ func TestBatchIndexAcksReplicatedTopic(t *testing.T) {
 	subStats(t, ab, topic, "s", "an empty backlog in region b", func(ss *clientv1.SubscriptionStats) bool {
 		return ss.GetMsgBacklog() == 0 && ss.GetBacklogEntries() == 0
 	})
+}
+
+// TestBatchIndexAckBadIndexChangesNothing: on the wire, a batch-index ack
+// with an index past the entry's message count is refused with an error
+// naming the index and the range, and none of the request (not even its
+// valid part) is applied.
+func TestBatchIndexAckBadIndexChangesNothing(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	a, err := c.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const topic = "public/default/bad-index"
+	ctx := tctx(t, 60*time.Second)
+	produceBatch(t, c, topic, "m", 4)
+	if err := a.CreateSubscription(ctx, topic, "s", client.Earliest); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(sa.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := clientv1.NewMeridianClient(conn).Consume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{
+		Topic: topic, Subscription: "s", Type: clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // Subscribed
+		t.Fatal(err)
+	}
+	if err := stream.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	var id *clientv1.MessageId
+	for id == nil {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id = r.GetMessage().GetMessageId()
+	}
+	if err := stream.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{RequestId: 7, BatchIndexAcks: []*clientv1.BatchIndexAck{
+		{LedgerId: id.GetLedgerId(), EntryId: id.GetEntryId(), BatchIndexes: []int32{0, 1}},
+		{LedgerId: id.GetLedgerId(), EntryId: id.GetEntryId(), BatchIndexes: []int32{4}},
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var ar *clientv1.AckResponse
+	for ar == nil {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ar = r.GetAckResponse()
+	}
+	if e := ar.GetError(); e.GetCode() != clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT || !strings.Contains(e.GetMessage(), "index 4") || !strings.Contains(e.GetMessage(), "[0, 4)") {
+		t.Fatalf("ack answer %v: want INVALID_ARGUMENT naming index 4 and the range [0, 4)", ar)
+	}
+	ss := subStats(t, a, topic, "s", "4 messages in the backlog", func(ss *clientv1.SubscriptionStats) bool { return ss.GetMsgBacklog() == 4 })
+	if ss.GetPartiallyAckedEntries() != 0 {
+		t.Fatalf("stats %v: the valid part of the refused ack was applied", ss)
+	}
 }
