@@ -366,7 +366,9 @@ func (co *Consumer) flushBatchAcks() {
 
 // confirmBatchAcks sends the pending batch-index acks and waits until the
 // broker applied them and every one sent before (Close: a cancelled
-// stream could drop what is still buffered).
+// stream could drop what is still buffered). One try on the current
+// stream, at most confirmAtCloseTimeout: without an answer the messages
+// may be redelivered, which at-least-once allows.
 func (co *Consumer) confirmBatchAcks(ctx context.Context) {
 	g := &co.idxAcks
 	co.mu.Lock()
@@ -377,15 +379,39 @@ func (co *Consumer) confirmBatchAcks(ctx context.Context) {
 	sent := g.sent
 	g.sent = false
 	g.mu.Unlock()
-	if len(acks) == 0 && !sent {
+	if len(acks) == 0 && !sent || stream == nil {
 		return
 	}
-	if stream == nil {
-		return // the broker redelivers; the skipped messages come back
+	req := co.nextReq.Add(1)
+	ch := make(chan error, 1)
+	co.mu.Lock()
+	if co.stream != stream {
+		co.mu.Unlock()
+		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := co.sendAck(cctx, gen, &clientv1.Ack{BatchIndexAcks: acks}); err != nil {
-		co.log.Debug("batch-index acks not confirmed at close", "err", err)
+	co.ackWait[req] = ch
+	co.mu.Unlock()
+	defer func() {
+		co.mu.Lock()
+		delete(co.ackWait, req)
+		co.mu.Unlock()
+	}()
+	if err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{RequestId: req, BatchIndexAcks: acks}}}); err != nil {
+		return
+	}
+	t := time.NewTimer(confirmAtCloseTimeout)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		if err != nil {
+			co.log.Debug("batch-index acks not confirmed at close", "err", err)
+		}
+	case <-t.C:
+	case <-ctx.Done():
+	case <-co.ctx.Done():
 	}
 }
+
+// confirmAtCloseTimeout bounds how long Close waits for the broker to
+// confirm the batch-index acks.
+const confirmAtCloseTimeout = 2 * time.Second
