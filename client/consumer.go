@@ -432,7 +432,9 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 			}
 			id := idFromProto(k.Message.GetMessageId())
 			co.noteDelivered(id, len(msgs), k.Message.GetAckedBatchIndexes())
-			co.rt.delivered(entryKey{id.LedgerID, id.EntryID}, k.Message.GetRedeliveryCount())
+			if co.opts.NackBackoff != nil {
+				co.rt.delivered(entryKey{id.LedgerID, id.EntryID}, k.Message.GetRedeliveryCount())
+			}
 			if d.msgs = co.skipAcked(id, msgs); len(d.msgs) == 0 {
 				// Every message is acknowledged already (the whole-entry
 				// ack was lost): acknowledge it and give the permit back.

@@ -114,7 +114,9 @@ func (rt *redeliveryTracker) kick() {
 	}
 }
 
-// delivered records the redelivery count of a delivered entry.
+// delivered records the redelivery count of a delivered entry (only
+// NackBackoff reads it: the caller skips it otherwise, so that a consumer
+// that never acks, such as a reader, does not accumulate counts).
 func (rt *redeliveryTracker) delivered(k entryKey, count int32) {
 	rt.mu.Lock()
 	rt.counts[k] = count
