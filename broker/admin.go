@@ -367,6 +367,10 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 	t.mu.Unlock()
 	for _, s := range t.subList() {
 		ss := &clientv1.SubscriptionStats{Name: s.name, BacklogEntries: s.backlog(), Durable: !s.nonDurable}
+		var exact bool
+		ss.MsgBacklog, exact, ss.UnackedMessages, ss.PartiallyAckedEntries, ss.DeadLetteredMessages = s.msgStats()
+		ss.MsgBacklogEstimated = !exact
+		ss.MsgRateRedeliver = s.redeliverRate()
 		s.mu.Lock()
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
@@ -374,12 +378,14 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		ss.Replicated = s.cov.replicated
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,
-				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.sharedLikeLocked(), Priority: c.priority})
+				AvailablePermits: uint32(max(c.permits, 0)), UnackedEntries: c.pending, Active: c.active || s.sharedLikeLocked(), Priority: c.priority,
+				UnackedMessages: s.consumerUnackedLocked(c)})
 		}
 		s.dispatchStatsLocked(ss) // keyshared.go
 		s.mu.Unlock()
 		ss.AckReplication = t.ackReplicationStats(s)
 		st.BacklogEntries = max(st.BacklogEntries, ss.BacklogEntries)
+		st.MsgBacklog = max(st.MsgBacklog, ss.MsgBacklog)
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
 	sort.Slice(st.Subscriptions, func(i, j int) bool { return st.Subscriptions[i].Name < st.Subscriptions[j].Name })
@@ -428,7 +434,8 @@ func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.Ge
 		s.mu.Lock()
 		ci := &clientv1.CursorInfo{Name: s.name, MarkDeletePosition: &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E},
 			IndividuallyAcked: formatRanges(ackRanges(s.acked, maxShownAcks)), LastPersistMs: s.lastPersist.UnixMilli(),
-			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks}
+			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks,
+			PartiallyAcked: formatBatchAcks(batchAcksToRecord(s.batchAcked, maxShownAcks)), PartiallyAckedCount: int64(len(s.batchAcked))}
 		s.mu.Unlock()
 		st.Cursors = append(st.Cursors, ci)
 	}

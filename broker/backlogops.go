@@ -99,6 +99,11 @@ func (s *subscription) ackThrough(target pos) int64 {
 			delete(s.redelivers, q)
 		}
 	}
+	for q := range s.batchAcked {
+		if !ml.lessLocked(target, q) {
+			delete(s.batchAcked, q)
+		}
+	}
 	s.compactLocked()
 	s.dirty = true
 	if b := s.blocked; b != nil && !ml.lessLocked(s.markDelete, b.p) {

@@ -35,6 +35,10 @@ type cursorExt struct {
 	// Type is the subscription type last connected (shipped to the other
 	// regions so a subscription created there has the same type).
 	Type int32 `json:"type,omitempty"`
+	// BatchAcks are the partially acknowledged entries after mark-delete:
+	// their acknowledged batch indexes (batchacks.go). Local to the region:
+	// never shipped with the vector.
+	BatchAcks []batchAckRecord `json:"batch_acks,omitempty"`
 }
 
 // coverOrigin is one origin of a stored cover vector.

@@ -57,7 +57,9 @@ func (s *subscription) persist(ctx context.Context, force bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	val := encodeCursorExt(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks, s.coverExtLocked(s.t.b.cfg.MaxIndividualAcks))
+	ext := s.coverExtLocked(s.t.b.cfg.MaxIndividualAcks)
+	ext.BatchAcks = batchAcksToRecord(s.batchAcked, s.t.b.cfg.MaxIndividualAcks)
+	val := encodeCursorExt(s.markDelete, s.acked, s.createdMs, s.t.b.cfg.MaxIndividualAcks, ext)
 	version := s.version
 	s.dirty = false
 	s.mu.Unlock()

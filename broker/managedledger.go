@@ -38,6 +38,10 @@ type ledgerInfo struct {
 	Size      int64 `json:"size"`
 	CreatedMs int64 `json:"created_ms"`
 	ClosedMs  int64 `json:"closed_ms,omitempty"`
+	// Messages is the number of messages of a closed ledger when the
+	// broker that closed it knew every entry's count (msgcount.go); 0 =
+	// unknown.
+	Messages int64 `json:"messages,omitempty"`
 }
 
 // mlRecord is the stored managed ledger of one topic.
@@ -132,6 +136,8 @@ type managedLedger struct {
 	lastWrite  time.Time
 	// localSeq is the last local origin_seq given (replication_seq.go).
 	localSeq int64
+	// msgs holds the known message counts per ledger (msgcount.go).
+	msgs map[int64]*ledgerMsgs
 
 	// lostScanned counts the lost entries a takeover scan skipped (may be
 	// nil); set once before load.
@@ -173,6 +179,8 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	}
 	dedup := newDedupTable(ml.cfg.DedupMaxProducers)
 	localSeq := rec.LocalSeq
+	// scanned: the message counts of the entries the scan reads (msgcount.go).
+	var scanned map[int64]*ledgerMsgs
 	dedup.restore(rec.Producers, rec.Dedup)
 	rec.Dedup = nil
 	// Recover every ledger still marked open (normally only the last):
@@ -233,6 +241,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 				// A replicated entry feeds its origin's pseudo-producer
 				// (meridian.repl.<origin>, origin_seq): see dedupKey.
 				if md, _, err := wire.DecodeEntry(e.Data); err == nil {
+					scanned = noteCount(scanned, pos{li.ID, e.EntryID}, max(md.GetNumMessages(), 1))
 					localSeq = observeLocalSeq(localSeq, md)
 					if name, first, hs, ok := dedupKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
@@ -256,6 +265,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 			li.Entries = lac + 1
 			li.Size = size
 			li.ClosedMs = time.Now().UnixMilli()
+			li.Messages = scanned[li.ID].total(li.Entries)
 		}
 	}
 	localSeq = max(localSeq, initLocalSeq(&rec))
@@ -293,6 +303,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.curOpened = now
 	ml.dedup = dedup
 	ml.localSeq = localSeq
+	ml.msgs = scanned
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
 	go ml.appendLoop()
@@ -450,6 +461,7 @@ func (ml *managedLedger) appendOne(w LedgerWriter, r *appendReq) {
 			ml.dedup.storedIdent(r.ident, r.identFirst, r.identLast, p, ml.lastWrite.UnixMilli())
 		}
 		ml.cacheLocked(p, r.data)
+		ml.noteEntryDataLocked(p, r.data)
 		ml.mu.Unlock()
 		r.done(p, nil)
 		ml.notify()
@@ -509,6 +521,7 @@ func (ml *managedLedger) rollover() error {
 	last := &rec.Ledgers[len(rec.Ledgers)-1]
 	last.Entries = old.LastAddConfirmed() + 1
 	last.Size = ml.curSize
+	last.Messages = ml.msgs[last.ID].total(last.Entries)
 	last.ClosedMs = now.UnixMilli()
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
@@ -603,6 +616,7 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	last := &rec.Ledgers[len(rec.Ledgers)-1]
 	last.Entries = w.LastAddConfirmed() + 1
 	last.Size = ml.curSize
+	last.Messages = ml.msgs[last.ID].total(last.Entries)
 	last.ClosedMs = time.Now().UnixMilli()
 	rec.Producers, rec.DedupThrough = ml.dedup.snapshot(rec.Ledgers, last.Seq)
 	rec.LocalSeq, rec.LocalSeqKnown = ml.localSeq, true

@@ -408,7 +408,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 			case *clientv1.ConsumeRequest_Flow:
 				s.flow(c, k.Flow.GetPermits())
 			case *clientv1.ConsumeRequest_Ack:
-				err := s.acknowledge(ctx, k.Ack.GetMessageIds(), k.Ack.GetCumulative())
+				err := s.acknowledgeAck(ctx, k.Ack)
 				if k.Ack.GetRequestId() != 0 {
 					if e := control(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_AckResponse{AckResponse: &clientv1.AckResponse{RequestId: k.Ack.GetRequestId(), Error: ToError(err)}}}); e != nil {
 						return e

@@ -99,6 +99,17 @@ type subscription struct {
 
 	// bl holds the backlog operation counters (backlogops.go).
 	bl backlogSubState
+	// batchAcked holds the acknowledged batch indexes of entries after
+	// mark-delete not acknowledged as a whole (batchacks.go).
+	batchAcked map[pos]*batchBits
+	// deadLettered counts messages acknowledged with Ack.dead_letter;
+	// redelivered counts redelivered messages, sampled for the rate.
+	deadLettered int64
+	redelivered  int64
+	createdAt    time.Time
+	rdAt         time.Time
+	rdBase       int64
+	rdRate       float64
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {
@@ -108,7 +119,7 @@ func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, crea
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		markDelete: md, acked: acked, lastRead: md, pending: map[pos]*consumer{},
 		redeliver: map[pos]struct{}{}, redelivers: map[pos]int32{}, createdMs: createdMs, version: version,
-		lastPersist: time.Now(),
+		lastPersist: time.Now(), batchAcked: map[pos]*batchBits{}, createdAt: time.Now(),
 	}
 	if s.acked == nil {
 		s.acked = map[pos]struct{}{}
@@ -310,6 +321,11 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 					delete(s.redeliver, q)
 				}
 			}
+			for q := range s.batchAcked {
+				if !ml.lessLocked(p, q) {
+					delete(s.batchAcked, q)
+				}
+			}
 		} else {
 			s.acked[p] = struct{}{}
 			s.cov.noteAck(p)
@@ -319,6 +335,7 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 			}
 			delete(s.redeliver, p)
 			delete(s.redelivers, p)
+			delete(s.batchAcked, p)
 		}
 	}
 	s.compactLocked()
@@ -344,6 +361,7 @@ func (s *subscription) compactLocked() {
 		}
 		delete(s.acked, n)
 		delete(s.redelivers, n)
+		delete(s.batchAcked, n)
 		s.markDelete = n
 	}
 }
@@ -357,6 +375,7 @@ func (s *subscription) reset(md pos) {
 	s.lastRead = md
 	s.acked = map[pos]struct{}{}
 	s.redeliver = map[pos]struct{}{}
+	s.batchAcked = map[pos]*batchBits{}
 	for p, c := range s.pending {
 		delete(s.pending, p)
 		c.pending--
@@ -743,11 +762,30 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 		// is only known after the add, so it is filled in here).
 		md.OriginLedgerId, md.OriginEntryId = p.L, p.E
 	}
+	ml := s.t.ml
+	ml.mu.Lock()
+	ml.noteMsgsLocked(p, max(md.GetNumMessages(), 1))
+	ml.mu.Unlock()
+	var skip []int32
+	if b := s.batchAcked[p]; b != nil {
+		if int64(b.count) >= int64(max(md.GetNumMessages(), 1)) {
+			// Every message acknowledged by index (the whole-entry ack was
+			// lost): acknowledge the entry instead of delivering it.
+			ml.mu.Lock()
+			s.ackWholeLocked(p)
+			s.compactLocked()
+			s.afterAckLocked()
+			ml.mu.Unlock()
+			return
+		}
+		skip = b.indexes()
+	}
 	msg := &clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Message{Message: &clientv1.Message{
-		MessageId:       &clientv1.MessageId{LedgerId: p.L, EntryId: p.E},
-		Metadata:        md,
-		Payload:         payload,
-		RedeliveryCount: redeliveries,
+		MessageId:         &clientv1.MessageId{LedgerId: p.L, EntryId: p.E},
+		Metadata:          md,
+		Payload:           payload,
+		RedeliveryCount:   redeliveries,
+		AckedBatchIndexes: skip,
 	}}}
 	if !c.send(msg) {
 		s.redeliver[p] = struct{}{}
@@ -759,6 +797,9 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 	c.msgsOut += int64(md.GetNumMessages())
 	c.bytesOut += int64(len(payload))
 	s.pending[p] = c
+	if redeliveries > 0 {
+		s.redelivered += int64(md.GetNumMessages()) - int64(len(skip))
+	}
 	s.t.countOut(md.GetNumMessages(), len(payload))
 }
 

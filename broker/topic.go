@@ -146,6 +146,7 @@ func (t *topic) load(ctx context.Context, create bool) error {
 			ext, _ := decodeCursorExt(fenced.Value)
 			sub := newSubscription(t, name, md, acked, created, fenced.Version)
 			sub.restoreCover(ext)
+			sub.restoreBatchAcks(ext)
 			t.subs[name] = sub
 		}
 		if !res.More || len(res.KVs) == 0 {

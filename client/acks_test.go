@@ -11,8 +11,8 @@ func newTrackingConsumer() *Consumer {
 
 func TestIndividualAcksInsideABatch(t *testing.T) {
 	co := newTrackingConsumer()
-	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 0}, 1)
-	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 1}, 3)
+	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 0}, 1, nil)
+	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 1}, 3, nil)
 	if !co.individualTarget(MessageID{LedgerID: 1, EntryID: 0, BatchIndex: 0}) {
 		t.Fatal("single-message entry must be acked at once")
 	}
@@ -26,9 +26,9 @@ func TestIndividualAcksInsideABatch(t *testing.T) {
 		t.Fatalf("tracker not released: %v", co.batches)
 	}
 	// A redelivery of a partly acked batch keeps what was acked.
-	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2)
+	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2, nil)
 	co.individualTarget(MessageID{LedgerID: 1, EntryID: 2, BatchIndex: 0})
-	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2)
+	co.noteDelivered(MessageID{LedgerID: 1, EntryID: 2}, 2, nil)
 	if !co.individualTarget(MessageID{LedgerID: 1, EntryID: 2, BatchIndex: 1}) {
 		t.Fatal("redelivery reset the batch's acks")
 	}
@@ -36,9 +36,9 @@ func TestIndividualAcksInsideABatch(t *testing.T) {
 
 func TestCumulativeAckNeverCoversUnackedMessages(t *testing.T) {
 	co := newTrackingConsumer()
-	co.noteDelivered(MessageID{LedgerID: 2, EntryID: 0}, 4)
-	co.noteDelivered(MessageID{LedgerID: 2, EntryID: 1}, 4)
-	co.noteDelivered(MessageID{LedgerID: 3, EntryID: 0}, 4) // after a rollover
+	co.noteDelivered(MessageID{LedgerID: 2, EntryID: 0}, 4, nil)
+	co.noteDelivered(MessageID{LedgerID: 2, EntryID: 1}, 4, nil)
+	co.noteDelivered(MessageID{LedgerID: 3, EntryID: 0}, 4, nil) // after a rollover
 	// Inside the first batch with no entry before it: nothing to send.
 	if _, send := co.cumulativeTarget(MessageID{LedgerID: 2, EntryID: 0, BatchIndex: 1}); send {
 		t.Fatal("cumulative ack inside the first batch sent an ack")
@@ -57,8 +57,8 @@ func TestCumulativeAckNeverCoversUnackedMessages(t *testing.T) {
 		t.Fatalf("target %v send %v tracked %d", target, send, len(co.batches))
 	}
 	// A redelivered older batch never gets a "previous" entry above it.
-	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 5}, 1)
-	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 2}, 3) // redelivery
+	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 5}, 1, nil)
+	co.noteDelivered(MessageID{LedgerID: 4, EntryID: 2}, 3, nil) // redelivery
 	if _, send := co.cumulativeTarget(MessageID{LedgerID: 4, EntryID: 2, BatchIndex: 0}); send {
 		t.Fatal("cumulative ack inside a redelivered batch acked a later entry")
 	}

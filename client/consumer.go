@@ -72,6 +72,17 @@ type Consumer struct {
 	// part, for a partitioned topic, holds the partitions' consumers and
 	// every public method delegates to it (partitioned_consumer.go).
 	part *partitionedConsumer
+	// rt tracks nacked entries and ack timeouts (nack.go, acktimeout.go);
+	// letters holds the dead-letter and retry producers (dlq.go).
+	rt      *redeliveryTracker
+	letters letterProducers
+	// idxAcks groups batch-index acknowledgements (nack.go).
+	idxAcks batchAckGroup
+	// retry is the retry-topic consumer (retry.go; nil without
+	// DeadLetter.EnableRetry, set before Subscribe returns); retryLedgers
+	// (guarded by mu) are its ledgers, to route acks.
+	retry        *retryState
+	retryLedgers map[int64]bool
 }
 
 // delivery is one entry split into messages.
@@ -136,6 +147,7 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 		connected: make(chan struct{}),
 		ackWait:   map[uint64]chan error{},
 		batches:   map[entryKey]*batchAcks{},
+		rt:        newRedeliveryTracker(),
 	}
 	if opts.nonDurable {
 		co.reader = newReaderState(opts.Start)
@@ -147,6 +159,15 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	}
 	c.track(co)
 	go co.run(stream)
+	go co.redeliveryLoop()
+	if p := opts.DeadLetter; p != nil && p.EnableRetry {
+		if err := co.startRetry(ctx); err != nil {
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ccancel()
+			_ = co.Close(cctx)
+			return nil, userError(err)
+		}
+	}
 	return co, nil
 }
 
@@ -363,6 +384,9 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 	// new region.
 	endWatch := co.c.watchSwitch(gen, stream.(*cancelConsume).cancel)
 	defer endWatch()
+	// The broker redelivers every unacknowledged entry on the new stream:
+	// their ack timeouts restart when they are received again.
+	co.rt.clearReceived()
 	co.mu.Lock()
 	co.epoch++
 	co.stream = stream
@@ -372,6 +396,9 @@ func (co *Consumer) serve(stream clientv1.Meridian_ConsumeClient) error {
 	co.mu.Unlock()
 
 	err := co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: uint32(co.opts.ReceiverQueueSize)}}})
+	if err == nil {
+		co.flushBatchAcks() // what a broken stream left pending
+	}
 	if err == nil {
 		err = co.readLoop(stream)
 	}
@@ -426,7 +453,19 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 			if co.reader != nil && co.readerSkip(stream, k.Message, d) { // reader.go
 				continue
 			}
-			co.noteDelivered(idFromProto(k.Message.GetMessageId()), len(msgs))
+			id := idFromProto(k.Message.GetMessageId())
+			co.noteDelivered(id, len(msgs), k.Message.GetAckedBatchIndexes())
+			if co.opts.NackBackoff != nil {
+				co.rt.delivered(entryKey{id.LedgerID, id.EntryID}, k.Message.GetRedeliveryCount())
+			}
+			if d.msgs = co.skipAcked(id, msgs); len(d.msgs) == 0 {
+				// Every message is acknowledged already (the whole-entry
+				// ack was lost): acknowledge it and give the permit back.
+				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}}}})
+				co.forgetEntry(id)
+				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
+				continue
+			}
 			select {
 			case co.queue <- d:
 			case <-co.ctx.Done():
@@ -474,8 +513,9 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 	}
 }
 
-// noteDelivered records a delivered entry for batch-level ack tracking.
-func (co *Consumer) noteDelivered(id MessageID, n int) {
+// noteDelivered records a delivered entry of n messages for batch-level
+// ack tracking; ackedIdx are the indexes the broker says are acknowledged.
+func (co *Consumer) noteDelivered(id MessageID, n int, ackedIdx []int32) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	entry := MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID}
@@ -505,13 +545,52 @@ func (co *Consumer) noteDelivered(id MessageID, n int) {
 		return
 	}
 	k := entryKey{id.LedgerID, id.EntryID}
-	if _, ok := co.batches[k]; ok {
-		return // redelivery: keep what was acked already
+	b, ok := co.batches[k]
+	if !ok {
+		if len(co.batches) == maxTrackedBatches {
+			co.log.Warn("many partially acknowledged batches; acknowledge or close the consumer", "batches", len(co.batches))
+		}
+		b = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
+		co.batches[k] = b
 	}
-	if len(co.batches) == maxTrackedBatches {
-		co.log.Warn("many partially acknowledged batches; acknowledge or close the consumer", "batches", len(co.batches))
+	// A redelivery keeps what was acked already, plus what the broker
+	// knows (acknowledged by index on an earlier stream or consumer).
+	for _, i := range ackedIdx {
+		if i >= 0 && int(i) < len(b.acked) && !b.acked[i] {
+			b.acked[i] = true
+			b.left--
+		}
 	}
-	co.batches[k] = &batchAcks{acked: make([]bool, n), left: n, prev: prev, hasPv: hasPrev}
+}
+
+// skipAcked drops the messages of a delivered entry that are already
+// acknowledged by batch index.
+func (co *Consumer) skipAcked(id MessageID, msgs []*ReceivedMessage) []*ReceivedMessage {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	b, ok := co.batches[entryKey{id.LedgerID, id.EntryID}]
+	if !ok || b.left == len(b.acked) {
+		return msgs
+	}
+	out := make([]*ReceivedMessage, 0, b.left)
+	for _, m := range msgs {
+		if i := int(m.ID.BatchIndex); i < 0 || i >= len(b.acked) || !b.acked[i] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// forgetEntry drops the client's tracking of an entry acknowledged as a
+// whole.
+func (co *Consumer) forgetEntry(id MessageID) {
+	k := entryKey{id.LedgerID, id.EntryID}
+	co.idxAcks.drop(k)
+	co.mu.Lock()
+	delete(co.batches, k)
+	co.mu.Unlock()
+	co.rt.forget(k)
+	co.forgetDelivered(id, false)
 }
 
 // Receive returns the next message, waiting until one arrives, ctx ends
@@ -527,8 +606,17 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 		epoch, fatal := co.epoch, co.fatal
 		co.mu.Unlock()
 		if d := co.cur; d != nil {
+			if d.epoch == epoch && d.next == 0 && co.deadLetterDue(d) {
+				// dlq.go: not for the application; written to the
+				// dead-letter topic and acknowledged here.
+				_ = co.deadLetter(ctx, d)
+				co.cur = nil
+				co.entryDoneLocked(epoch)
+				continue
+			}
 			if d.epoch == epoch && d.next < len(d.msgs) {
 				m := d.msgs[d.next]
+				co.noteReceived(m.ID) // acktimeout.go
 				d.next++
 				if d.next == len(d.msgs) {
 					co.cur = nil
@@ -546,6 +634,8 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 			return nil, fatal
 		}
 		select {
+		case m := <-co.retryCh(): // retry.go (its consumer tracks its ack timeout)
+			return m, nil
 		case d := <-co.queue:
 			// Compare with the epoch now: a reconnect may have happened
 			// while this call waited.
@@ -605,15 +695,21 @@ func (co *Consumer) Ack(ctx context.Context, id MessageID) error {
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
+	if t := co.target(id); t != co {
+		return t.Ack(ctx, id) // a retried message (retry.go)
+	}
 	gen, stale := co.ackGen(id)
 	if stale {
 		return nil // delivered by a region the client has left: redelivered here
 	}
 	if !co.individualTarget(id) {
+		co.ackBatchIndex(id, gen)
 		return nil
 	}
-	co.forgetDelivered(id, false)
-	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}}})
+	co.forgetEntry(id)
+	// Pending batch-index acks ride along (nack.go).
+	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{{LedgerId: id.LedgerID, EntryId: id.EntryID}},
+		BatchIndexAcks: co.idxAcks.take(gen)})
 }
 
 // AckCumulative acknowledges every message up to and including id. It is
@@ -630,6 +726,9 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 	if co.opts.Type == Shared {
 		return fmt.Errorf("%w: cumulative ack on Shared subscription %q", ErrNotAllowed, co.opts.Subscription)
 	}
+	if t := co.target(id); t != co {
+		return t.AckCumulative(ctx, id) // a retried message (retry.go)
+	}
 	gen, stale := co.ackGen(id)
 	if stale {
 		return nil // delivered by a region the client has left: redelivered here
@@ -639,6 +738,7 @@ func (co *Consumer) AckCumulative(ctx context.Context, id MessageID) error {
 		return nil
 	}
 	co.forgetDelivered(target, true)
+	co.rt.forgetUpTo(target)
 	return co.sendAck(ctx, gen, &clientv1.Ack{MessageIds: []*clientv1.MessageId{target.toProto()}, Cumulative: true})
 }
 
@@ -873,6 +973,7 @@ func (co *Consumer) Close(ctx context.Context) error {
 		return co.part.close(ctx, co)
 	}
 	co.closeOnce.Do(func() {
+		co.confirmBatchAcks(ctx)
 		co.mu.Lock()
 		s := co.stream
 		co.mu.Unlock()
@@ -886,6 +987,10 @@ func (co *Consumer) Close(ctx context.Context) error {
 		case <-co.doneCh:
 		case <-ctx.Done():
 			co.closeErr = ctx.Err()
+		}
+		co.letters.close(ctx)
+		if co.retry != nil {
+			_ = co.retry.co.Close(ctx)
 		}
 		co.c.untrack(co)
 	})

@@ -107,7 +107,8 @@ func startKSConsumer(t *testing.T, c *client.Client, k *ksChecker, topic, sub, n
 	t.Helper()
 	ctx := tctx(t, 30*time.Second)
 	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.KeyShared, Name: name,
-		InitialPosition: client.Earliest, ReceiverQueueSize: 50, KeyShared: opts})
+		InitialPosition: client.Earliest, ReceiverQueueSize: 50, KeyShared: opts,
+		NackRedeliveryDelay: 10 * time.Millisecond}) // nacks redeliver at once (Pulsar default: 1 min)
 	if err != nil {
 		t.Fatalf("subscribe %s: %v", name, err)
 	}

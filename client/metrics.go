@@ -18,6 +18,9 @@ type clientMetrics struct {
 	duplicates prometheus.Counter
 	reconnects *prometheus.CounterVec
 	stalls     prometheus.Counter
+	// deadLettered, nacked: dlq.go, nack.go.
+	deadLettered prometheus.Counter
+	nacked       prometheus.Counter
 
 	failovers     *prometheus.CounterVec
 	switchSeconds prometheus.Histogram
@@ -45,6 +48,10 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Name: "meridian_client_reconnects_total", Help: "Successful reconnections after a broken stream."}, []string{"kind"}),
 		stalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_client_producer_stalls_total", Help: "Produce streams dropped after repeated send timeouts (the producer then looks the topic up again)."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_client_messages_dead_lettered_total", Help: "Messages written to a dead-letter topic and acknowledged on their own."}),
+		nacked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_client_messages_nacked_total", Help: "Negative acknowledgements (Nack calls)."}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_client_failovers_total", Help: "Region switches of multi-region clients."}, []string{"from", "to"}),
 		// Buckets 50 ms .. ~100 s doubling: a controlled switch takes a
@@ -65,6 +72,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		m.duplicates = register(reg, m.duplicates)
 		m.reconnects = register(reg, m.reconnects)
 		m.stalls = register(reg, m.stalls)
+		m.deadLettered = register(reg, m.deadLettered)
+		m.nacked = register(reg, m.nacked)
 		m.failovers = register(reg, m.failovers)
 		m.switchSeconds = register(reg, m.switchSeconds)
 		m.regionUp = register(reg, m.regionUp)

@@ -441,6 +441,20 @@ type ConsumerOptions struct {
 	// partitions added since (Pulsar's autoUpdatePartitionsInterval).
 	// Default 1 min; minimum 100 ms.
 	PartitionsAutoDiscoveryInterval time.Duration
+	// NackRedeliveryDelay is how long a negatively acknowledged message
+	// waits before the broker is asked to redeliver it (Pulsar's
+	// negativeAckRedeliveryDelay). Default 1 min; range [1ms, 24h].
+	NackRedeliveryDelay time.Duration
+	// NackBackoff, when set, replaces NackRedeliveryDelay with a delay that
+	// grows with the message's redelivery count (see NackBackoff).
+	NackBackoff *NackBackoff
+	// AckTimeout, when not 0, redelivers a received message not
+	// acknowledged within it (Pulsar's ackTimeout). Default 0 = off;
+	// minimum 1 s.
+	AckTimeout time.Duration
+	// DeadLetter, when set, sends messages redelivered too often to a
+	// dead-letter topic (see DeadLetterPolicy).
+	DeadLetter *DeadLetterPolicy
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool
@@ -474,6 +488,9 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.ReceiverQueueSize == 0 {
 		o.ReceiverQueueSize = DefaultConsumerOptions().ReceiverQueueSize
 	}
+	if o.NackRedeliveryDelay == 0 {
+		o.NackRedeliveryDelay = DefaultNackRedeliveryDelay
+	}
 	return o
 }
 
@@ -505,5 +522,5 @@ func (o ConsumerOptions) Validate() error {
 	if len(o.Name) > maxNameLen {
 		return fmt.Errorf("%w: consumer Name is %d bytes, limit %d", ErrInvalidArgument, len(o.Name), maxNameLen)
 	}
-	return nil
+	return o.validateAcks() // nack.go
 }

@@ -19,12 +19,16 @@ type consumeFlags struct {
 	idle, timeout                            time.Duration
 	verbose, replicated                      bool
 	fo                                       failoverFlags
+	// Redelivery and dead-letter flags (--nack-every etc.).
+	nackEvery, maxRedeliveries      int
+	dlqTopic, ackTimeout, nackDelay string
+	ackTimeoutDur, nackDelayDur     time.Duration
 }
 
 func newConsumeCmd() *cobra.Command {
 	f := &consumeFlags{}
 	cmd := &cobra.Command{
-		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest|TIME|ID|origin:R:L:E] [--count N] [--output text|json]",
+		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest|TIME|ID|origin:R:L:E] [--count N] [--nack-every N] [--max-redeliveries N [--dlq-topic T]] [--ack-timeout D] [--output text|json]",
 		Short: "Receive and acknowledge messages of a subscription",
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
@@ -39,7 +43,14 @@ origin_seq its entry's number among that region's (the same in every region).
 earliest, latest, a message ID L:E of this region, origin:REGION:L:E (the message
 produced in REGION at L:E, found in any region it was replicated to), an RFC 3339 time,
 a relative time such as -10m, or @UNIX_MS. Times and origin positions are resolved per
-origin region, so they select the same messages in every region.`,
+origin region, so they select the same messages in every region.
+
+To try redelivery by hand: --nack-every N negatively acknowledges every N-th
+message received instead of acknowledging it (it comes back after --nack-delay,
+with its redelivery_count raised); --ack-timeout D redelivers what is not
+acknowledged within D. --max-redeliveries N sends a message delivered N times
+already to the dead-letter topic (--dlq-topic, default TOPIC-SUBSCRIPTION-DLQ)
+instead of printing it, and acknowledges it here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsume(cmd, f) },
 	}
@@ -57,6 +68,11 @@ origin region, so they select the same messages in every region.`,
 	fl.DurationVar(&f.idle, "idle", 0, "exit when no message arrives for this long (0 = wait forever): with 0 if at least one message arrived and --count is 0, else with an error")
 	fl.DurationVar(&f.timeout, "connect-timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&f.verbose, "verbose", false, "debug logs on stderr")
+	fl.IntVar(&f.nackEvery, "nack-every", 0, "negatively acknowledge every N-th message received instead of acknowledging it (0 = never)")
+	fl.IntVar(&f.maxRedeliveries, "max-redeliveries", 0, "send a message delivered this many times already to the dead-letter topic (0 = no dead-letter topic)")
+	fl.StringVar(&f.dlqTopic, "dlq-topic", "", "dead-letter topic (default TOPIC-SUBSCRIPTION-DLQ; needs --max-redeliveries)")
+	fl.StringVar(&f.ackTimeout, "ack-timeout", "0", "redeliver a message not acknowledged within this time (0 = off; else at least 1s; e.g. 30s, 1m)")
+	fl.StringVar(&f.nackDelay, "nack-delay", "1m", "delay before a negatively acknowledged message is redelivered (1ms to 24h)")
 	fl.BoolVar(&f.replicated, "replicated", false, "create the subscription as a replicated subscription (its acknowledgements replicate to every region, so it can resume in another one)")
 	return cmd
 }
@@ -134,7 +150,54 @@ func (f *consumeFlags) validate() error {
 	if f.idle < 0 {
 		return fmt.Errorf("--idle %v: must be >= 0", f.idle)
 	}
+	return f.validateRedelivery()
+}
+
+// validateRedelivery checks the nack, ack-timeout and dead-letter flags.
+func (f *consumeFlags) validateRedelivery() error {
+	if f.nackEvery < 0 {
+		return fmt.Errorf("--nack-every %d: must be >= 0 (0 = never)", f.nackEvery)
+	}
+	if f.maxRedeliveries < 0 || f.maxRedeliveries > client.MaxDeadLetterRedeliveries {
+		return fmt.Errorf("--max-redeliveries %d: must be in [0 (off), %d]", f.maxRedeliveries, client.MaxDeadLetterRedeliveries)
+	}
+	if f.dlqTopic != "" {
+		if f.maxRedeliveries == 0 {
+			return errors.New("--dlq-topic needs --max-redeliveries N (N >= 1)")
+		}
+		if err := client.ValidateTopicName(f.dlqTopic); err != nil {
+			return fmt.Errorf("--dlq-topic: %w", err)
+		}
+		if f.dlqTopic == f.topic {
+			return fmt.Errorf("--dlq-topic %q: must differ from --topic", f.dlqTopic)
+		}
+	}
+	d, err := parseDurationFlag("--ack-timeout", f.ackTimeout)
+	if err != nil {
+		return err
+	}
+	if d != 0 && (d < client.MinAckTimeout || d > client.MaxAckTimeout) {
+		return fmt.Errorf("--ack-timeout %q: want 0 (off) or a duration in [%v, %v]", f.ackTimeout, client.MinAckTimeout, client.MaxAckTimeout)
+	}
+	f.ackTimeoutDur = d
+	nd, err := parseDurationFlag("--nack-delay", f.nackDelay)
+	if err != nil {
+		return err
+	}
+	if nd < time.Millisecond || nd > client.MaxNackRedeliveryDelay {
+		return fmt.Errorf("--nack-delay %q: want a duration in [1ms, %v]", f.nackDelay, client.MaxNackRedeliveryDelay)
+	}
+	f.nackDelayDur = nd
 	return nil
+}
+
+// deadLetter is the consumer's dead-letter policy (nil without
+// --max-redeliveries).
+func (f *consumeFlags) deadLetter() *client.DeadLetterPolicy {
+	if f.maxRedeliveries == 0 {
+		return nil
+	}
+	return &client.DeadLetterPolicy{MaxRedeliveries: int32(f.maxRedeliveries), Topic: f.dlqTopic}
 }
 
 func runConsume(cmd *cobra.Command, f *consumeFlags) error {
@@ -158,6 +221,7 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 	co, err := c.Subscribe(ctx, client.ConsumerOptions{
 		Topic: f.topic, Subscription: f.sub, Type: typ, InitialPosition: from,
 		Name: f.name, ReceiverQueueSize: f.queue, Start: startOpt, Replicated: f.replicated,
+		NackRedeliveryDelay: f.nackDelayDur, AckTimeout: f.ackTimeoutDur, DeadLetter: f.deadLetter(),
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe %s on %s: %w", f.sub, f.topic, err)
@@ -167,8 +231,13 @@ func runConsume(cmd *cobra.Command, f *consumeFlags) error {
 		defer cancel()
 		_ = co.Close(cctx)
 	}()
+	received := 0
 	return printMessages(ctx, cmd.OutOrStdout(), printSpec{output: f.output, count: f.count, idle: f.idle, verb: "received", op: "receive", partitions: co.Partitions()},
 		co.Receive, func(m *client.ReceivedMessage) error {
+			received++
+			if f.nackEvery > 0 && received%f.nackEvery == 0 {
+				return co.Nack(ctx, m.ID)
+			}
 			if err := co.Ack(ctx, m.ID); err != nil {
 				if ctx.Err() != nil {
 					return errStopPrinting

@@ -1599,6 +1599,9 @@ type ConsumerStats struct {
 	Active           bool                   `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
 	Priority         int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	MsgRateOut       float64                `protobuf:"fixed64,7,opt,name=msg_rate_out,json=msgRateOut,proto3" json:"msg_rate_out,omitempty"`
+	// unacked_messages counts the messages of the entries delivered to this
+	// consumer and not acknowledged, less their acknowledged batch indexes.
+	UnackedMessages int64 `protobuf:"varint,8,opt,name=unacked_messages,json=unackedMessages,proto3" json:"unacked_messages,omitempty"`
 	// key_hash_ranges are the key slots (wire.KeySlot) a KEY_SHARED consumer
 	// owns: its sticky ranges, or its share of the consistent-hash ring.
 	KeyHashRanges []*HashRange `protobuf:"bytes,11,rep,name=key_hash_ranges,json=keyHashRanges,proto3" json:"key_hash_ranges,omitempty"`
@@ -1687,6 +1690,13 @@ func (x *ConsumerStats) GetMsgRateOut() float64 {
 	return 0
 }
 
+func (x *ConsumerStats) GetUnackedMessages() int64 {
+	if x != nil {
+		return x.UnackedMessages
+	}
+	return 0
+}
+
 func (x *ConsumerStats) GetKeyHashRanges() []*HashRange {
 	if x != nil {
 		return x.KeyHashRanges
@@ -1727,6 +1737,25 @@ type SubscriptionStats struct {
 	// loaded on this broker).
 	ExpiredEntriesTotal int64 `protobuf:"varint,25,opt,name=expired_entries_total,json=expiredEntriesTotal,proto3" json:"expired_entries_total,omitempty"`
 	EvictedEntriesTotal int64 `protobuf:"varint,26,opt,name=evicted_entries_total,json=evictedEntriesTotal,proto3" json:"evicted_entries_total,omitempty"`
+	// msg_backlog counts messages (not entries) after the mark-delete
+	// position not acknowledged, whole or by batch index (Pulsar's
+	// msgBacklog). msg_backlog_estimated is set when some of those entries'
+	// message counts are estimated (see docs: entries this broker neither
+	// wrote nor read count as their ledger's average batch size).
+	MsgBacklog int64 `protobuf:"varint,11,opt,name=msg_backlog,json=msgBacklog,proto3" json:"msg_backlog,omitempty"`
+	// unacked_messages counts the messages delivered to connected consumers
+	// and not acknowledged yet.
+	UnackedMessages int64 `protobuf:"varint,12,opt,name=unacked_messages,json=unackedMessages,proto3" json:"unacked_messages,omitempty"`
+	// msg_rate_redeliver is the rate of redelivered messages per second.
+	MsgRateRedeliver float64 `protobuf:"fixed64,13,opt,name=msg_rate_redeliver,json=msgRateRedeliver,proto3" json:"msg_rate_redeliver,omitempty"`
+	// dead_lettered_messages counts messages acknowledged with
+	// Ack.dead_letter (written to a dead-letter topic by the client) since
+	// this broker loaded the topic.
+	DeadLetteredMessages int64 `protobuf:"varint,14,opt,name=dead_lettered_messages,json=deadLetteredMessages,proto3" json:"dead_lettered_messages,omitempty"`
+	MsgBacklogEstimated  bool  `protobuf:"varint,15,opt,name=msg_backlog_estimated,json=msgBacklogEstimated,proto3" json:"msg_backlog_estimated,omitempty"`
+	// partially_acked_entries is the number of entries with some (not all)
+	// messages acknowledged by batch index.
+	PartiallyAckedEntries int64 `protobuf:"varint,16,opt,name=partially_acked_entries,json=partiallyAckedEntries,proto3" json:"partially_acked_entries,omitempty"`
 	// delayed_entries counts entries held by delayed delivery (deliver_at_ms
 	// in the future) that dispatch has read and tracks in memory.
 	DelayedEntries int64 `protobuf:"varint,20,opt,name=delayed_entries,json=delayedEntries,proto3" json:"delayed_entries,omitempty"`
@@ -1852,6 +1881,48 @@ func (x *SubscriptionStats) GetExpiredEntriesTotal() int64 {
 func (x *SubscriptionStats) GetEvictedEntriesTotal() int64 {
 	if x != nil {
 		return x.EvictedEntriesTotal
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetMsgBacklog() int64 {
+	if x != nil {
+		return x.MsgBacklog
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetUnackedMessages() int64 {
+	if x != nil {
+		return x.UnackedMessages
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetMsgRateRedeliver() float64 {
+	if x != nil {
+		return x.MsgRateRedeliver
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetDeadLetteredMessages() int64 {
+	if x != nil {
+		return x.DeadLetteredMessages
+	}
+	return 0
+}
+
+func (x *SubscriptionStats) GetMsgBacklogEstimated() bool {
+	if x != nil {
+		return x.MsgBacklogEstimated
+	}
+	return false
+}
+
+func (x *SubscriptionStats) GetPartiallyAckedEntries() int64 {
+	if x != nil {
+		return x.PartiallyAckedEntries
 	}
 	return 0
 }
@@ -2096,8 +2167,10 @@ type TopicStats struct {
 	// missing_partitions counts the partitions with no topic in this region
 	// yet (created on first use).
 	MissingPartitions int32 `protobuf:"varint,22,opt,name=missing_partitions,json=missingPartitions,proto3" json:"missing_partitions,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// msg_backlog is the largest subscription message backlog.
+	MsgBacklog    int64 `protobuf:"varint,16,opt,name=msg_backlog,json=msgBacklog,proto3" json:"msg_backlog,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicStats) Reset() {
@@ -2270,6 +2343,13 @@ func (x *TopicStats) GetMissingPartitions() int32 {
 	return 0
 }
 
+func (x *TopicStats) GetMsgBacklog() int64 {
+	if x != nil {
+		return x.MsgBacklog
+	}
+	return 0
+}
+
 type LedgerInfo struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -2360,8 +2440,13 @@ type CursorInfo struct {
 	// individually_acked_truncated says when it was cut.
 	IndividuallyAckedCount     int64 `protobuf:"varint,5,opt,name=individually_acked_count,json=individuallyAckedCount,proto3" json:"individually_acked_count,omitempty"`
 	IndividuallyAckedTruncated bool  `protobuf:"varint,6,opt,name=individually_acked_truncated,json=individuallyAckedTruncated,proto3" json:"individually_acked_truncated,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// partially_acked lists entries after mark-delete with some messages
+	// acknowledged by batch index, as "L:E:[i,j,...]" (the first 1000 in
+	// position order); partially_acked_count counts them all.
+	PartiallyAcked      []string `protobuf:"bytes,7,rep,name=partially_acked,json=partiallyAcked,proto3" json:"partially_acked,omitempty"`
+	PartiallyAckedCount int64    `protobuf:"varint,8,opt,name=partially_acked_count,json=partiallyAckedCount,proto3" json:"partially_acked_count,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CursorInfo) Reset() {
@@ -2434,6 +2519,20 @@ func (x *CursorInfo) GetIndividuallyAckedTruncated() bool {
 		return x.IndividuallyAckedTruncated
 	}
 	return false
+}
+
+func (x *CursorInfo) GetPartiallyAcked() []string {
+	if x != nil {
+		return x.PartiallyAcked
+	}
+	return nil
+}
+
+func (x *CursorInfo) GetPartiallyAckedCount() int64 {
+	if x != nil {
+		return x.PartiallyAckedCount
+	}
+	return 0
 }
 
 type TopicInternalStats struct {
@@ -8286,7 +8385,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1e\n" +
 	"\vmsg_rate_in\x18\x03 \x01(\x01R\tmsgRateIn\x12\"\n" +
 	"\rbytes_rate_in\x18\x04 \x01(\x01R\vbytesRateIn\x12(\n" +
-	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\xee\x02\n" +
+	"\x10last_sequence_id\x18\x05 \x01(\x03R\x0elastSequenceId\"\x99\x03\n" +
 	"\rConsumerStats\x12#\n" +
 	"\rconsumer_name\x18\x01 \x01(\tR\fconsumerName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12+\n" +
@@ -8295,9 +8394,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06active\x18\x05 \x01(\bR\x06active\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12 \n" +
 	"\fmsg_rate_out\x18\a \x01(\x01R\n" +
-	"msgRateOut\x12E\n" +
+	"msgRateOut\x12)\n" +
+	"\x10unacked_messages\x18\b \x01(\x03R\x0funackedMessages\x12E\n" +
 	"\x0fkey_hash_ranges\x18\v \x03(\v2\x1d.meridian.client.v1.HashRangeR\rkeyHashRanges\x12+\n" +
-	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\xef\x05\n" +
+	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\x8b\b\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -8314,7 +8414,14 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\adurable\x18\n" +
 	" \x01(\bR\adurable\x122\n" +
 	"\x15expired_entries_total\x18\x19 \x01(\x03R\x13expiredEntriesTotal\x122\n" +
-	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\x12'\n" +
+	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\x12\x1f\n" +
+	"\vmsg_backlog\x18\v \x01(\x03R\n" +
+	"msgBacklog\x12)\n" +
+	"\x10unacked_messages\x18\f \x01(\x03R\x0funackedMessages\x12,\n" +
+	"\x12msg_rate_redeliver\x18\r \x01(\x01R\x10msgRateRedeliver\x124\n" +
+	"\x16dead_lettered_messages\x18\x0e \x01(\x03R\x14deadLetteredMessages\x122\n" +
+	"\x15msg_backlog_estimated\x18\x0f \x01(\bR\x13msgBacklogEstimated\x126\n" +
+	"\x17partially_acked_entries\x18\x10 \x01(\x03R\x15partiallyAckedEntries\x12'\n" +
 	"\x0fdelayed_entries\x18\x14 \x01(\x03R\x0edelayedEntries\x12*\n" +
 	"\x11set_aside_entries\x18\x15 \x01(\x03R\x0fsetAsideEntries\x12+\n" +
 	"\x11uncovered_entries\x18\x16 \x01(\x03R\x10uncoveredEntries\"\xd5\x01\n" +
@@ -8332,7 +8439,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x19\n" +
 	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x03R\battempts\"\x8d\a\n" +
+	"\battempts\x18\x05 \x01(\x03R\battempts\"\xae\a\n" +
 	"\n" +
 	"TopicStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
@@ -8358,7 +8465,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"partitions\x18\x14 \x01(\x05R\n" +
 	"partitions\x12G\n" +
 	"\x0fpartition_stats\x18\x15 \x03(\v2\x1e.meridian.client.v1.TopicStatsR\x0epartitionStats\x12-\n" +
-	"\x12missing_partitions\x18\x16 \x01(\x05R\x11missingPartitions\"\x99\x01\n" +
+	"\x12missing_partitions\x18\x16 \x01(\x05R\x11missingPartitions\x12\x1f\n" +
+	"\vmsg_backlog\x18\x10 \x01(\x03R\n" +
+	"msgBacklog\"\x99\x01\n" +
 	"\n" +
 	"LedgerInfo\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
@@ -8367,7 +8476,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\x04 \x01(\x03R\tcreatedMs\x12\x16\n" +
-	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xc4\x02\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xa1\x03\n" +
 	"\n" +
 	"CursorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
@@ -8375,7 +8484,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12individually_acked\x18\x03 \x03(\tR\x11individuallyAcked\x12&\n" +
 	"\x0flast_persist_ms\x18\x04 \x01(\x03R\rlastPersistMs\x128\n" +
 	"\x18individually_acked_count\x18\x05 \x01(\x03R\x16individuallyAckedCount\x12@\n" +
-	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\"\xb7\x02\n" +
+	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\x12'\n" +
+	"\x0fpartially_acked\x18\a \x03(\tR\x0epartiallyAcked\x122\n" +
+	"\x15partially_acked_count\x18\b \x01(\x03R\x13partiallyAckedCount\"\xb7\x02\n" +
 	"\x12TopicInternalStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x128\n" +
 	"\aledgers\x18\x02 \x03(\v2\x1e.meridian.client.v1.LedgerInfoR\aledgers\x128\n" +
