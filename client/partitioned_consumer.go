@@ -99,6 +99,15 @@ func (pc *partitionedConsumer) grow(ctx context.Context, n int, added bool) erro
 	for i := have; i < n; i++ {
 		o := pc.opts
 		o.Topic = PartitionTopic(pc.opts.Topic, i)
+		if dl := pc.opts.DeadLetter; dl != nil {
+			// Every partition dead-letters to the partitioned topic's
+			// dead-letter topic, as Pulsar does. Retry topics stay per
+			// partition: each partition's consumer subscribes to its own
+			// (one subscription of one type per retry topic).
+			d := *dl
+			d.Topic = dl.dlqTopic(pc.opts)
+			o.DeadLetter = &d
+		}
 		if added && o.Start == nil {
 			o.InitialPosition = Earliest
 		}
@@ -238,6 +247,18 @@ func (pc *partitionedConsumer) nack(ctx context.Context, id MessageID) error {
 		return err
 	}
 	return co.Nack(ctx, pid)
+}
+
+// reconsumeLater hands msg to its partition's consumer (which owns the
+// retry topic of that partition).
+func (pc *partitionedConsumer) reconsumeLater(ctx context.Context, msg *ReceivedMessage, delay time.Duration) error {
+	co, pid, err := pc.partition(msg.ID)
+	if err != nil {
+		return err
+	}
+	m := *msg
+	m.ID = pid
+	return co.ReconsumeLater(ctx, &m, delay)
 }
 
 // seek moves every partition to sp: a time, earliest or latest (a

@@ -91,6 +91,12 @@ func (co *Consumer) target(id MessageID) *Consumer {
 // dead-letter topic. It needs DeadLetter.EnableRetry. It returns once the
 // copy is stored and msg acknowledged.
 func (co *Consumer) ReconsumeLater(ctx context.Context, msg *ReceivedMessage, delay time.Duration) error {
+	if co.part != nil {
+		if msg == nil {
+			return fmt.Errorf("%w: message is nil", ErrInvalidArgument)
+		}
+		return co.part.reconsumeLater(ctx, msg, delay)
+	}
 	if err := co.checkOpen(); err != nil {
 		return err
 	}
