@@ -78,32 +78,7 @@ func (s *subscription) ackThrough(target pos) int64 {
 	}
 	before := ml.countAfterLocked(s.markDelete) - int64(len(s.acked))
 	s.markDelete = target
-	for q := range s.acked {
-		if !ml.lessLocked(target, q) {
-			delete(s.acked, q)
-		}
-	}
-	for q, c := range s.pending {
-		if !ml.lessLocked(target, q) {
-			delete(s.pending, q)
-			c.pending--
-		}
-	}
-	for q := range s.redeliver {
-		if !ml.lessLocked(target, q) {
-			delete(s.redeliver, q)
-		}
-	}
-	for q := range s.redelivers {
-		if !ml.lessLocked(target, q) {
-			delete(s.redelivers, q)
-		}
-	}
-	for q := range s.batchAcked {
-		if !ml.lessLocked(target, q) {
-			delete(s.batchAcked, q)
-		}
-	}
+	s.dropThroughLocked(target)
 	s.compactLocked()
 	s.dirty = true
 	if b := s.blocked; b != nil && !ml.lessLocked(s.markDelete, b.p) {

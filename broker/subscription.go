@@ -305,27 +305,7 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 		}
 		if cumulative {
 			s.markDelete = p
-			for q := range s.acked {
-				if !ml.lessLocked(p, q) {
-					delete(s.acked, q)
-				}
-			}
-			for q, c := range s.pending {
-				if !ml.lessLocked(p, q) {
-					delete(s.pending, q)
-					c.pending--
-				}
-			}
-			for q := range s.redeliver {
-				if !ml.lessLocked(p, q) {
-					delete(s.redeliver, q)
-				}
-			}
-			for q := range s.batchAcked {
-				if !ml.lessLocked(p, q) {
-					delete(s.batchAcked, q)
-				}
-			}
+			s.dropThroughLocked(p)
 		} else {
 			s.acked[p] = struct{}{}
 			s.cov.noteAck(p)
@@ -345,6 +325,39 @@ func (s *subscription) ack(ids []*clientv1.MessageId, cumulative bool) error {
 		s.kick() // set-aside entries may wait for this ack (draining)
 	}
 	return nil
+}
+
+// dropThroughLocked forgets the per-entry state of every entry at or
+// before p: mark-delete moved there (a cumulative ack or a backlog
+// operation). Needs ml.mu held too.
+func (s *subscription) dropThroughLocked(p pos) {
+	ml := s.t.ml
+	for q := range s.acked {
+		if !ml.lessLocked(p, q) {
+			delete(s.acked, q)
+		}
+	}
+	for q, c := range s.pending {
+		if !ml.lessLocked(p, q) {
+			delete(s.pending, q)
+			c.pending--
+		}
+	}
+	for q := range s.redeliver {
+		if !ml.lessLocked(p, q) {
+			delete(s.redeliver, q)
+		}
+	}
+	for q := range s.redelivers {
+		if !ml.lessLocked(p, q) {
+			delete(s.redelivers, q)
+		}
+	}
+	for q := range s.batchAcked {
+		if !ml.lessLocked(p, q) {
+			delete(s.batchAcked, q)
+		}
+	}
 }
 
 // compactLocked advances mark-delete over individually acknowledged
