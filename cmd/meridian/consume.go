@@ -28,7 +28,7 @@ type consumeFlags struct {
 func newConsumeCmd() *cobra.Command {
 	f := &consumeFlags{}
 	cmd := &cobra.Command{
-		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover] [--from earliest|latest|TIME|ID|origin:R:L:E] [--count N] [--nack-every N] [--max-redeliveries N [--dlq-topic T]] [--ack-timeout D] [--output text|json]",
+		Use:   "consume --topic T --subscription S [--type exclusive|shared|failover|key_shared] [--from earliest|latest|TIME|ID|origin:R:L:E] [--count N] [--nack-every N] [--max-redeliveries N [--dlq-topic T]] [--ack-timeout D] [--output text|json]",
 		Short: "Receive and acknowledge messages of a subscription",
 		Long: `Receive messages of a subscription, print them and acknowledge what was printed.
 
@@ -59,7 +59,7 @@ instead of printing it, and acknowledges it here.`,
 	addFailoverFlags(fl, &f.fo)
 	fl.StringVar(&f.topic, "topic", "", "topic tenant/namespace/topic (required)")
 	fl.StringVar(&f.sub, "subscription", "", "subscription name (required)")
-	fl.StringVar(&f.typ, "type", "exclusive", "subscription type: exclusive, shared or failover")
+	fl.StringVar(&f.typ, "type", "exclusive", "subscription type: exclusive, shared, failover or key_shared")
 	fl.StringVar(&f.from, "from", "latest", "where a new subscription starts: earliest, latest, L:E, origin:REGION:L:E, RFC 3339 time, -DURATION or @UNIX_MS")
 	fl.IntVar(&f.count, "count", 0, "exit after this many messages (0 = run until interrupted)")
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
@@ -136,7 +136,7 @@ func (f *consumeFlags) validate() error {
 		return errors.New("--subscription is required")
 	}
 	if _, err := client.ParseSubscriptionType(f.typ); err != nil {
-		return fmt.Errorf("--type %q: want exclusive, shared or failover", f.typ)
+		return fmt.Errorf("--type %q: want exclusive, shared, failover or key_shared", f.typ)
 	}
 	if _, err := client.ParseStartPosition(f.from, time.Now()); err != nil {
 		return fmt.Errorf("--from: %w", err)

@@ -153,7 +153,7 @@ func (f *perfFlags) validate(needRate bool) error {
 		}
 	}
 	if _, err := client.ParseSubscriptionType(f.typ); err != nil {
-		return fmt.Errorf("--type %q: want exclusive, shared or failover", f.typ)
+		return fmt.Errorf("--type %q: want exclusive, shared, failover or key_shared", f.typ)
 	}
 	return nil
 }
