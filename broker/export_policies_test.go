@@ -12,3 +12,10 @@ func TopicPoliciesForTesting(s *Server, topic string) *clientv1.NamespacePolicie
 	}
 	return nil
 }
+
+// PolicyCachedForTesting reports whether the broker's policy cache mirror
+// holds key (without reading the store).
+func PolicyCachedForTesting(s *Server, key string) bool {
+	_, ok, _ := s.policies.cached(key)
+	return ok
+}

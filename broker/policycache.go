@@ -19,7 +19,8 @@ import (
 const topicPolicyPrefix = "topic-policies/"
 
 // cachedPrefixes are the global-shard prefixes the policy cache mirrors.
-var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, prefixPolicyPrefix, regionPrefix, failoverPrefix, partitionedPrefix}
+var cachedPrefixes = []string{tenantPrefix, namespacePrefix, topicPolicyPrefix, prefixPolicyPrefix, regionPrefix, failoverPrefix, partitionedPrefix,
+	schemaPrefix, schemaCompatPrefix}
 
 // Bounds of the policy cache's background work.
 const (
@@ -35,8 +36,10 @@ const (
 )
 
 // policyCache mirrors the policy keys of the global shard (tenants,
-// namespaces, topic overrides, prefix policies, regions, failover groups) in the broker's memory, so that a
-// region cut off from the global quorum keeps serving with the policies it
+// namespaces, topic overrides, prefix policies, regions, failover groups,
+// partitioned topics, and the schema registry's versions and
+// compatibility modes) in the broker's memory, so that a region cut off
+// from the global quorum keeps serving with the policies and schemas it
 // last saw.
 //
 // Each prefix is listed once, then watched from the list's revision; the
@@ -50,8 +53,9 @@ const (
 // moment ago elsewhere may not have been delivered by the watch yet; for
 // topic overrides, whose absence is the common case, a listed prefix is
 // trusted instead (see get). The mirror costs one copy of every key under
-// the four prefixes: small (one per tenant, namespace, region and topic
-// override).
+// the prefixes: small (one per tenant, namespace, region, topic override
+// and partitioned topic, plus the schema versions, capped at
+// MaxSchemaVersions per topic).
 //
 // All methods are safe for concurrent use.
 type policyCache struct {
@@ -270,6 +274,55 @@ func (c *policyCache) get(ctx context.Context, key string, trustMiss bool) (meta
 		return metadata.KV{}, metadata.ErrNotFound
 	}
 	return c.read(ctx, key)
+}
+
+// children lists the keys under prefix through the mirror: once the
+// prefix's cache prefix was listed, the mirror answers, whatever the state
+// of the global shard (like get with trustMiss: a key created a moment ago
+// elsewhere may be missing until the watch delivers it). Before that, it
+// lists the store (linearizable, then from the local replica) and adds
+// what it read. The returned KVs' Values must not be modified.
+func (c *policyCache) children(ctx context.Context, prefix string) ([]metadata.KV, error) {
+	c.mu.Lock()
+	if c.listed[cachePrefix(prefix)] {
+		var kvs []metadata.KV
+		for k, kv := range c.keys {
+			if strings.HasPrefix(k, prefix) {
+				kvs = append(kvs, kv)
+			}
+		}
+		c.mu.Unlock()
+		return kvs, nil
+	}
+	c.mu.Unlock()
+	kvs, err := c.listStore(ctx, prefix, false)
+	if err != nil && ctx.Err() == nil {
+		kvs, err = c.listStore(ctx, prefix, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range kvs {
+		c.learn(kv)
+	}
+	return kvs, nil
+}
+
+// listStore lists every key under prefix from the store.
+func (c *policyCache) listStore(ctx context.Context, prefix string, stale bool) ([]metadata.KV, error) {
+	var kvs []metadata.KV
+	page := metadata.Page{}
+	for {
+		res, err := c.store.List(ctx, prefix, page, metadata.ReadOptions{Stale: stale})
+		if err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, res.KVs...)
+		if !res.More || len(res.KVs) == 0 {
+			return kvs, nil
+		}
+		page.After = res.KVs[len(res.KVs)-1].Key
+	}
 }
 
 // read reads key from the store, falling back to the local replica.

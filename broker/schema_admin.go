@@ -14,7 +14,10 @@ import (
 )
 
 // Schema registry admin RPCs. They work on the global shard from any
-// broker of any region: no topic ownership is involved.
+// broker of any region: no topic ownership is involved. Reads go through
+// the policy cache: linearizable when the global shard answers, else the
+// broker's last seen copy (so typed consumers of a cut-off region keep
+// fetching the versions they need); writes need the global shard.
 
 // validateSchemaPolicies checks the namespace policy fields of the schema
 // registry (NamespacePolicies 20).
@@ -72,7 +75,7 @@ func (a *adminService) GetSchema(ctx context.Context, r *clientv1.GetSchemaReque
 		}
 		return &clientv1.GetSchemaResponse{Schema: si}, nil
 	}
-	all, err := a.b.schemaVersions(ctx, name)
+	all, _, err := a.b.schemaVersions(ctx, name, true)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -91,7 +94,7 @@ func (a *adminService) ListSchemaVersions(ctx context.Context, r *clientv1.ListS
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	all, err := a.b.schemaVersions(ctx, name)
+	all, _, err := a.b.schemaVersions(ctx, name, true)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -106,7 +109,7 @@ func (a *adminService) DeleteSchema(ctx context.Context, r *clientv1.DeleteSchem
 		return nil, GRPCError(err)
 	}
 	for attempt := 0; ; attempt++ {
-		all, err := a.b.schemaVersions(ctx, name)
+		all, _, err := a.b.schemaVersions(ctx, name, true)
 		if err != nil {
 			return nil, GRPCError(err)
 		}
@@ -118,6 +121,7 @@ func (a *adminService) DeleteSchema(ctx context.Context, r *clientv1.DeleteSchem
 				if err := a.b.cfg.Global.Delete(ctx, schemaKey(name, si.GetVersion()), metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
 					return nil, GRPCError(fmt.Errorf("%w: delete schema version %d of %s: %v", ErrUnavailable, si.GetVersion(), name, err))
 				}
+				a.b.policies.forget(schemaKey(name, si.GetVersion()))
 			}
 			a.b.log.Info("schema registry removed", "topic", name.String(), "versions", len(all))
 			return &clientv1.DeleteSchemaResponse{}, nil
@@ -148,7 +152,7 @@ func (a *adminService) TestSchemaCompatibility(ctx context.Context, r *clientv1.
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	all, err := a.b.schemaVersions(ctx, name)
+	all, _, err := a.b.schemaVersions(ctx, name, true)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -200,12 +204,15 @@ func (a *adminService) SetSchemaCompatibility(ctx context.Context, r *clientv1.S
 		if err := a.b.cfg.Global.Delete(ctx, key, metadata.AnyVersion); err != nil && !errors.Is(err, metadata.ErrNotFound) {
 			return nil, GRPCError(fmt.Errorf("%w: remove schema compatibility of %s: %v", ErrUnavailable, name, err))
 		}
+		a.b.policies.forget(key)
 		return &clientv1.SetSchemaCompatibilityResponse{}, nil
 	}
 	val, _ := json.Marshal(schemaCompatRecord{Compatibility: schemacompat.ModeName(mode)})
-	if _, err := a.b.cfg.Global.Put(ctx, key, val, metadata.AnyVersion, 0); err != nil {
+	kv, err := a.b.cfg.Global.Put(ctx, key, val, metadata.AnyVersion, 0)
+	if err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: write schema compatibility of %s: %v", ErrUnavailable, name, err))
 	}
+	a.b.policies.learn(kv)
 	a.b.log.Info("topic schema compatibility set", "topic", name.String(), "compatibility", schemacompat.ModeName(mode))
 	return &clientv1.SetSchemaCompatibilityResponse{}, nil
 }
