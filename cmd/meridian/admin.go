@@ -88,7 +88,7 @@ func newAdminCmd() *cobra.Command {
 	o := &adminOpts{}
 	root := &cobra.Command{
 		Use:   "admin",
-		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers, metadata, regions and failover groups",
+		Short: "Manage tenants, namespaces, topics, subscriptions, brokers, bookies, ledgers, metadata, regions, failover groups and schemas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Listed from the command tree, so a new resource is never left out.
