@@ -31,6 +31,7 @@ test-long:
 	MERIDIAN_LONG=1 $(GO) test -timeout 10m -count=1 -run 'TestDevCluster' ./cmd/meridian/
 	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestReplicatedSubscriptionMoveWAN|TestClientFailoverLong' ./region/
 	MERIDIAN_LONG=1 $(GO) test -timeout 30m -count=1 -run 'TestDrillFailoverLong' ./cmd/meridian/
+	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestDeadLetterAcrossBrokerKill' ./client/
 
 ## test-stress: the race suite -count=3 under two busy loops hogging the CPUs (.ci/stress); see docs/TESTING.md.
 test-stress:
