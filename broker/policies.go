@@ -183,9 +183,24 @@ func policyChain(ns, rel string, topic bool) []string {
 		keys = append(keys, prefixPolicyPrefix+ns+"/"+strings.Join(segs[:i], "/"))
 	}
 	if topic {
+		if base, ok := partitionBase(rel); ok {
+			// A partition inherits its partitioned topic's override (as
+			// Pulsar's topic policies do), then its own applies.
+			keys = append(keys, topicPolicyPrefix+ns+"/"+base)
+		}
 		keys = append(keys, topicPolicyPrefix+ns+"/"+rel)
 	}
 	return keys
+}
+
+// partitionBase returns the partitioned topic of a partition's topic part
+// ("x/y-partition-3" → "x/y").
+func partitionBase(rel string) (string, bool) {
+	last := rel[strings.LastIndex(rel, "/")+1:]
+	if !isPartitionName(last) {
+		return "", false
+	}
+	return rel[:strings.LastIndex(rel, PartitionSuffix)], true
 }
 
 // sourceOf names where a chain key's fields come from.
@@ -297,7 +312,13 @@ func (s *Server) topicsUnder(key string) []*topic {
 		match = func(n TopicName) bool { return strings.HasPrefix(n.String(), p) }
 	case strings.HasPrefix(key, topicPolicyPrefix):
 		tn := key[len(topicPolicyPrefix):]
-		match = func(n TopicName) bool { return n.String() == tn }
+		match = func(n TopicName) bool {
+			if n.String() == tn {
+				return true
+			}
+			base, ok := partitionBase(n.Topic)
+			return ok && n.NamespaceName()+"/"+base == tn
+		}
 	default:
 		return nil
 	}

@@ -446,3 +446,39 @@ func TestPrefixPoliciesReplicated(t *testing.T) {
 	}
 	waitLive(t, ra.Broker(0), topic, "topic override in region a", ttlIs(7))
 }
+
+// TestPartitionsInheritTopicOverride: the partitions of a partitioned topic
+// run with the partitioned topic's override (as Pulsar's topic policies
+// apply to every partition), a partition's own override overlays it, and a
+// change of the base override reaches loaded partitions live.
+func TestPartitionsInheritTopicOverride(t *testing.T) {
+	_, adm, rc := oneBroker(t, nil)
+	ctx := context.Background()
+	const base = "public/default/orders"
+	if _, err := adm.CreatePartitionedTopic(ctx, &clientv1.CreatePartitionedTopicRequest{Topic: base, Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := broker.PartitionName(base, 0), broker.PartitionName(base, 1)
+	createTopicWithSub(t, ctx, adm, p0, "s")
+	createTopicWithSub(t, ctx, adm, p1, "s")
+	setTopic := func(topic string, p *clientv1.NamespacePolicies) {
+		t.Helper()
+		if _, err := adm.SetTopicPolicies(ctx, &clientv1.SetTopicPoliciesRequest{Topic: topic, Policies: p}); err != nil {
+			t.Fatalf("set override of %s: %v", topic, err)
+		}
+	}
+	setTopic(base, &clientv1.NamespacePolicies{MessageTtlSeconds: proto.Int64(60), RetentionSizeBytes: 4096})
+	setTopic(p1, &clientv1.NamespacePolicies{MessageTtlSeconds: proto.Int64(30)})
+	if e := effective(t, adm, p0); e.Policies.GetMessageTtlSeconds() != 60 || e.Policies.GetRetentionSizeBytes() != 4096 {
+		t.Fatalf("partition 0 does not inherit the partitioned topic's override: %v", e)
+	}
+	if e := effective(t, adm, p1); e.Policies.GetMessageTtlSeconds() != 30 || e.Policies.GetRetentionSizeBytes() != 4096 {
+		t.Fatalf("partition 1's own override does not overlay the inherited one: %v", e)
+	}
+	srv := rc.Broker(0)
+	waitLive(t, srv, p0, "ttl 60 from the partitioned topic", ttlIs(60))
+	waitLive(t, srv, p1, "ttl 30 from its own override", ttlIs(30))
+	setTopic(base, &clientv1.NamespacePolicies{MessageTtlSeconds: proto.Int64(90)})
+	waitLive(t, srv, p0, "ttl 90 after the partitioned topic's change", ttlIs(90))
+	waitLive(t, srv, p1, "still its own ttl 30", ttlIs(30))
+}
