@@ -215,14 +215,17 @@ func newSchemasAdminCmd(o *adminOpts) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out.json {
+			switch {
+			case out.json:
 				out.message(r)
-				return nil
-			}
-			if r.GetCompatible() {
+			case r.GetCompatible():
 				fmt.Fprintf(out.w, "compatible with %s under %s\n", args[0], schemacompat.ModeName(r.GetCompatibility()))
-			} else {
+			default:
 				fmt.Fprintf(out.w, "incompatible with %s: %s\n", args[0], r.GetReason())
+			}
+			if !r.GetCompatible() {
+				// Exit 1, so that a pipeline can gate on the test.
+				return &exitCodeError{1, fmt.Errorf("schema incompatible with %s", args[0])}
 			}
 			return nil
 		})}

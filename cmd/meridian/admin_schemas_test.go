@@ -63,9 +63,12 @@ func TestCLIAdminSchemas(t *testing.T) {
 	if l := jsonLines(t, r.stdout); l[0]["version"] != float64(1) {
 		t.Fatalf("upload avro: %q", r.stdout)
 	}
-	r = ok("compatibility", topic, "--type", "json", "-f", bad, "--output", "json")
-	if l := jsonLines(t, r.stdout); len(l) != 1 || l[0]["compatible"] != false || !strings.Contains(l[0]["reason"].(string), "phone") {
-		t.Fatalf("compatibility json: %q", r.stdout)
+	r = run("compatibility", topic, "--type", "json", "-f", bad, "--output", "json")
+	if l := jsonLines(t, r.stdout); r.code != 1 || len(l) != 1 || l[0]["compatible"] != false || !strings.Contains(l[0]["reason"].(string), "phone") {
+		t.Fatalf("compatibility json: exit %d, %q; want the verdict and exit 1", r.code, r.stdout)
+	}
+	if r := ok("compatibility", topic, "--type", "json", "-f", v2); !strings.Contains(r.stdout, "compatible with") {
+		t.Fatalf("compatibility of a compatible schema: %q", r.stdout)
 	}
 	refused("phone", "upload", topic, "--type", "json", "-f", bad)
 	refused("--type", "upload", topic, "--type", "yaml", "-f", v1)
