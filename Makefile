@@ -12,7 +12,7 @@ CHAOS_SEEDS ?= 1 2 3
 CHAOS_DURATION ?= 5m
 CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump
 
-.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-metadata bench-storage bench-compare bench-geo clean
+.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo clean
 
 all: build
 
@@ -66,8 +66,25 @@ proto-check:
 	  if ! diff -r $$tmp/before api >/dev/null; then echo "generated protobuf code is stale: run make proto and commit"; diff -r $$tmp/before api | head -20; rm -rf $$tmp; exit 1; fi; \
 	  rm -rf $$tmp; echo "generated protobuf code is current"
 
-## bench: every benchmark recorded in docs/BENCHMARKS.md (about 3 minutes on 2 cores).
-bench: bench-metadata bench-storage bench-compare
+RESULTS ?= bench/results.json
+
+## bench: every benchmark recorded in docs/BENCHMARKS.md (about 3 minutes on 2 cores); rewrites each
+## target's records in $(RESULTS) (bench/record: one record per figure with command, date, machine, load).
+bench:
+	@for t in bench-metadata bench-storage bench-compare; do \
+	  out=$$(mktemp); $(MAKE) --no-print-directory $$t >$$out 2>&1; rc=$$?; cat $$out; \
+	  if [ $$rc -ne 0 ]; then rm -f $$out; exit $$rc; fi; \
+	  $(GO) run ./bench/record -command "make $$t" -in $$out -o $(RESULTS); rc=$$?; rm -f $$out; \
+	  [ $$rc -eq 0 ] || exit $$rc; \
+	done
+
+## bench-cluster: a Meridian region of processes (1 meta, 3 bookies, 2 brokers, E3/Qw2/Qa2) against a 3-node
+## JetStream cluster (R3, sync_interval always and default), max and half of Meridian's max (~3 minutes);
+## records its figures in $(RESULTS).
+bench-cluster:
+	@out=$$(mktemp); BENCH_JSON=$$out bench/cluster-vs-jetstream.sh; rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(GO) run ./bench/record -command "make bench-cluster" -prefix cluster -in $$out -o $(RESULTS); rc=$$?; fi; \
+	rm -f $$out; exit $$rc
 
 bench-metadata:
 	$(GO) test -run '^$$' -bench Store -benchtime 2000x ./metadata/
