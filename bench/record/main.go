@@ -7,7 +7,8 @@
 //
 //   - `go test -bench` result lines, "BenchmarkName-N  iters  v1 unit1  v2 unit2 ...":
 //     one record per value/unit pair, named after the benchmark (the -N
-//     GOMAXPROCS suffix removed);
+//     GOMAXPROCS suffix removed), prefixed by its package ("pkg:" line,
+//     module path removed) as "bookie/ledger.BenchmarkX";
 //   - JSON objects with perf's summary fields (msgs_per_sec, p50_ms, p99_ms,
 //     p999_ms, mb_per_sec), as `meridian perf --output json`, bench/jsbench
 //     and bench/cluster-vs-jetstream.sh's BENCH_JSON write them: one record
@@ -47,6 +48,9 @@ type Record struct {
 	Machine string  `json:"machine"`
 	Load    string  `json:"load,omitempty"`
 }
+
+// module is removed from the front of package paths in names.
+const module = "github.com/meridianmq/meridian"
 
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.+)$`)
 
@@ -105,10 +109,20 @@ func parsePerf(line, prefix string) []Record {
 // parse reads benchmark output and returns its records.
 func parse(r io.Reader, prefix string) ([]Record, error) {
 	var out []Record
+	pkg := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "pkg: "); ok {
+			pkg = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(p), module), "/")
+			continue
+		}
 		if recs := parseBench(sc.Text()); recs != nil {
+			for i := range recs {
+				if pkg != "" {
+					recs[i].Name = pkg + "." + recs[i].Name
+				}
+			}
 			out = append(out, recs...)
 		} else if recs := parsePerf(sc.Text(), prefix); recs != nil {
 			out = append(out, recs...)

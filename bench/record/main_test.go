@@ -9,6 +9,7 @@ import (
 )
 
 const sample = `goos: linux
+pkg: github.com/meridianmq/meridian/metadata
 BenchmarkStore/put-2         	    2000	    612345 ns/op	  1.50 MB/s
 BenchmarkCompare/jetstream/1024B-2   1   2000000000 ns/op   51234 msgs/s   4.2 p99-ms
 PASS
@@ -27,10 +28,10 @@ func TestParse(t *testing.T) {
 		got[r.Name+" "+r.Unit] = r.Value
 	}
 	want := map[string]float64{
-		"BenchmarkStore/put ns/op": 612345, "BenchmarkStore/put MB/s": 1.5,
-		"BenchmarkCompare/jetstream/1024B ns/op": 2e9, "BenchmarkCompare/jetstream/1024B msgs/s": 51234,
-		"BenchmarkCompare/jetstream/1024B p99-ms": 4.2,
-		"perf/meridian/max/msgs_per_sec msgs/s":   1234.5, "perf/meridian/max/p99_ms ms": 2.2,
+		"metadata.BenchmarkStore/put ns/op": 612345, "metadata.BenchmarkStore/put MB/s": 1.5,
+		"metadata.BenchmarkCompare/jetstream/1024B ns/op": 2e9, "metadata.BenchmarkCompare/jetstream/1024B msgs/s": 51234,
+		"metadata.BenchmarkCompare/jetstream/1024B p99-ms": 4.2,
+		"perf/meridian/max/msgs_per_sec msgs/s":            1234.5, "perf/meridian/max/p99_ms ms": 2.2,
 		"perf/meridian/max/p999_ms ms": 3.3, "perf/meridian/max/p50_ms ms": 1.1, "perf/meridian/max/mb_per_sec MB/s": 1.2,
 		"perf/meridian/max/errors errors": 0,
 	}
