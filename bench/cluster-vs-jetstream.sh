@@ -197,6 +197,16 @@ CONF
 		((SECONDS < deadline)) || { echo "JetStream cluster ($mode) not healthy" >&2; exit 1; }
 		sleep 0.5
 	done
+	# Check that every node runs with the sync mode asked for.
+	for i in 0 1 2; do
+		local got
+		got=$(curl -fsS "http://127.0.0.1:${p[$((6 + i))]}/jsz" |
+			python3 -c 'import json,sys; print(bool(json.load(sys.stdin)["config"].get("sync_always")))')
+		if [[ $got != "$([[ $mode == always ]] && echo True || echo False)" ]]; then
+			echo "JetStream node n$i: sync_always=$got, want mode $mode" >&2
+			exit 1
+		fi
+	done
 }
 
 # js_perf STREAM RATE: one jsbench run (R3 file stream, created anew).
