@@ -15,7 +15,8 @@
 #
 # Environment: BENCH_SECONDS (per measurement, default 12), BENCH_SIZE (1024),
 # BENCH_PRODUCERS (2), BENCH_MAX_PENDING (1000 per producer),
-# BENCH_JSON (if set: append the figures there as JSON lines, perf fields + system + load).
+# BENCH_JSON (if set: append the figures there as JSON lines: perf's fields, system, load
+# (max or half, so that names stay the same from run to run) and rate).
 set -euo pipefail
 
 SECONDS_PER_RUN=${BENCH_SECONDS:-12}
@@ -259,7 +260,7 @@ for r in "${RESULTS[@]}"; do
 	printf '| %-26s | %-9s | %12.0f | %8.2f | %8.2f | %8.2f | %6s |\n' "$sys" "$load" \
 		"$(field "$js" msgs_per_sec)" "$(field "$js" p50_ms)" "$(field "$js" p99_ms)" "$(field "$js" p999_ms)" "$(field "$js" errors)"
 	if [[ -n ${BENCH_JSON:-} ]]; then
-		python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d["system"]=sys.argv[1]; d["load"]=sys.argv[2]; print(json.dumps(d))' \
+		python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d["system"]=sys.argv[1]; d["load"]="max" if sys.argv[2]=="max" else "half"; d["rate"]=sys.argv[2]; print(json.dumps(d))' \
 			"$sys" "$load" "$js" >>"$BENCH_JSON"
 	fi
 done
