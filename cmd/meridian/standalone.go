@@ -36,7 +36,7 @@ func init() {
 				return err
 			}
 			if pprofAddr != "" {
-				stop, err := servePprof(pprofAddr, log)
+				_, stop, err := servePprof(pprofAddr, log)
 				if err != nil {
 					_ = sa.Close()
 					return err
@@ -61,12 +61,12 @@ func init() {
 }
 
 // servePprof serves net/http/pprof on its own listener (never on the
-// public HTTP port) and turns on mutex and block profiling. The returned
-// func stops it.
-func servePprof(addr string, log *slog.Logger) (func(), error) {
+// public HTTP port) and turns on mutex and block profiling. It returns
+// the address it listens on and a func that stops it.
+func servePprof(addr string, log *slog.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--pprof %q: %w", addr, err)
+		return "", nil, fmt.Errorf("--pprof %q: %w", addr, err)
 	}
 	runtime.SetMutexProfileFraction(100)
 	runtime.SetBlockProfileRate(100_000) // one sample per 100 µs blocked
@@ -83,5 +83,5 @@ func servePprof(addr string, log *slog.Logger) (func(), error) {
 		}
 	}()
 	log.Info("pprof serving", "addr", ln.Addr().String())
-	return func() { _ = srv.Close() }, nil
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
