@@ -35,6 +35,12 @@ type perfSummary struct {
 	MaxMs      float64 `json:"max_ms"`
 	Errors     int64   `json:"errors"`
 	Duplicates int64   `json:"duplicates,omitempty"`
+	// CPUPressurePct is the share of the run during which some runnable
+	// task on the machine waited for a CPU (Linux PSI; -1 unknown).
+	CPUPressurePct float64 `json:"cpu_pressure_pct"`
+	// SchedP99Ms is the p99 goroutine scheduling latency of this perf
+	// process (runnable to running).
+	SchedP99Ms float64 `json:"sched_p99_ms"`
 }
 
 // perfStats collects latencies (microseconds) in HDR histograms: one for
@@ -52,6 +58,7 @@ type perfStats struct {
 	start    time.Time
 	last     time.Time // time of the last record
 	onRecord func()    // optional, called on every record
+	load     *loadProbe
 }
 
 func newPerfStats() *perfStats {
@@ -59,6 +66,7 @@ func newPerfStats() *perfStats {
 		total:    hdrhistogram.New(1, 120_000_000, 3),
 		interval: hdrhistogram.New(1, 120_000_000, 3),
 		start:    time.Now(),
+		load:     newLoadProbe(),
 	}
 }
 
@@ -122,6 +130,9 @@ func (s *perfStats) summary(elapsed time.Duration) perfSummary {
 		P999Ms:     ms(s.total.ValueAtQuantile(99.9)),
 		MaxMs:      ms(s.total.Max()),
 		Errors:     s.errs.Load(),
+
+		CPUPressurePct: s.load.cpuPressurePct(),
+		SchedP99Ms:     schedLatencyQuantileMs(0.99),
 	}
 }
 
@@ -239,6 +250,10 @@ func printSummary(cmd *cobra.Command, f *perfFlags, what string, s perfSummary) 
 	if s.Duplicates > 0 {
 		fmt.Fprintf(cmd.OutOrStdout(), ", %d duplicate batches", s.Duplicates)
 	}
+	if s.CPUPressurePct >= 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "; machine CPU pressure %.1f%%", s.CPUPressurePct)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), ", perf scheduling latency p99 %.2f ms", s.SchedP99Ms)
 	fmt.Fprintln(cmd.OutOrStdout())
 }
 
@@ -260,15 +275,25 @@ func runProducers(ctx context.Context, c *client.Client, f *perfFlags, st *perfS
 	}
 	rctx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
+	// Payloads are recycled once their send is resolved (the client copies
+	// a payload into its batch, and hands the message back only to the
+	// callback): the harness's own garbage otherwise drives a GC cycle
+	// every few tens of milliseconds at high rates and its pauses show up
+	// in the latency it measures.
+	payloads := sync.Pool{New: func() any { return &client.Message{Payload: make([]byte, f.size)} }}
 	var wg sync.WaitGroup
 	for _, p := range prods {
 		wg.Go(func() {
 			pace := newPacer(f.rate / float64(f.producers))
 			for pace.wait(rctx) == nil {
-				payload := make([]byte, f.size)
+				m := payloads.Get().(*client.Message)
+				*m = client.Message{Payload: m.Payload}
 				sent := time.Now()
-				binary.BigEndian.PutUint64(payload, uint64(sent.UnixNano()))
-				p.SendAsync(rctx, &client.Message{Payload: payload}, func(_ client.MessageID, _ *client.Message, err error) {
+				binary.BigEndian.PutUint64(m.Payload, uint64(sent.UnixNano()))
+				p.SendAsync(rctx, m, func(_ client.MessageID, m *client.Message, err error) {
+					if m != nil {
+						defer payloads.Put(m)
+					}
 					if err != nil {
 						if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 							st.errs.Add(1)

@@ -21,7 +21,7 @@ func TestCLIPerfJSONSummary(t *testing.T) {
 			t.Fatalf("perf %s printed %d JSON lines: %q", mode, len(lines), r.stdout)
 		}
 		s := lines[0]
-		for _, k := range []string{"messages", "msgs_per_sec", "mb_per_sec", "p50_ms", "p99_ms", "p999_ms", "max_ms"} {
+		for _, k := range []string{"messages", "msgs_per_sec", "mb_per_sec", "p50_ms", "p99_ms", "p999_ms", "max_ms", "cpu_pressure_pct", "sched_p99_ms"} {
 			if _, ok := s[k].(float64); !ok {
 				t.Fatalf("perf %s: summary lacks %q: %v", mode, k, s)
 			}

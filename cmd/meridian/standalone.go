@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -14,7 +18,7 @@ import (
 )
 
 func init() {
-	var dataDir, grpcAddr, httpAddr, regionName, logLevel string
+	var dataDir, grpcAddr, httpAddr, regionName, logLevel, pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run a whole region (metadata, one bookie, one broker) in one process",
@@ -31,6 +35,14 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if pprofAddr != "" {
+				_, stop, err := servePprof(pprofAddr, log)
+				if err != nil {
+					_ = sa.Close()
+					return err
+				}
+				defer stop()
+			}
 			fmt.Printf("meridian standalone ready: grpc %s, http %s (metrics /metrics, admin /admin/v1/), data %s\n", sa.GRPCAddr(), sa.HTTPAddr(), dataDir)
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -44,5 +56,32 @@ func init() {
 	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8080", "HTTP address (/metrics, /healthz, /readyz, admin JSON)")
 	cmd.Flags().StringVar(&regionName, "region", "standalone", "region name")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "address for net/http/pprof (/debug/pprof/, with mutex and block profiling on); empty: off")
 	rootCmd.AddCommand(cmd)
+}
+
+// servePprof serves net/http/pprof on its own listener (never on the
+// public HTTP port) and turns on mutex and block profiling. It returns
+// the address it listens on and a func that stops it.
+func servePprof(addr string, log *slog.Logger) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--pprof %q: %w", addr, err)
+	}
+	runtime.SetMutexProfileFraction(100)
+	runtime.SetBlockProfileRate(100_000) // one sample per 100 µs blocked
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+			log.Warn("pprof server stopped", "err", err)
+		}
+	}()
+	log.Info("pprof serving", "addr", ln.Addr().String())
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
