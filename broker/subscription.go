@@ -64,6 +64,10 @@ type subscription struct {
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
+	// startOnce starts dispatchLoop at the first kick, or (in close) marks
+	// a never-started dispatcher done: an idle subscription holds no
+	// goroutine (docs/parts/scale.md).
+	startOnce sync.Once
 
 	// persistMu serializes the writes of the cursor key (see
 	// cursorpersist.go) and guards unsure. Lock order: persistMu, then mu.
@@ -124,11 +128,14 @@ func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, crea
 	if s.acked == nil {
 		s.acked = map[pos]struct{}{}
 	}
-	go s.dispatchLoop()
 	return s
 }
 
+// kick wakes the dispatcher, starting it on the first kick: dispatchLoop
+// waits for a wake before any work, so starting it late changes nothing
+// but the goroutine an idle subscription would hold.
 func (s *subscription) kick() {
+	s.startOnce.Do(func() { go s.dispatchLoop() })
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -830,6 +837,7 @@ func (s *subscription) close() {
 	default:
 		close(s.stop)
 	}
+	s.startOnce.Do(func() { close(s.done) }) // never kicked: no dispatcher to wait for
 	<-s.done
 	s.mu.Lock()
 	cs := append([]*consumer(nil), s.consumers...)
