@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Delayed delivery (see docs/parts/keyshared.md).
+// Delayed delivery (see docs/semantics/dispatch.md).
 //
 // An entry whose EntryMetadata.deliver_at_ms is in the future (by this
 // broker's clock) is not delivered when dispatch reads it: dispatch records

@@ -9,7 +9,7 @@ import (
 	"github.com/meridianmq/meridian/internal/wire"
 )
 
-// Key_Shared dispatch (see docs/parts/keyshared.md).
+// Key_Shared dispatch (see docs/semantics/dispatch.md).
 //
 // Every entry is routed by the slot of its batch key (wire.KeySlot of
 // EntryMetadata.batch_key: the client never batches two keys together).

@@ -66,7 +66,7 @@ type subscription struct {
 	done chan struct{}
 	// startOnce starts dispatchLoop at the first kick, or (in close) marks
 	// a never-started dispatcher done: an idle subscription holds no
-	// goroutine (docs/parts/scale.md).
+	// goroutine (docs/perf/scale.md).
 	startOnce sync.Once
 
 	// persistMu serializes the writes of the cursor key (see

@@ -10,7 +10,7 @@ import (
 	"github.com/meridianmq/meridian/client"
 )
 
-// Key_Shared and delayed delivery on replicated topics (docs/parts/keyshared.md).
+// Key_Shared and delayed delivery on replicated topics (docs/semantics/dispatch.md).
 
 // TestReplicatedKeySharedSubscriptionMove: a replicated Key_Shared
 // subscription consumed in part in region a resumes in region b with
