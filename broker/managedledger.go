@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,8 +77,12 @@ type appendReq struct {
 	firstSeq int64
 	lastSeq  int64
 	// local: produced in this region; the append loop gives it the next
-	// local origin_seq (replication_seq.go).
-	local bool
+	// local origin_seq (replication_seq.go). A local request may carry
+	// its metadata and payload instead of data: the append loop then
+	// encodes it once, with its origin_seq.
+	local   bool
+	md      *clientv1.EntryMetadata
+	payload []byte
 	// from is the origin-qualified dedup key of a replicated entry's
 	// original producer, with its batch [fromFirst, fromLast]
 	// (failover_dedup.go); "" for none.

@@ -45,14 +45,18 @@ func observeLocalSeq(cur int64, md *clientv1.EntryMetadata) int64 {
 	return cur
 }
 
-// assignLocalSeq gives a locally produced entry the next local number,
-// re-encoding its metadata (the payload bytes are copied, not changed).
+// assignLocalSeq gives a locally produced entry the next local number and
+// encodes it (a request that came encoded is decoded and re-encoded: the
+// payload bytes are copied, not changed).
 // Called by the append loop only: it alone moves localSeq, so the copy is
 // made without holding ml.mu.
 func (ml *managedLedger) assignLocalSeq(r *appendReq) error {
-	md, payload, err := wire.DecodeEntry(r.data)
-	if err != nil {
-		return fmt.Errorf("%w: entry to append is not decodable: %v", ErrInvalidArgument, err)
+	md, payload := r.md, r.payload
+	if md == nil {
+		var err error
+		if md, payload, err = wire.DecodeEntry(r.data); err != nil {
+			return fmt.Errorf("%w: entry to append is not decodable: %v", ErrInvalidArgument, err)
+		}
 	}
 	ml.mu.Lock()
 	seq := ml.localSeq + 1
@@ -65,6 +69,6 @@ func (ml *managedLedger) assignLocalSeq(r *appendReq) error {
 	ml.mu.Lock()
 	ml.localSeq = seq
 	ml.mu.Unlock()
-	r.data = data
+	r.data, r.md, r.payload = data, nil, nil
 	return nil
 }

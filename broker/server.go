@@ -17,9 +17,11 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/grpcbuf"
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
@@ -169,6 +171,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20),
+		// Batches of 32 KiB–1 MiB would each zero a 1 MiB buffer in
+		// gRPC's default pool.
+		experimental.BufferPool(grpcbuf.Pool()), grpc.ForceServerCodecV2(grpcbuf.Codec()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true})}
 	if w := s.cfg.grpcWindow(); w > 0 {

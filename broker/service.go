@@ -11,6 +11,7 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/wire"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 )
 
 // clientService implements clientv1.MeridianServer.
@@ -279,15 +280,16 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		// position is known only after the add; dispatch fills them in.
 	}
 	md.SchemaVersion = p.entrySchemaVersion() // schema.go
-	data, err := wire.EncodeEntry(md, sd.GetPayload())
-	if err != nil {
-		fail(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+	// Encoded once, by the append loop, with its local origin_seq
+	// (replication_seq.go); the metadata limit is checked here.
+	if n := proto.Size(md); n > wire.MaxMetadataBytes-16 {
+		fail(fmt.Errorf("%w: entry metadata is %d bytes, limit %d", ErrInvalidArgument, n, wire.MaxMetadataBytes-16))
 		return
 	}
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	req := &appendReq{data: data, producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
+	req := &appendReq{md: md, payload: sd.GetPayload(), producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
 		ident: p.ident, identFirst: sd.GetSequenceId(), identLast: highest, done: func(ps pos, err error) {
 			if err != nil {
 				t.ml.unpush(p.name, highest)

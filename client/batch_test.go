@@ -327,3 +327,35 @@ func TestProducerRejectsOversizeAndClosed(t *testing.T) {
 		t.Fatalf("send after close: %v", err)
 	}
 }
+
+// TestProducerSendsAtOnceWhenIdle: with nothing in flight a message is sent
+// at once whatever BatchingMaxDelay says; while a batch is in flight the
+// next ones gather; BatchingHoldOpen keeps a lone message waiting.
+func TestProducerSendsAtOnceWhenIdle(t *testing.T) {
+	state := func(p *Producer) (inflight, open int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.builder.cur != nil {
+			open = len(p.builder.cur.msgs)
+		}
+		return len(p.inflight), open
+	}
+	ctx := context.Background()
+	p := newUnconnectedProducer(t, ProducerOptions{SendTimeout: -1, BatchingMaxDelay: time.Hour})
+	p.SendAsync(ctx, &Message{Payload: []byte("a")}, nil)
+	if in, open := state(p); in != 1 || open != 0 {
+		t.Fatalf("first send: %d batches in flight, %d messages in the open batch; want 1, 0", in, open)
+	}
+	for range 3 {
+		p.SendAsync(ctx, &Message{Payload: []byte("b")}, nil)
+	}
+	if in, open := state(p); in != 1 || open != 3 {
+		t.Fatalf("sends behind one in flight: %d batches in flight, %d open; want 1, 3", in, open)
+	}
+
+	held := newUnconnectedProducer(t, ProducerOptions{SendTimeout: -1, BatchingMaxDelay: time.Hour, BatchingHoldOpen: true})
+	held.SendAsync(ctx, &Message{Payload: []byte("a")}, nil)
+	if in, open := state(held); in != 0 || open != 1 {
+		t.Fatalf("BatchingHoldOpen: %d batches in flight, %d open; want 0, 1", in, open)
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"sync"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/grpcbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 // maxGRPCMessageBytes bounds one gRPC message in either direction: the
@@ -170,8 +172,12 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxGRPCMessageBytes),
-			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes)),
+			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes),
+			grpc.ForceCodecV2(grpcbuf.Codec())),
 		grpc.WithConnectParams(connectParams(c.opts)),
+		// Batches of 32 KiB–1 MiB would each zero a 1 MiB buffer in
+		// gRPC's default pool.
+		experimental.WithBufferPool(grpcbuf.Pool()),
 	}
 	if kp, ok := keepaliveParams(c.opts); ok {
 		dopts = append(dopts, grpc.WithKeepaliveParams(kp))

@@ -21,7 +21,7 @@ import (
 func produceBatch(t *testing.T, c *client.Client, topic, prefix string, n int) {
 	t.Helper()
 	ctx := tctx(t, 60*time.Second)
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: n, BatchingMaxDelay: 5 * time.Second})
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: n, BatchingMaxDelay: 5 * time.Second, BatchingHoldOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func TestProducerReplicationOptions(t *testing.T) {
 	if err := adm.CreateSubscription(ctx, topic, "s", client.Earliest); err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxDelay: time.Second, BatchingMaxMessages: 100})
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxDelay: time.Second, BatchingMaxMessages: 100, BatchingHoldOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

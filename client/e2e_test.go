@@ -197,7 +197,7 @@ func TestE2EAckCumulativeInsideBatches(t *testing.T) {
 	c := newClient(t, sa.GRPCAddr())
 	const topic = "public/default/cumulative"
 	ctx := tctx(t, 90*time.Second)
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: time.Second})
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: time.Second, BatchingHoldOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestE2EPartialBatchAckRedeliversOnlyUnacked(t *testing.T) {
 	c := newClient(t, sa.GRPCAddr())
 	const topic = "public/default/partial"
 	ctx := tctx(t, 60*time.Second)
-	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: time.Second})
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: 4, BatchingMaxDelay: time.Second, BatchingHoldOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,4 +530,49 @@ func TestE2EClientMetrics(t *testing.T) {
 		got["meridian_client_send_latency_seconds"] != 10 || got["meridian_client_bytes_sent_total"] != 20 {
 		t.Fatalf("metrics %v", got)
 	}
+}
+
+// TestE2ESendsWhatGatheredWhenTheReceiptComes: with a batch delay of an
+// hour, a burst is still acknowledged: the first message goes at once,
+// the rest gather behind it and go when its receipt comes back, in fewer
+// entries than messages, in order.
+func TestE2ESendsWhatGatheredWhenTheReceiptComes(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	const topic = "public/default/eager"
+	ctx := tctx(t, 60*time.Second)
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	ids := make([]client.MessageID, n)
+	errs := make(chan error, n)
+	for i := range n {
+		p.SendAsync(ctx, &client.Message{Payload: fmt.Appendf(nil, "m%d", i)}, func(id client.MessageID, _ *client.Message, err error) {
+			ids[i] = id
+			errs <- err
+		})
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("sends not acknowledged: a gathered batch waited for the batch delay")
+		}
+	}
+	entries := map[[2]int64]bool{}
+	for i, id := range ids {
+		if i > 0 && id.Compare(ids[i-1]) <= 0 {
+			t.Fatalf("IDs out of order: %v then %v", ids[i-1], id)
+		}
+		entries[[2]int64{id.LedgerID, id.EntryID}] = true
+	}
+	if len(entries) >= n {
+		t.Fatalf("%d messages in %d entries: nothing gathered while a send was in flight", n, len(entries))
+	}
+	t.Logf("%d messages in %d entries", n, len(entries))
 }

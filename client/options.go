@@ -301,8 +301,16 @@ type ProducerOptions struct {
 	// 128 KiB. A single larger message is sent alone.
 	BatchingMaxBytes int
 	// BatchingMaxDelay closes a non-empty batch this long after its first
-	// message. Default 10ms.
+	// message. Default 10ms. It is an upper bound: while the producer has
+	// nothing in flight, a batch is sent at once (see BatchingHoldOpen).
 	BatchingMaxDelay time.Duration
+	// BatchingHoldOpen keeps a batch open until BatchingMaxDelay or a size
+	// limit closes it, even when nothing else is in flight (Pulsar's
+	// behaviour). By default a producer with nothing in flight sends at
+	// once, and batches form only while earlier sends await their receipt
+	// (as Kafka's linger.ms=0): the same batches under load, without the
+	// delay when idle.
+	BatchingHoldOpen bool
 	// Compression is the batch codec. Default none.
 	Compression Compression
 	// SendTimeout fails a message with ErrSendTimeout when it is not

@@ -272,7 +272,8 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(MessageID,
 		p.enqueueLocked(closed)
 		wasEmpty = true
 	}
-	if full {
+	if full || (!p.opts.BatchingHoldOpen && len(p.inflight) == 0) {
+		// Full, or nothing in flight: waiting would only add latency.
 		p.closeBatchLocked()
 	} else if wasEmpty {
 		p.timerGen++
@@ -810,6 +811,10 @@ func (p *Producer) readLoop(stream clientv1.Meridian_ProduceClient) error {
 			id = idFromProto(rc.GetMessageId())
 		}
 		p.resolveLocked(b, id, nil)
+		if len(p.inflight) == 0 && !p.opts.BatchingHoldOpen {
+			// The pipe is empty: send what gathered meanwhile.
+			p.closeBatchLocked()
+		}
 		p.mu.Unlock()
 	}
 }

@@ -1,4 +1,4 @@
-package bookie
+package grpcbuf
 
 import (
 	"fmt"
@@ -9,22 +9,22 @@ import (
 )
 
 // codec is gRPC's protobuf codec ("proto", wire compatible) with its
-// buffers taken from BufferPool() instead of gRPC's default pool: the
+// buffers taken from Pool() instead of gRPC's default pool: the
 // standard codec always uses the process-wide default pool, which zeroes a
 // 1 MiB buffer for every message between 32 KiB and 1 MiB (each 64 KiB
-// entry, each batch of adds).
+// entry, each batch of adds, each client batch).
 type codec struct{}
 
-// Codec returns the protobuf codec the bookie serves with. Clients sending
-// large entries or batches benefit from dialing with
-// grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bookie.Codec())).
+// Codec returns the pooled protobuf codec: servers take it with
+// grpc.ForceServerCodecV2, clients with
+// grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcbuf.Codec())).
 func Codec() encoding.CodecV2 { return codec{} }
 
 // Marshal encodes v, a protobuf message.
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
-		return nil, fmt.Errorf("bookie codec: cannot marshal %T: not a proto.Message", v)
+		return nil, fmt.Errorf("grpcbuf codec: cannot marshal %T: not a proto.Message", v)
 	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // safe: Size just ran
@@ -47,7 +47,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
-		return fmt.Errorf("bookie codec: cannot unmarshal into %T: not a proto.Message", v)
+		return fmt.Errorf("grpcbuf codec: cannot unmarshal into %T: not a proto.Message", v)
 	}
 	buf := data.MaterializeToBuffer(sharedPool)
 	defer buf.Free()
