@@ -231,6 +231,7 @@ func (svc *service) ReadRange(r *bookiev1.ReadRangeRequest, stream bookiev1.Book
 		// (at most maxRunBytes); anything unusual goes through read.
 		run, info := s.st.readRun(r.LedgerId, e, r.LastEntryId, limit-sent)
 		if len(run) > 0 {
+			s.metrics.readRuns.Inc()
 			per := time.Since(t0).Seconds() / float64(len(run))
 			for i, payload := range run {
 				s.metrics.readLatency.Observe(per)

@@ -234,20 +234,17 @@ func perfFanout(ctx context.Context, cmd *cobra.Command, c *client.Client, f *pe
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		last, lastN := start, int64(0)
-		stopped := false
+		done := prodDone // nil once seen
 		for {
 			select {
 			case <-cctx.Done():
 				return
-			case <-prodDone:
-				if !stopped {
-					stopped = true
-					for i := range subs {
-						stopLag[i] = lag(i)
-						maxLag[i] = max(maxLag[i], stopLag[i])
-					}
+			case <-done:
+				for i := range subs {
+					stopLag[i] = lag(i)
+					maxLag[i] = max(maxLag[i], stopLag[i])
 				}
-				prodDone = nil
+				done = nil
 			case now := <-t.C:
 				worst := sample()
 				var tot int64
