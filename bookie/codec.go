@@ -1,58 +1,13 @@
 package bookie
 
 import (
-	"fmt"
-
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/meridianmq/meridian/internal/bufpool"
 )
 
-// codec is gRPC's protobuf codec ("proto", wire compatible) with its
-// buffers taken from BufferPool() instead of gRPC's default pool: the
-// standard codec always uses the process-wide default pool, which zeroes a
-// 1 MiB buffer for every message between 32 KiB and 1 MiB (each 64 KiB
-// entry, each batch of adds).
-type codec struct{}
-
-// Codec returns the protobuf codec the bookie serves with. Clients sending
+// Codec returns the protobuf codec the bookie serves with (internal/bufpool:
+// gRPC's "proto" codec with buffers from BufferPool()). Clients sending
 // large entries or batches benefit from dialing with
 // grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bookie.Codec())).
-func Codec() encoding.CodecV2 { return codec{} }
-
-// Marshal encodes v, a protobuf message.
-func (codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("bookie codec: cannot marshal %T: not a proto.Message", v)
-	}
-	size := proto.Size(m)
-	opts := proto.MarshalOptions{UseCachedSize: true} // safe: Size just ran
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf, err := opts.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
-	buf := sharedPool.Get(size)
-	if _, err := opts.MarshalAppend((*buf)[:0], m); err != nil {
-		sharedPool.Put(buf)
-		return nil, err
-	}
-	return mem.BufferSlice{mem.NewBuffer(buf, sharedPool)}, nil
-}
-
-// Unmarshal decodes data into v, a protobuf message.
-func (codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("bookie codec: cannot unmarshal into %T: not a proto.Message", v)
-	}
-	buf := data.MaterializeToBuffer(sharedPool)
-	defer buf.Free()
-	return proto.Unmarshal(buf.ReadOnlyData(), m)
-}
-
-// Name is "proto": the codec is wire compatible with gRPC's.
-func (codec) Name() string { return "proto" }
+func Codec() encoding.CodecV2 { return bufpool.Codec() }

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/bufpool"
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
@@ -170,7 +172,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true})}
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
+		// Dispatched batches of 64 KiB and more: gRPC's default codec and
+		// pool zero 1 MiB per message (see internal/bufpool).
+		experimental.BufferPool(bufpool.Shared()), grpc.ForceServerCodecV2(bufpool.Codec())}
 	if w := s.cfg.grpcWindow(); w > 0 {
 		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
 	}

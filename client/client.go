@@ -7,9 +7,11 @@ import (
 	"sync"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/bufpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 // maxGRPCMessageBytes bounds one gRPC message in either direction: the
@@ -170,8 +172,12 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxGRPCMessageBytes),
-			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes)),
+			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes),
+			// Batches of 64 KiB and more: gRPC's default codec and pool
+			// zero 1 MiB per message (see internal/bufpool).
+			grpc.ForceCodecV2(bufpool.Codec())),
 		grpc.WithConnectParams(connectParams(c.opts)),
+		experimental.WithBufferPool(bufpool.Shared()),
 	}
 	if kp, ok := keepaliveParams(c.opts); ok {
 		dopts = append(dopts, grpc.WithKeepaliveParams(kp))
