@@ -165,8 +165,8 @@ message, or --drain after the producers stop.`,
 			if err := f.validate(true); err != nil {
 				return err
 			}
-			if f.typ == "shared" {
-				return errors.New("--type shared: fanout acknowledges cumulatively; use exclusive, failover or key_shared")
+			if typ, _ := client.ParseSubscriptionType(f.typ); typ == client.Shared {
+				return fmt.Errorf("--type %s: fanout acknowledges cumulatively; use exclusive, failover or key_shared", f.typ)
 			}
 			if subs < 1 || subs > maxFanoutSubscriptions {
 				return fmt.Errorf("--subscriptions %d: must be in [1, %d]", subs, maxFanoutSubscriptions)
@@ -406,8 +406,8 @@ a summary over first to last message received.`,
 			if err := f.validate(false); err != nil {
 				return err
 			}
-			if f.typ == "shared" {
-				return errors.New("--type shared: catchup acknowledges cumulatively; use exclusive, failover or key_shared")
+			if typ, _ := client.ParseSubscriptionType(f.typ); typ == client.Shared {
+				return fmt.Errorf("--type %s: catchup acknowledges cumulatively; use exclusive, failover or key_shared", f.typ)
 			}
 			if idle <= 0 {
 				return fmt.Errorf("--idle %v: must be > 0", idle)
@@ -461,7 +461,7 @@ func perfCatchup(ctx context.Context, cmd *cobra.Command, c *client.Client, f *p
 				return
 			case now := <-t.C:
 				b := bytes.Load()
-				fmt.Fprintf(w, "[catchup %4.0fs] %9.0f msg/s avg %8.2f MB/s  total %d messages\n", now.Sub(start).Seconds(),
+				fmt.Fprintf(w, "[catchup %4.0fs] %9.0f avg msg/s %8.2f MB/s  total %d messages\n", now.Sub(start).Seconds(),
 					float64(s.received.Load())/now.Sub(start).Seconds(), float64(b-lastB)/now.Sub(lastT).Seconds()/1e6, s.received.Load())
 				lastB, lastT = b, now
 				ref := last.Load()
