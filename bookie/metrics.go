@@ -15,6 +15,9 @@ type metrics struct {
 	addErrors    *prometheus.CounterVec
 	readEntries  prometheus.Counter
 	readBytes    prometheus.Counter
+	// readRuns counts range reads that fetched several back-to-back
+	// entries with one pread (storage.readRun).
+	readRuns     prometheus.Counter
 	readErrors   *prometheus.CounterVec
 	ledgers      prometheus.Gauge
 	journalBytes prometheus.Gauge
@@ -59,6 +62,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_bookie_read_entries_total", Help: "Entries read successfully."}),
 		readBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_bookie_read_bytes_total", Help: "Payload bytes read successfully."}),
+		readRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_read_runs_total", Help: "Range reads of several back-to-back entries done with one read call."}),
 		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_bookie_read_errors_total", Help: "Reads failed, by reason."}, []string{"reason"}),
 		ledgers: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -85,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.groupEntries, m.groupBytes,
 		m.fsyncs, m.addEntries, m.addBytes, m.addErrors, m.readEntries, m.readBytes, m.readErrors, m.ledgers,
 		m.journalBytes, m.diskUsed, m.diskTotal, m.readOnly, m.gcReclaimed, m.gcRelocated, m.checkpoints,
-		m.scrubs, m.scrubCorrupt} {
+		m.scrubs, m.scrubCorrupt, m.readRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

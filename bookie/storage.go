@@ -724,6 +724,67 @@ func (s *storage) read(ledger, entry int64) ([]byte, entryInfo, error) {
 	}
 }
 
+// maxRunBytes bounds the records one coalesced range read fetches with a
+// single pread, and so the buffer one ReadRange holds at a time.
+const maxRunBytes = 4 << 20
+
+// readRun reads with one pread the run of entries first, first+1, ... (at
+// most last) of ledger whose records lie back to back in one journal file
+// and are not flagged corrupt, stopping after the entry whose payload
+// brings the total to maxPayload, and before the records would pass
+// maxRunBytes. The payloads share one new buffer (it is not reused: gRPC
+// does not promise to be done with a sent message when Send returns). info holds the ledger's
+// LAC and fence state at the lookup. The run ends early, at no error, on
+// anything unusual — a missing or flagged entry, a read error, a record that
+// fails its header or CRC32C check — and a run of fewer than two entries is
+// not read at all: the caller reads the next entry with read, which reports,
+// flags and retries exactly as for a single read.
+func (s *storage) readRun(ledger, first, last, maxPayload int64) (payloads [][]byte, info entryInfo) {
+	s.mu.RLock()
+	ls := s.ledgers[ledger]
+	if ls == nil {
+		s.mu.RUnlock()
+		return nil, info
+	}
+	info = entryInfo{entry: first, lac: ls.lac, fenced: ls.fenced}
+	var locs []loc
+	var start, end, pay int64
+	for e := first; e <= last; e++ {
+		l, ok := ls.entries[e]
+		if !ok || l.corrupt {
+			break
+		}
+		if len(locs) == 0 {
+			start, end = l.off, l.off
+		} else if l.file != locs[0].file || l.off != end || end+int64(l.size)-start > maxRunBytes {
+			break
+		}
+		locs = append(locs, l)
+		end += int64(l.size)
+		pay += int64(l.size) - recHeaderSize
+		if pay >= maxPayload {
+			break
+		}
+	}
+	s.mu.RUnlock()
+	if len(locs) < 2 {
+		return nil, info
+	}
+	buf := make([]byte, end-start)
+	if err := s.readAt(locs[0].file, buf, start); err != nil {
+		return nil, info // read reports it (or retries after a compaction)
+	}
+	payloads = make([][]byte, 0, len(locs))
+	for i, l := range locs {
+		rec := buf[l.off-start : l.off-start+int64(l.size)]
+		if checkRecord(rec, ledger, first+int64(i), l) != "" {
+			break // read flags and reports it
+		}
+		payloads = append(payloads, rec[recHeaderSize:])
+	}
+	return payloads, info
+}
+
 // checkRecord verifies a record read at l for (ledger, entry): "" when it
 // is intact, else what is wrong.
 func checkRecord(buf []byte, ledger, entry int64, l loc) string {

@@ -74,8 +74,12 @@ func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
 		pub = msTime(md.GetBrokerPublishTimeMs())
 	}
 	out := make([]*ReceivedMessage, len(b.Messages))
+	// One allocation for the entry's messages (a message kept alive keeps
+	// its batch-mates' structs, not their payloads, alive).
+	all := make([]ReceivedMessage, len(b.Messages))
 	for i, sm := range b.Messages {
-		out[i] = &ReceivedMessage{
+		out[i] = &all[i]
+		all[i] = ReceivedMessage{
 			ID:              MessageID{LedgerID: base.LedgerID, EntryID: base.EntryID, BatchIndex: int32(i)},
 			Key:             sm.GetKey(),
 			Payload:         sm.GetPayload(),

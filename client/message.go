@@ -137,7 +137,14 @@ var UnknownMessageID = MessageID{LedgerID: -1, EntryID: -1, BatchIndex: -1}
 
 // String returns "L:E:B".
 func (id MessageID) String() string {
-	return fmt.Sprintf("%d:%d:%d", id.LedgerID, id.EntryID, id.BatchIndex)
+	// strconv, not fmt: every received message gets its OriginID from here.
+	b := make([]byte, 0, 48)
+	b = strconv.AppendInt(b, id.LedgerID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, id.EntryID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(id.BatchIndex), 10)
+	return string(b)
 }
 
 // Compare orders IDs: -1 if id < o, 0 if equal, +1 if id > o.

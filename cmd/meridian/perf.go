@@ -337,7 +337,7 @@ func perfSubscribe(ctx context.Context, c *client.Client, f *perfFlags, from cli
 	if sub == "" {
 		sub = fmt.Sprintf("perf-%d", time.Now().UnixNano())
 	}
-	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: f.topic, Subscription: sub, Type: typ, InitialPosition: from, ReceiverQueueSize: 1000})
+	co, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: f.topic, Subscription: sub, Type: typ, InitialPosition: from, ReceiverQueueSize: perfReceiverQueue})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s on %s: %w", sub, f.topic, err)
 	}
