@@ -94,18 +94,18 @@ type sendOp struct {
 
 func newWriter(c *Client, md *Metadata) *Writer {
 	w := &Writer{
-		c:           c,
-		id:          md.ID,
-		log:         c.log.With("ledger", md.ID),
-		qa:          md.AckQuorum,
-		slots:       make(chan struct{}, c.cfg.MaxInFlight),
-		stop:        make(chan struct{}),
-		md:          md,
-		ensemble:    append([]topology.BookieInfo(nil), md.Segments[len(md.Segments)-1].Ensemble...),
-		next:        0,
-		lac:         -1,
-		failed:      make(map[string]bool),
-		quarantine:  make(map[string]time.Time),
+		c:          c,
+		id:         md.ID,
+		log:        c.log.With("ledger", md.ID),
+		qa:         md.AckQuorum,
+		slots:      make(chan struct{}, c.cfg.MaxInFlight),
+		stop:       make(chan struct{}),
+		md:         md,
+		ensemble:   append([]topology.BookieInfo(nil), md.Segments[len(md.Segments)-1].Ensemble...),
+		next:       0,
+		lac:        -1,
+		failed:     make(map[string]bool),
+		quarantine: make(map[string]time.Time),
 	}
 	return w
 }
