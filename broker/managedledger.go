@@ -300,7 +300,12 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	rec.Producers, rec.DedupThrough = dedup.snapshot(rec.Ledgers, rec.NextSeq-2)
 	rec.LocalSeq, rec.LocalSeqKnown = localSeq, true
 	val, _ := json.Marshal(&rec)
-	kv2, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	var kv2 metadata.KV
+	if version == metadata.MustNotExist {
+		kv2, err = createKey(ctx, ml.cfg.Regional, ml.key, val)
+	} else {
+		kv2, err = ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	}
 	if err != nil {
 		_ = w.Close(context.Background())
 		if !errors.Is(err, metadata.ErrUnknownOutcome) {

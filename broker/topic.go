@@ -461,7 +461,7 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		ext.Cover = vectorToRecord(cov, t.b.cfg.MaxIndividualAcks)
 		ext.VFront = &[2]int64{md.L, md.E}
 	}
-	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursorExt(md, nil, created, 1, ext), metadata.MustNotExist, 0)
+	kv, err := createKey(ctx, t.b.cfg.Regional, key, encodeCursorExt(md, nil, created, 1, ext))
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return nil, false, fmt.Errorf("%w: a cursor for subscription %s already exists in metadata but is not loaded; unload the topic and retry", ErrUnavailable, name)
