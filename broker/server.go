@@ -46,6 +46,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	repl    *replManager
+	// sched runs every loaded topic's periodic work (timerwheel.go).
+	sched *topicSched
 
 	grpcSrv *grpc.Server
 	lis     net.Listener
@@ -104,7 +106,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger.Warn("UNSAFE TEST MODE unsafe_skip_origin_check: replicated entries resent after a reconnect are stored twice; never use it outside a chaos test")
 	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
-		takeWarn: warnEvery{interval: 10 * time.Second}}
+		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched()}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -301,6 +303,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.ready.Store(false)
 		s.repl.stop()
 		s.unloadAll(ctx, true)
+		s.sched.close()
 		s.stopWAN(ctx, true)
 		s.repl.closePool()
 		if s.bgCancel != nil {
@@ -373,6 +376,7 @@ func (s *Server) Kill() {
 				sl.t.close(context.Background(), false)
 			}
 		}
+		s.sched.close()
 	})
 }
 

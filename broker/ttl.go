@@ -40,58 +40,6 @@ const policyPollInterval = 500 * time.Millisecond
 // done for a stats call.
 const statsReadTimeout = 2 * time.Second
 
-// backlogLoop runs the backlog pass until the topic stops.
-func (t *topic) backlogLoop() {
-	t.backlog.init()
-	every := t.b.cfg.BacklogPolicyInterval
-	if every <= 0 {
-		every = defaultBacklogPolicyInterval
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	// A policy change (a new effective policy object) starts a round
-	// without waiting for the tick.
-	poll := time.NewTicker(min(every, policyPollInterval))
-	defer poll.Stop()
-	seen := t.currentPolicies()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-tick.C:
-		case <-t.backlog.kick:
-		case <-poll.C:
-			if cur := t.currentPolicies(); cur == seen {
-				continue
-			}
-		}
-		seen = t.currentPolicies()
-		t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
-		if t.stopped() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
-		go func() { // the round ends with the topic
-			select {
-			case <-t.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		t.backlogRound(ctx)
-		cancel()
-	}
-}
-
-// kickBacklog asks the backlog pass for a round now.
-func (t *topic) kickBacklog() {
-	t.backlog.init()
-	select {
-	case t.backlog.kick <- struct{}{}:
-	default:
-	}
-}
-
 // backlogRound applies TTL and eviction once.
 func (t *topic) backlogRound(ctx context.Context) {
 	pol := t.currentPolicies()

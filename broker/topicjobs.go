@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
+// A topic's periodic work, run by the broker's scheduler (timerwheel.go).
+//
+// Two jobs per topic, each a sequence of rounds that never overlap, as the
+// two goroutines per topic (loop, backlogLoop) they replace:
+//
+//   - the loop job: persist dirty cursors and refresh the rates every
+//     persist tick (persistTick: the namespace's cursor persist interval,
+//     followed when it changes), run retention (after re-reading the
+//     policies) every RetentionInterval;
+//   - the backlog job (ttl.go): a backlog round every BacklogPolicyInterval,
+//     at once when kicked (kickBacklog), and when the policy poll (every
+//     policyPollInterval, a pointer comparison done on the scheduler's
+//     goroutine) sees a new effective policy.
+//
+// Due times follow time.Ticker: on the grid start + k×period, and a tick
+// that falls while a round runs makes one more round right after it (the
+// ticker's buffered tick), never more. Each round first waits on
+// Testing.TopicLoopFreeze and stops if the topic is closing. close cancels
+// both jobs and waits for a running loop round (as it waited for the loop
+// goroutine); a running backlog round is cancelled through its context and
+// not waited for (as before).
+type topicJobs struct {
+	// mu guards the fields below. Lock order: topicJobs.mu, then the
+	// scheduler's mu. Never held while calling t.mu-taking methods.
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	// running counts loop rounds running (Add only under mu, !closed).
+	running sync.WaitGroup
+
+	loop          schedJob
+	tick          time.Duration // the persist period in force
+	nextPersist   time.Time
+	nextRetention time.Time
+
+	backlog      schedJob
+	every        time.Duration // backlog round period
+	pollEvery    time.Duration // policy poll period
+	nextBacklog  time.Time
+	nextPoll     time.Time
+	seen         *clientv1.NamespacePolicies // policies of the last round
+	roundRunning bool
+	kicked       bool
+}
+
+// startJobs schedules the topic's periodic work; once, at the end of load.
+func (t *topic) startJobs() {
+	tick := t.persistTick()
+	seen := t.currentPolicies()
+	t.backlog.init()
+	every := t.b.cfg.BacklogPolicyInterval
+	if every <= 0 {
+		every = defaultBacklogPolicyInterval
+	}
+	now := time.Now()
+	j := &t.jobs
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.started || j.closed {
+		return
+	}
+	j.started = true
+	j.loop = newSchedJob(t.loopDue)
+	j.tick = tick
+	j.nextPersist = now.Add(tick)
+	j.nextRetention = now.Add(t.b.cfg.RetentionInterval)
+	j.backlog = newSchedJob(t.backlogDue)
+	j.every = every
+	j.pollEvery = min(every, policyPollInterval)
+	j.nextBacklog = now.Add(every)
+	j.nextPoll = now.Add(j.pollEvery)
+	j.seen = seen
+	t.b.sched.at(&j.loop, minTime(j.nextPersist, j.nextRetention))
+	backlogDue := minTime(j.nextBacklog, j.nextPoll)
+	if j.kicked {
+		backlogDue = now // kicked before the start
+	}
+	t.b.sched.at(&j.backlog, backlogDue)
+}
+
+// stopJobs unschedules the topic's work; waitJobs then waits for a running
+// loop round. Called by close, after t.stop is closed.
+func (t *topic) stopJobs() {
+	j := &t.jobs
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.closed = true
+	if j.started {
+		t.b.sched.cancel(&j.loop)
+		t.b.sched.cancel(&j.backlog)
+	}
+}
+
+func (t *topic) waitJobs() { t.jobs.running.Wait() }
+
+// loopDue (scheduler goroutine) starts a loop round.
+func (t *topic) loopDue(time.Time) {
+	j := &t.jobs
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return
+	}
+	j.running.Add(1)
+	go t.loopRound()
+}
+
+// loopRound persists cursors and/or runs retention, whichever is due, then
+// schedules the next round.
+func (t *topic) loopRound() {
+	j := &t.jobs
+	defer j.running.Done()
+	t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+	if t.stopped() {
+		return
+	}
+	now := time.Now()
+	j.mu.Lock()
+	persistDue, tick := !now.Before(j.nextPersist), j.tick
+	retentionDue := !now.Before(j.nextRetention)
+	if persistDue {
+		j.nextPersist = nextTick(j.nextPersist, tick, now)
+	}
+	if retentionDue {
+		j.nextRetention = nextTick(j.nextRetention, t.b.cfg.RetentionInterval, now)
+	}
+	j.mu.Unlock()
+	if persistDue {
+		t.persistCursors(false)
+		t.updateRates()
+		if d := t.persistTick(); d != tick {
+			// The namespace policy changed: a new period from now (Ticker.Reset).
+			j.mu.Lock()
+			j.tick = d
+			j.nextPersist = time.Now().Add(d)
+			j.mu.Unlock()
+		}
+	}
+	if retentionDue && !t.stopped() {
+		if persistDue {
+			// A second round, as the loop goroutine took one tick at a time.
+			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+		}
+		if !t.stopped() {
+			ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+			t.refreshPolicies(ctx)
+			if err := t.runRetention(ctx); err != nil {
+				t.log.Warn("retention", "err", err)
+			}
+			cancel()
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.closed {
+		// A due time already past (a tick during this round) runs at once.
+		t.b.sched.at(&j.loop, minTime(j.nextPersist, j.nextRetention))
+	}
+}
+
+// backlogDue (scheduler goroutine) starts a backlog round when its tick is
+// due, it was kicked, or the policy poll sees new policies; otherwise it
+// schedules the next tick or poll.
+func (t *topic) backlogDue(now time.Time) {
+	j := &t.jobs
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return
+	}
+	round := j.kicked
+	if !now.Before(j.nextBacklog) {
+		round = true
+		j.nextBacklog = nextTick(j.nextBacklog, j.every, now)
+	}
+	if !now.Before(j.nextPoll) {
+		j.nextPoll = nextTick(j.nextPoll, j.pollEvery, now)
+		if !round {
+			seen := j.seen
+			j.mu.Unlock()
+			cur := t.currentPolicies() // takes t.mu: not under j.mu
+			j.mu.Lock()
+			if j.closed {
+				j.mu.Unlock()
+				return
+			}
+			round = cur != seen
+		}
+	}
+	if round {
+		j.kicked = false
+		j.roundRunning = true
+		j.mu.Unlock()
+		go t.backlogRun()
+		return
+	}
+	t.b.sched.at(&j.backlog, minTime(j.nextBacklog, j.nextPoll))
+	j.mu.Unlock()
+}
+
+// backlogRun is one backlog round; then it schedules the next.
+func (t *topic) backlogRun() {
+	j := &t.jobs
+	seen := t.currentPolicies()
+	j.mu.Lock()
+	j.seen = seen
+	j.mu.Unlock()
+	t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
+	if !t.stopped() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
+		go func() { // the round ends with the topic
+			select {
+			case <-t.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		t.backlogRound(ctx)
+		cancel()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.roundRunning = false
+	if j.closed {
+		return
+	}
+	due := minTime(j.nextBacklog, j.nextPoll)
+	if j.kicked {
+		due = time.Now()
+	}
+	t.b.sched.at(&j.backlog, due)
+}
+
+// kickBacklog asks the backlog pass for a round now (once more after the
+// running one, if one runs).
+func (t *topic) kickBacklog() {
+	t.backlog.init()
+	j := &t.jobs
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.kicked || j.closed {
+		return
+	}
+	j.kicked = true
+	if j.started && !j.roundRunning {
+		t.b.sched.at(&j.backlog, time.Now())
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
