@@ -27,9 +27,11 @@ type schedJob struct {
 	// run is called on the scheduler's goroutine once the job is due (it
 	// is then no longer scheduled). It must not block.
 	run func(now time.Time)
-	// due and idx are guarded by the scheduler's mu; idx is the position
-	// in the heap, -1 when not scheduled.
-	due time.Time
+	// due and idx are guarded by the scheduler's mu: due is in
+	// nanoseconds since the scheduler's epoch (monotonic: an integer
+	// comparison, the heap's hot spot with 100 000s of jobs); idx is the
+	// position in the heap, -1 when not scheduled.
+	due int64
 	idx int
 }
 
@@ -46,13 +48,14 @@ type topicSched struct {
 	started bool
 	stopped bool
 
-	wake chan struct{} // capacity 1: the earliest due time moved earlier
-	stop chan struct{}
-	done chan struct{}
+	epoch time.Time     // due times are counted from it
+	wake  chan struct{} // capacity 1: the earliest due time moved earlier
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func newTopicSched() *topicSched {
-	return &topicSched{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	return &topicSched{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), epoch: time.Now()}
 }
 
 // newSchedJob returns a job that calls run when due.
@@ -70,8 +73,9 @@ func (s *topicSched) at(j *schedJob, due time.Time) {
 		s.started = true
 		go s.loop()
 	}
-	j.due = due
+	j.due = int64(due.Sub(s.epoch))
 	if j.idx >= 0 {
+		s.jobs[j.idx].due = j.due
 		heap.Fix(&s.jobs, j.idx)
 	} else {
 		heap.Push(&s.jobs, j)
@@ -124,13 +128,14 @@ func (s *topicSched) loop() {
 	for {
 		s.mu.Lock()
 		now := time.Now()
+		nowNs := int64(now.Sub(s.epoch))
 		due = due[:0]
-		for len(s.jobs) > 0 && !s.jobs[0].due.After(now) && len(due) < maxDueBatch {
+		for len(s.jobs) > 0 && s.jobs[0].due <= nowNs && len(due) < maxDueBatch {
 			due = append(due, heap.Pop(&s.jobs).(*schedJob))
 		}
 		wait := time.Duration(-1)
 		if len(s.jobs) > 0 {
-			wait = s.jobs[0].due.Sub(now)
+			wait = time.Duration(s.jobs[0].due - nowNs)
 		}
 		s.mu.Unlock()
 		if len(due) > 0 {
@@ -160,28 +165,36 @@ func (s *topicSched) loop() {
 	}
 }
 
-// jobHeap orders jobs by due time (container/heap).
-type jobHeap []*schedJob
+// jobHeap orders jobs by due time (container/heap). The due time is kept
+// in the slice beside the job, so comparisons read contiguous memory, not
+// one job per comparison (with 100 000s of jobs, cache misses were most of
+// the heap's cost).
+type jobHeap []heapEntry
+
+type heapEntry struct {
+	due int64
+	j   *schedJob
+}
 
 func (h jobHeap) Len() int           { return len(h) }
-func (h jobHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h jobHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h jobHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
+	h[i].j.idx = i
+	h[j].j.idx = j
 }
 
 func (h *jobHeap) Push(x any) {
 	j := x.(*schedJob)
 	j.idx = len(*h)
-	*h = append(*h, j)
+	*h = append(*h, heapEntry{due: j.due, j: j})
 }
 
 func (h *jobHeap) Pop() any {
 	old := *h
 	n := len(old)
-	j := old[n-1]
-	old[n-1] = nil
+	j := old[n-1].j
+	old[n-1] = heapEntry{}
 	j.idx = -1
 	*h = old[:n-1]
 	return j

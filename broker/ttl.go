@@ -40,6 +40,20 @@ const policyPollInterval = 500 * time.Millisecond
 // done for a stats call.
 const statsReadTimeout = 2 * time.Second
 
+// backlogWork reports whether a backlog round has anything to do under
+// pol: a message TTL, or consumer_backlog_eviction with a size or age quota.
+func backlogWork(pol *clientv1.NamespacePolicies) bool {
+	if pol == nil {
+		return false
+	}
+	if pol.GetMessageTtlSeconds() > 0 {
+		return true
+	}
+	evict := pol.GetBacklogQuotaAction() == clientv1.QuotaAction_QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION
+	sizeOK := pol.BacklogQuotaBytes != nil && pol.GetBacklogQuotaBytes() >= 0
+	return evict && (sizeOK || pol.BacklogQuotaAgeSeconds != nil && pol.GetBacklogQuotaAgeSeconds() >= 0)
+}
+
 // backlogRound applies TTL and eviction once.
 func (t *topic) backlogRound(ctx context.Context) {
 	pol := t.currentPolicies()
@@ -53,7 +67,7 @@ func (t *topic) backlogRound(ctx context.Context) {
 	if pol.BacklogQuotaAgeSeconds == nil {
 		age = -1
 	}
-	if ttl <= 0 && !(evict && (sizeOK || age >= 0)) {
+	if !backlogWork(pol) {
 		return
 	}
 	now := time.Now().UnixMilli()
