@@ -247,9 +247,19 @@ func (t *topic) refreshPolicies(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	t.setPolicies(pol)
+}
+
+// setPolicies gives the topic new effective policies; a new policy object
+// has the backlog pass look at it at once (topicjobs.go).
+func (t *topic) setPolicies(pol *clientv1.NamespacePolicies) {
 	t.mu.Lock()
+	changed := t.policies != pol
 	t.policies = pol
 	t.mu.Unlock()
+	if changed {
+		t.policiesChanged()
+	}
 }
 
 // runRetention deletes whole ledgers that every cursor has passed and that
@@ -424,7 +434,7 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		ext.Cover = vectorToRecord(cov, t.b.cfg.MaxIndividualAcks)
 		ext.VFront = &[2]int64{md.L, md.E}
 	}
-	kv, err := createKey(ctx, t.b.cfg.Regional, key, encodeCursorExt(md, nil, created, 1, ext))
+	kv, err := createKey(ctx, t.b.cfg.Regional, key, encodeCursorExt(md, nil, created, 1, ext), 0)
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return nil, false, fmt.Errorf("%w: a cursor for subscription %s already exists in metadata but is not loaded; unload the topic and retry", ErrUnavailable, name)

@@ -18,9 +18,9 @@ import (
 //     followed when it changes), run retention (after re-reading the
 //     policies) every RetentionInterval;
 //   - the backlog job (ttl.go): a backlog round every BacklogPolicyInterval,
-//     at once when kicked (kickBacklog), and when the policy poll (every
-//     policyPollInterval, a pointer comparison done on the scheduler's
-//     goroutine) sees a new effective policy.
+//     at once when kicked (kickBacklog), and at once when the topic is given
+//     new effective policies (setPolicies; this replaces a 500 ms poll per
+//     topic that compared the policy pointer).
 //
 // Due times follow time.Ticker: on the grid start + k×period, and a tick
 // that falls while a round runs makes one more round right after it (the
@@ -43,12 +43,13 @@ type topicJobs struct {
 	nextPersist   time.Time
 	nextRetention time.Time
 
-	backlog      schedJob
-	every        time.Duration // backlog round period
-	pollEvery    time.Duration // policy poll period
-	nextBacklog  time.Time
-	nextPoll     time.Time
-	seen         *clientv1.NamespacePolicies // policies of the last round
+	backlog     schedJob
+	every       time.Duration // backlog round period
+	nextBacklog time.Time
+	seen        *clientv1.NamespacePolicies // policies of the last round
+	// polChanged: setPolicies gave the topic a new policy object since
+	// the backlog job last compared it with seen.
+	polChanged   bool
 	roundRunning bool
 	kicked       bool
 }
@@ -76,14 +77,12 @@ func (t *topic) startJobs() {
 	j.nextRetention = now.Add(t.b.cfg.RetentionInterval)
 	j.backlog = newSchedJob(t.backlogDue)
 	j.every = every
-	j.pollEvery = min(every, policyPollInterval)
 	j.nextBacklog = now.Add(every)
-	j.nextPoll = now.Add(j.pollEvery)
 	j.seen = seen
 	t.b.sched.at(&j.loop, minTime(j.nextPersist, j.nextRetention))
-	backlogDue := minTime(j.nextBacklog, j.nextPoll)
-	if j.kicked {
-		backlogDue = now // kicked before the start
+	backlogDue := j.nextBacklog
+	if j.kicked || j.polChanged {
+		backlogDue = now // kicked, or new policies, before the start
 	}
 	t.b.sched.at(&j.backlog, backlogDue)
 }
@@ -215,8 +214,8 @@ func (t *topic) loopRound() {
 }
 
 // backlogDue (scheduler goroutine) starts a backlog round when its tick is
-// due, it was kicked, or the policy poll sees new policies; otherwise it
-// schedules the next tick or poll.
+// due, it was kicked, or the topic has new policies; otherwise it schedules
+// the next tick.
 func (t *topic) backlogDue(now time.Time) {
 	j := &t.jobs
 	j.mu.Lock()
@@ -229,8 +228,8 @@ func (t *topic) backlogDue(now time.Time) {
 		round = true
 		j.nextBacklog = nextTick(j.nextBacklog, j.every, now)
 	}
-	if !now.Before(j.nextPoll) {
-		j.nextPoll = nextTick(j.nextPoll, j.pollEvery, now)
+	if j.polChanged {
+		j.polChanged = false
 		if !round {
 			seen := j.seen
 			j.mu.Unlock()
@@ -269,7 +268,7 @@ func (t *topic) backlogDue(now time.Time) {
 		go t.backlogRun()
 		return
 	}
-	t.b.sched.at(&j.backlog, minTime(j.nextBacklog, j.nextPoll))
+	t.b.sched.at(&j.backlog, j.nextBacklog)
 	j.mu.Unlock()
 }
 
@@ -299,11 +298,26 @@ func (t *topic) backlogRun() {
 	if j.closed {
 		return
 	}
-	due := minTime(j.nextBacklog, j.nextPoll)
-	if j.kicked {
+	due := j.nextBacklog
+	if j.kicked || j.polChanged {
 		due = time.Now()
 	}
 	t.b.sched.at(&j.backlog, due)
+}
+
+// policiesChanged (setPolicies) has the backlog job compare the topic's
+// new policies with those of its last round, at once.
+func (t *topic) policiesChanged() {
+	j := &t.jobs
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return
+	}
+	j.polChanged = true
+	if j.started && !j.roundRunning {
+		t.b.sched.at(&j.backlog, time.Now())
+	}
 }
 
 // kickBacklog asks the backlog pass for a round now (once more after the

@@ -20,7 +20,7 @@ import (
 //     than backlog_quota_age_seconds has the entries older than that
 //     acknowledged.
 //
-// A policy change starts a round within policyPollInterval (500 ms).
+// A policy change starts a round at once (setPolicies, topicjobs.go).
 
 // defaultBacklogPolicyInterval applies when Config.BacklogPolicyInterval
 // is 0.
@@ -31,10 +31,6 @@ const defaultBacklogPolicyInterval = 5 * time.Second
 // the cutoff need no read); a larger backlog is worked through over
 // several rounds.
 const ttlReadsPerRound = 10000
-
-// policyPollInterval is how often the backlog pass looks for a changed
-// effective policy (a pointer comparison).
-const policyPollInterval = 500 * time.Millisecond
 
 // statsReadTimeout bounds the reads of the oldest unacknowledged entries
 // done for a stats call.
