@@ -302,7 +302,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	val, _ := json.Marshal(&rec)
 	var kv2 metadata.KV
 	if version == metadata.MustNotExist {
-		kv2, err = createKey(ctx, ml.cfg.Regional, ml.key, val)
+		kv2, err = createKey(ctx, ml.cfg.Regional, ml.key, val, 0)
 	} else {
 		kv2, err = ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
 	}

@@ -543,7 +543,7 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 				return nil, fmt.Errorf("%w: release stale claim on %s: %v", ErrUnavailable, name, derr)
 			}
 		}
-		if _, err := s.cfg.Regional.Put(ctx, okey, val, metadata.MustNotExist, sid); err != nil {
+		if _, err := createKey(ctx, s.cfg.Regional, okey, val, sid); err != nil {
 			if errors.Is(err, metadata.ErrVersionMismatch) {
 				kv, gerr := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
 				if gerr == nil {
