@@ -32,9 +32,6 @@ type backlogSubState struct {
 // backlogTopicState is a topic's backlog pass state (ttl.go, quota.go).
 type backlogTopicState struct {
 	once sync.Once
-	// kick asks the backlog pass for a round now (an eviction quota was
-	// found exceeded at send admission).
-	kick chan struct{}
 	// mu guards oldest.
 	mu sync.Mutex
 	// oldest caches, per cursor name, the origin time of its oldest
@@ -51,7 +48,6 @@ type oldestEntry struct {
 // init makes the state usable (idempotent).
 func (b *backlogTopicState) init() {
 	b.once.Do(func() {
-		b.kick = make(chan struct{}, 1)
 		b.oldest = map[string]oldestEntry{}
 	})
 }

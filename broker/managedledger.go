@@ -111,9 +111,26 @@ type managedLedger struct {
 	notify func()
 	onFail func(error)
 
-	appendCh chan *appendReq
+	// pendingSlots is the back-pressure bound of the append queue: one
+	// token per send queued but not yet taken by appendLoop (at most
+	// MaxPendingSends). Its elements are zero-sized, so it costs no buffer
+	// however large the bound: an idle topic pays nothing for it (the
+	// queue itself, appendQ, grows only with the sends actually queued).
+	pendingSlots chan struct{}
+	// appendWake tells appendLoop that appendQ is not empty (capacity 1).
+	appendWake chan struct{}
+	// loopOnce starts appendLoop at the first send (an idle topic holds no
+	// goroutine), or marks it never started at close.
+	loopOnce sync.Once
 	stop     chan struct{}
 	loopDone chan struct{}
+
+	// qmu guards appendQ and qStopped.
+	qmu sync.Mutex
+	// appendQ holds the queued sends in arrival order.
+	appendQ []*appendReq
+	// qStopped: the loop stopped (close); no send is queued any more.
+	qStopped bool
 
 	// listMu serializes the writes of the ledger list (rollover, retention,
 	// close): each starts from the version the previous one returned, so a
@@ -153,8 +170,8 @@ func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *
 	return &managedLedger{cacheTotal: cacheTotal,
 		cfg: cfg, key: managedLedgerPrefix + topic, topic: topic, log: log, store: cfg.Ledgers,
 		opts: opts, notify: notify, onFail: onFail,
-		appendCh: make(chan *appendReq, cfg.MaxPendingSends),
-		stop:     make(chan struct{}), loopDone: make(chan struct{}),
+		pendingSlots: make(chan struct{}, cfg.MaxPendingSends), appendWake: make(chan struct{}, 1),
+		stop: make(chan struct{}), loopDone: make(chan struct{}),
 		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
 		dedup: newDedupTable(cfg.DedupMaxProducers),
 	}
@@ -288,7 +305,12 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	rec.Producers, rec.DedupThrough = dedup.snapshot(rec.Ledgers, rec.NextSeq-2)
 	rec.LocalSeq, rec.LocalSeqKnown = localSeq, true
 	val, _ := json.Marshal(&rec)
-	kv2, err := ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	var kv2 metadata.KV
+	if version == metadata.MustNotExist {
+		kv2, err = createKey(ctx, ml.cfg.Regional, ml.key, val, 0)
+	} else {
+		kv2, err = ml.cfg.Regional.Put(ctx, ml.key, val, version, 0)
+	}
 	if err != nil {
 		_ = w.Close(context.Background())
 		if !errors.Is(err, metadata.ErrUnknownOutcome) {
@@ -311,7 +333,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.msgs = scanned
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()
-	go ml.appendLoop()
+	// appendLoop starts at the first send (enqueue).
 	ml.log.Info("topic loaded", "ledgers", len(rec.Ledgers), "ledger", w.ID(), "producers", dedup.len())
 	return nil
 }
@@ -335,8 +357,9 @@ func (ml *managedLedger) countLocked(i int) int64 {
 	return li.Entries
 }
 
-// enqueue hands a send to the append loop. It blocks while the queue is
-// full (back-pressure) until ctx ends.
+// enqueue hands a send to the append loop. It blocks while
+// MaxPendingSends sends are queued (back-pressure) until ctx ends. Only
+// after load returned.
 func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
 	ml.mu.Lock()
 	if ml.failed != nil {
@@ -346,13 +369,47 @@ func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
 	}
 	ml.mu.Unlock()
 	select {
-	case ml.appendCh <- r:
-		return nil
+	case ml.pendingSlots <- struct{}{}:
 	case <-ml.stop:
 		return ErrTopicNotOwned
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	ml.qmu.Lock()
+	if ml.qStopped {
+		ml.qmu.Unlock()
+		<-ml.pendingSlots
+		return ErrTopicNotOwned
+	}
+	ml.appendQ = append(ml.appendQ, r)
+	ml.qmu.Unlock()
+	ml.loopOnce.Do(func() { go ml.appendLoop() })
+	select {
+	case ml.appendWake <- struct{}{}:
+	default: // a wake is already pending
+	}
+	return nil
+}
+
+// dequeue takes the oldest queued send and frees its slot; nil when the
+// queue is empty.
+func (ml *managedLedger) dequeue() *appendReq {
+	ml.qmu.Lock()
+	if len(ml.appendQ) == 0 {
+		ml.qmu.Unlock()
+		return nil
+	}
+	r := ml.appendQ[0]
+	ml.appendQ[0] = nil
+	ml.appendQ = ml.appendQ[1:]
+	if len(ml.appendQ) == 0 {
+		// Drop the backing array: the next burst starts small, and a topic
+		// gone idle keeps no queue memory.
+		ml.appendQ = nil
+	}
+	ml.qmu.Unlock()
+	<-ml.pendingSlots
+	return r
 }
 
 // dupResult is checkDup's answer for a duplicate send.
@@ -398,7 +455,19 @@ func (ml *managedLedger) appendLoop() {
 		case <-ml.stop:
 			ml.drainFailed(ErrTopicNotOwned)
 			return
-		case r := <-ml.appendCh:
+		case <-ml.appendWake:
+		}
+		for {
+			select {
+			case <-ml.stop:
+				ml.drainFailed(ErrTopicNotOwned)
+				return
+			default:
+			}
+			r := ml.dequeue()
+			if r == nil {
+				break
+			}
 			ml.mu.Lock()
 			failed := ml.failed
 			need := ml.needRolloverLocked()
@@ -429,14 +498,17 @@ func (ml *managedLedger) appendLoop() {
 	}
 }
 
+// drainFailed stops the queue (later sends are refused) and fails every
+// queued send with err.
 func (ml *managedLedger) drainFailed(err error) {
-	for {
-		select {
-		case r := <-ml.appendCh:
-			r.done(pos{}, err)
-		default:
-			return
-		}
+	ml.qmu.Lock()
+	ml.qStopped = true
+	q := ml.appendQ
+	ml.appendQ = nil
+	ml.qmu.Unlock()
+	for _, r := range q {
+		<-ml.pendingSlots
+		r.done(pos{}, err)
 	}
 }
 
@@ -585,6 +657,12 @@ func (ml *managedLedger) close(ctx context.Context, graceful, killed bool) {
 	default:
 		close(ml.stop)
 	}
+	// A loop never started (no send since load) is marked done here; a
+	// send queued meanwhile is failed like the loop would.
+	ml.loopOnce.Do(func() {
+		ml.drainFailed(ErrTopicNotOwned)
+		close(ml.loopDone)
+	})
 	<-ml.loopDone
 	ml.mu.Lock()
 	w := ml.writer

@@ -292,9 +292,7 @@ func (s *Server) refreshTopicPolicies(t *topic) {
 		t.log.Warn("policies not refreshed; the topic keeps its previous ones", "err", err)
 		return
 	}
-	t.mu.Lock()
-	t.policies = p
-	t.mu.Unlock()
+	t.setPolicies(p)
 	if s.repl != nil {
 		go s.repl.sync(t)
 	}

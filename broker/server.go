@@ -48,6 +48,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	repl    *replManager
+	// sched runs every loaded topic's periodic work (timerwheel.go).
+	sched *topicSched
 
 	grpcSrv *grpc.Server
 	lis     net.Listener
@@ -91,6 +93,9 @@ type Server struct {
 		at      time.Time
 		brokers map[string]ownerRecord
 		load    map[string]int
+		// refreshing is closed when the census running now ends; nil
+		// when none runs.
+		refreshing chan struct{}
 	}
 }
 
@@ -106,7 +111,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger.Warn("UNSAFE TEST MODE unsafe_skip_origin_check: replicated entries resent after a reconnect are stored twice; never use it outside a chaos test")
 	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
-		takeWarn: warnEvery{interval: 10 * time.Second}}
+		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched()}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -306,6 +311,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.ready.Store(false)
 		s.repl.stop()
 		s.unloadAll(ctx, true)
+		s.sched.close()
 		s.stopWAN(ctx, true)
 		s.repl.closePool()
 		if s.bgCancel != nil {
@@ -378,6 +384,7 @@ func (s *Server) Kill() {
 				sl.t.close(context.Background(), false)
 			}
 		}
+		s.sched.close()
 	})
 }
 
@@ -541,7 +548,7 @@ func (s *Server) claimAndLoad(ctx context.Context, name TopicName, create bool, 
 				return nil, fmt.Errorf("%w: release stale claim on %s: %v", ErrUnavailable, name, derr)
 			}
 		}
-		if _, err := s.cfg.Regional.Put(ctx, okey, val, metadata.MustNotExist, sid); err != nil {
+		if _, err := createKey(ctx, s.cfg.Regional, okey, val, sid); err != nil {
 			if errors.Is(err, metadata.ErrVersionMismatch) {
 				kv, gerr := s.cfg.Regional.Get(ctx, okey, metadata.ReadOptions{})
 				if gerr == nil {
@@ -666,14 +673,48 @@ const loadCacheTTL = time.Second
 
 // brokerLoad returns the live brokers and how many topics each owns,
 // cached for loadCacheTTL.
+//
+// One census runs at a time: it lists every ownership key (O(topics)), and
+// when every caller whose cache had expired ran its own — 64 topic
+// creations in flight each listing 20 000 owner records every second — the
+// census was most of the broker's CPU and topic creation slowed ~8× past
+// 10 000 topics (docs/parts/scale2.md). While one runs, the others use the
+// previous (stale) census if there is one, else wait for it.
 func (s *Server) brokerLoad(ctx context.Context) (map[string]ownerRecord, map[string]int, error) {
-	s.mu.Lock()
-	if time.Since(s.loadCache.at) < loadCacheTTL && s.loadCache.load != nil {
-		b, l := maps.Clone(s.loadCache.brokers), maps.Clone(s.loadCache.load)
+	for {
+		s.mu.Lock()
+		lc := &s.loadCache
+		if lc.load != nil && (time.Since(lc.at) < loadCacheTTL || lc.refreshing != nil) {
+			b, l := maps.Clone(lc.brokers), maps.Clone(lc.load)
+			s.mu.Unlock()
+			return b, l, nil
+		}
+		if ch := lc.refreshing; ch != nil {
+			s.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("%w: broker load: %v", ErrUnavailable, ctx.Err())
+			}
+		}
+		ch := make(chan struct{})
+		lc.refreshing = ch
 		s.mu.Unlock()
-		return b, l, nil
+		brokers, load, err := s.brokerCensus(ctx)
+		s.mu.Lock()
+		if err == nil {
+			lc.at, lc.brokers, lc.load = time.Now(), brokers, maps.Clone(load)
+		}
+		lc.refreshing = nil
+		close(ch)
+		s.mu.Unlock()
+		return brokers, load, err
 	}
-	s.mu.Unlock()
+}
+
+// brokerCensus lists the live brokers and counts the topics each owns.
+func (s *Server) brokerCensus(ctx context.Context) (map[string]ownerRecord, map[string]int, error) {
 	brokers := map[string]ownerRecord{}
 	if err := s.listAll(ctx, brokerPrefix, func(kv metadata.KV) {
 		var o ownerRecord
@@ -692,9 +733,6 @@ func (s *Server) brokerLoad(ctx context.Context) (map[string]ownerRecord, map[st
 	}); err != nil {
 		return nil, nil, err
 	}
-	s.mu.Lock()
-	s.loadCache.at, s.loadCache.brokers, s.loadCache.load = time.Now(), brokers, maps.Clone(load)
-	s.mu.Unlock()
 	return brokers, load, nil
 }
 

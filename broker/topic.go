@@ -55,8 +55,10 @@ type topic struct {
 	log  *slog.Logger
 	ml   *managedLedger
 
-	stop     chan struct{}
-	loopDone chan struct{}
+	stop chan struct{}
+	// jobs is the topic's periodic work in the broker's scheduler
+	// (topicjobs.go).
+	jobs topicJobs
 
 	subCreateMu sync.Mutex
 
@@ -89,7 +91,7 @@ type topic struct {
 func newTopic(b *Server, name TopicName, pol *clientv1.NamespacePolicies) *topic {
 	t := &topic{
 		b: b, name: name, log: b.log.With("topic", name.String()),
-		stop: make(chan struct{}), loopDone: make(chan struct{}),
+		stop:      make(chan struct{}),
 		producers: map[string]*producer{}, subs: map[string]*subscription{}, policies: pol,
 		rateAt: time.Now(),
 	}
@@ -155,8 +157,7 @@ func (t *topic) load(ctx context.Context, create bool) error {
 		page.After = res.KVs[len(res.KVs)-1].Key
 	}
 	// Cursors whose mark-delete ledger is unknown are before everything.
-	go t.loop()
-	go t.backlogLoop() // ttl.go
+	t.startJobs() // topicjobs.go
 	return nil
 }
 
@@ -191,44 +192,6 @@ func (t *topic) countOut(msgs int32, bytes int) {
 	t.msgsOut.Add(int64(msgs))
 	t.bytesOut.Add(int64(bytes))
 	t.b.metrics.out(t.name.NamespaceName(), int(msgs), bytes)
-}
-
-// loop persists cursors and runs retention until the topic closes.
-func (t *topic) loop() {
-	defer close(t.loopDone)
-	tick := t.persistTick()
-	persist := time.NewTicker(tick)
-	defer persist.Stop()
-	retention := time.NewTicker(t.b.cfg.RetentionInterval)
-	defer retention.Stop()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-persist.C:
-			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
-			if t.stopped() {
-				return
-			}
-			t.persistCursors(false)
-			t.updateRates()
-			if d := t.persistTick(); d != tick {
-				tick = d // the namespace policy changed
-				persist.Reset(tick)
-			}
-		case <-retention.C:
-			t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
-			if t.stopped() {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
-			t.refreshPolicies(ctx)
-			if err := t.runRetention(ctx); err != nil {
-				t.log.Warn("retention", "err", err)
-			}
-			cancel()
-		}
-	}
 }
 
 // stopped reports whether close has begun.
@@ -284,9 +247,19 @@ func (t *topic) refreshPolicies(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	t.setPolicies(pol)
+}
+
+// setPolicies gives the topic new effective policies; a new policy object
+// has the backlog pass look at it at once (topicjobs.go).
+func (t *topic) setPolicies(pol *clientv1.NamespacePolicies) {
 	t.mu.Lock()
+	changed := t.policies != pol
 	t.policies = pol
 	t.mu.Unlock()
+	if changed {
+		t.policiesChanged()
+	}
 }
 
 // runRetention deletes whole ledgers that every cursor has passed and that
@@ -461,7 +434,7 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		ext.Cover = vectorToRecord(cov, t.b.cfg.MaxIndividualAcks)
 		ext.VFront = &[2]int64{md.L, md.E}
 	}
-	kv, err := t.b.cfg.Regional.Put(ctx, key, encodeCursorExt(md, nil, created, 1, ext), metadata.MustNotExist, 0)
+	kv, err := createKey(ctx, t.b.cfg.Regional, key, encodeCursorExt(md, nil, created, 1, ext), 0)
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
 			return nil, false, fmt.Errorf("%w: a cursor for subscription %s already exists in metadata but is not loaded; unload the topic and retry", ErrUnavailable, name)
@@ -553,6 +526,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	}
 	t.mu.Unlock()
 	close(t.stop)
+	t.stopJobs()
 	t.replicators.stopAll()
 	t.subsync.stopAll()
 	for _, p := range prods {
@@ -578,7 +552,7 @@ func (t *topic) close(ctx context.Context, graceful bool) {
 	for _, s := range subs {
 		s.close()
 	}
-	<-t.loopDone
+	t.waitJobs()
 }
 
 // subList returns the topic's subscriptions.

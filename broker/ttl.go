@@ -20,7 +20,7 @@ import (
 //     than backlog_quota_age_seconds has the entries older than that
 //     acknowledged.
 //
-// A policy change starts a round within policyPollInterval (500 ms).
+// A policy change starts a round at once (setPolicies, topicjobs.go).
 
 // defaultBacklogPolicyInterval applies when Config.BacklogPolicyInterval
 // is 0.
@@ -32,64 +32,22 @@ const defaultBacklogPolicyInterval = 5 * time.Second
 // several rounds.
 const ttlReadsPerRound = 10000
 
-// policyPollInterval is how often the backlog pass looks for a changed
-// effective policy (a pointer comparison).
-const policyPollInterval = 500 * time.Millisecond
-
 // statsReadTimeout bounds the reads of the oldest unacknowledged entries
 // done for a stats call.
 const statsReadTimeout = 2 * time.Second
 
-// backlogLoop runs the backlog pass until the topic stops.
-func (t *topic) backlogLoop() {
-	t.backlog.init()
-	every := t.b.cfg.BacklogPolicyInterval
-	if every <= 0 {
-		every = defaultBacklogPolicyInterval
+// backlogWork reports whether a backlog round has anything to do under
+// pol: a message TTL, or consumer_backlog_eviction with a size or age quota.
+func backlogWork(pol *clientv1.NamespacePolicies) bool {
+	if pol == nil {
+		return false
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	// A policy change (a new effective policy object) starts a round
-	// without waiting for the tick.
-	poll := time.NewTicker(min(every, policyPollInterval))
-	defer poll.Stop()
-	seen := t.currentPolicies()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-tick.C:
-		case <-t.backlog.kick:
-		case <-poll.C:
-			if cur := t.currentPolicies(); cur == seen {
-				continue
-			}
-		}
-		seen = t.currentPolicies()
-		t.b.cfg.Testing.TopicLoopFreeze.wait(t.stop)
-		if t.stopped() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), t.b.cfg.OperationTimeout)
-		go func() { // the round ends with the topic
-			select {
-			case <-t.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		t.backlogRound(ctx)
-		cancel()
+	if pol.GetMessageTtlSeconds() > 0 {
+		return true
 	}
-}
-
-// kickBacklog asks the backlog pass for a round now.
-func (t *topic) kickBacklog() {
-	t.backlog.init()
-	select {
-	case t.backlog.kick <- struct{}{}:
-	default:
-	}
+	evict := pol.GetBacklogQuotaAction() == clientv1.QuotaAction_QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION
+	sizeOK := pol.BacklogQuotaBytes != nil && pol.GetBacklogQuotaBytes() >= 0
+	return evict && (sizeOK || pol.BacklogQuotaAgeSeconds != nil && pol.GetBacklogQuotaAgeSeconds() >= 0)
 }
 
 // backlogRound applies TTL and eviction once.
@@ -105,7 +63,7 @@ func (t *topic) backlogRound(ctx context.Context) {
 	if pol.BacklogQuotaAgeSeconds == nil {
 		age = -1
 	}
-	if ttl <= 0 && !(evict && (sizeOK || age >= 0)) {
+	if !backlogWork(pol) {
 		return
 	}
 	now := time.Now().UnixMilli()

@@ -30,8 +30,11 @@ type Writer struct {
 	slots chan struct{}
 	// completions carries reported adds, in entry order, to the goroutine
 	// that runs callbacks. Its capacity equals the window, so sends under
-	// mu never block.
+	// mu never block. It is made, and the goroutines started, at the first
+	// add (startOnce): a ledger opened and never written (an idle topic's)
+	// holds neither the buffer nor the goroutines.
 	completions chan *pendingAdd
+	startOnce   sync.Once
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	closeMu     sync.Mutex // serialises Close
@@ -91,24 +94,31 @@ type sendOp struct {
 
 func newWriter(c *Client, md *Metadata) *Writer {
 	w := &Writer{
-		c:           c,
-		id:          md.ID,
-		log:         c.log.With("ledger", md.ID),
-		qa:          md.AckQuorum,
-		slots:       make(chan struct{}, c.cfg.MaxInFlight),
-		completions: make(chan *pendingAdd, c.cfg.MaxInFlight),
-		stop:        make(chan struct{}),
-		md:          md,
-		ensemble:    append([]topology.BookieInfo(nil), md.Segments[len(md.Segments)-1].Ensemble...),
-		next:        0,
-		lac:         -1,
-		failed:      make(map[string]bool),
-		quarantine:  make(map[string]time.Time),
+		c:          c,
+		id:         md.ID,
+		log:        c.log.With("ledger", md.ID),
+		qa:         md.AckQuorum,
+		slots:      make(chan struct{}, c.cfg.MaxInFlight),
+		stop:       make(chan struct{}),
+		md:         md,
+		ensemble:   append([]topology.BookieInfo(nil), md.Segments[len(md.Segments)-1].Ensemble...),
+		next:       0,
+		lac:        -1,
+		failed:     make(map[string]bool),
+		quarantine: make(map[string]time.Time),
 	}
-	w.wg.Add(2)
-	go w.completeLoop()
-	go w.timeoutLoop()
 	return w
+}
+
+// start makes the completion queue and starts the callback and timeout
+// goroutines; once, at the first add (see completions).
+func (w *Writer) start() {
+	w.startOnce.Do(func() {
+		w.completions = make(chan *pendingAdd, w.c.cfg.MaxInFlight)
+		w.wg.Add(2)
+		go w.completeLoop()
+		go w.timeoutLoop()
+	})
 }
 
 // ID returns the ledger ID.
@@ -164,6 +174,9 @@ func (w *Writer) appendAsync(ctx context.Context, data []byte, cb func(int64, er
 	case <-ctx.Done():
 		return fmt.Errorf("ledger: append to %d: %w", w.id, ctx.Err())
 	}
+	// Holding a slot: Close cannot be past taking the whole window, so it
+	// has not yet disabled start.
+	w.start()
 	w.mu.Lock()
 	if err := w.unusableLocked(); err != nil {
 		if w.closed {
@@ -694,6 +707,9 @@ func (w *Writer) Close(ctx context.Context) error {
 			return werr // retryable
 		}
 	}
+	// Every slot is held, so no add is between its slot and start: a
+	// Writer never written is closed without ever starting its goroutines.
+	w.startOnce.Do(func() {})
 	w.mu.Lock()
 	w.closed = true
 	if w.err == nil {
@@ -701,7 +717,9 @@ func (w *Writer) Close(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	close(w.stop)
-	close(w.completions)
+	if w.completions != nil {
+		close(w.completions)
+	}
 	w.wg.Wait()
 	return werr
 }
