@@ -26,6 +26,10 @@ type Config struct {
 	// ListenAddr is the gRPC listen address (host:port; port 0 picks one).
 	// Default "127.0.0.1:0".
 	ListenAddr string
+	// InProcess also serves the gRPC service on an in-memory listener that
+	// DialInProcess connects to: a ledger client in the same process (the
+	// standalone) skips the loopback socket. Default off.
+	InProcess bool
 	// AdvertiseAddr is the address published in the registry ("" = the
 	// real listen address).
 	AdvertiseAddr string

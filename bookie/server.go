@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // Server is one bookie: storage engine, gRPC service, HTTP endpoints
@@ -47,6 +48,7 @@ type Server struct {
 	st       *storage
 	grpc     *grpc.Server
 	lis      net.Listener
+	inproc   *bufconn.Listener // InProcess: the in-memory listener
 	httpSrv  *http.Server
 	httpLis  net.Listener
 	cancel   context.CancelFunc
@@ -152,6 +154,15 @@ func (s *Server) startLocked(ctx context.Context) error {
 			s.log.Error("bookie grpc serve", "err", err)
 		}
 	}()
+	if s.cfg.InProcess {
+		ip := bufconn.Listen(inProcessBuffer)
+		s.inproc = ip
+		go func() {
+			if err := s.grpc.Serve(ip); err != nil {
+				s.log.Error("bookie grpc serve (in-process)", "err", err)
+			}
+		}()
+	}
 	if s.cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", s.cfg.HTTPAddr)
 		if err != nil {
@@ -327,6 +338,23 @@ func (s *Server) stopLocked(graceful bool) {
 	s.bg.Wait()
 	s.st.close(graceful)
 	s.log.Info("bookie stopped", "graceful", graceful)
+}
+
+// inProcessBuffer is the in-memory listener's buffer per direction of a
+// connection: a few adds of 1 MiB batches in flight.
+const inProcessBuffer = 4 << 20
+
+// DialInProcess connects to the running server over its in-memory
+// listener (Config.InProcess): the same gRPC service, no socket. It fails
+// when the server is not running or InProcess is off.
+func (s *Server) DialInProcess(ctx context.Context) (net.Conn, error) {
+	s.mu.Lock()
+	ip := s.inproc
+	s.mu.Unlock()
+	if ip == nil {
+		return nil, fmt.Errorf("bookie: no in-process listener (InProcess off or not started)")
+	}
+	return ip.DialContext(ctx)
 }
 
 // Addr returns the real gRPC listen address (valid after Start).

@@ -20,6 +20,7 @@ import (
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 )
 
 // StandaloneConfig configures a whole region in one process.
@@ -122,6 +123,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	bcfg.Region = cfg.Region
 	bcfg.Rack = "rack-0"
 	bcfg.ListenAddr = "127.0.0.1:0"
+	bcfg.InProcess = true // the ledger client below dials it without a socket
 	bcfg.HTTPAddr = ""
 	bcfg.JournalDir = filepath.Join(cfg.DataDir, "bookie", "journal")
 	bcfg.LedgerDir = filepath.Join(cfg.DataDir, "bookie", "ledgers")
@@ -152,6 +154,18 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	lcfg.Logger = log.With("component", "ledger")
 	lcfg.Registerer = reg
 	lcfg.MaxEntryBytes = 6 << 20
+	// The broker's adds and reads reach the bookie of this process over its
+	// in-memory listener: the same gRPC service without the loopback
+	// socket's syscalls and copies (its TCP address stays registered for
+	// every other client).
+	bk := sa.bookie
+	lcfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr == bk.Addr() {
+			return bk.DialInProcess(ctx)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})}
 	sa.ledgers, err = ledger.NewClient(lcfg)
 	if err != nil {
 		return nil, err
