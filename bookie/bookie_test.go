@@ -2,14 +2,18 @@ package bookie_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/bookietest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func TestAddReadRoundTrip(t *testing.T) {
@@ -139,5 +143,38 @@ func TestConfigValidateNamesField(t *testing.T) {
 	bad.MaxEntryBytes = 0
 	if _, err := bookie.NewServer(bad); err == nil || !strings.Contains(err.Error(), "MaxEntryBytes") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestInProcessListener: with InProcess the same service answers over the
+// in-memory listener (what the standalone's ledger client dials); without
+// it DialInProcess fails.
+func TestInProcessListener(t *testing.T) {
+	c := bookietest.StartCluster(t, 2, bookietest.WithConfig(func(i int, cfg *bookie.Config) { cfg.InProcess = i == 0 }))
+	ctx := ctxT(t)
+	srv := c.Server(0)
+	conn, err := grpc.NewClient("passthrough:///in-process", append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return srv.DialInProcess(ctx) })},
+		bookie.WithExpectedIdentity(bookie.FixedIdentity(srv.ID(), srv.InstanceID()))...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := bookiev1.NewBookieClient(conn)
+	for e := int64(0); e < 20; e++ {
+		if err := add(ctx, cl, 3, e, payloadFor(3, e, 1000)); err != nil {
+			t.Fatalf("add %d in process: %v", e, err)
+		}
+	}
+	// Written in process, read back over the socket.
+	for e := int64(0); e < 20; e++ {
+		got, err := read(ctx, c.Client(0), 3, e)
+		if err != nil || !bytes.Equal(got, payloadFor(3, e, 1000)) {
+			t.Fatalf("entry %d over TCP: %v", e, err)
+		}
+	}
+	if _, err := c.Server(1).DialInProcess(ctx); err == nil {
+		t.Fatal("DialInProcess without InProcess succeeded")
 	}
 }
