@@ -158,15 +158,9 @@ stopped. Receiving stops when every subscription has every acknowledged
 message, or --drain after the producers stop.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := perfFlagsOf(cmd)
+			f, err := cumulativePerfFlags(cmd, true, "fanout")
 			if err != nil {
 				return err
-			}
-			if err := f.validate(true); err != nil {
-				return err
-			}
-			if typ, _ := client.ParseSubscriptionType(f.typ); typ == client.Shared {
-				return fmt.Errorf("--type %s: fanout acknowledges cumulatively; use exclusive, failover or key_shared", f.typ)
 			}
 			if subs < 1 || subs > maxFanoutSubscriptions {
 				return fmt.Errorf("--subscriptions %d: must be in [1, %d]", subs, maxFanoutSubscriptions)
@@ -399,15 +393,9 @@ figure is the read path's, not this process's. Prints MB/s every second and
 a summary over first to last message received.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := perfFlagsOf(cmd)
+			f, err := cumulativePerfFlags(cmd, false, "catchup")
 			if err != nil {
 				return err
-			}
-			if err := f.validate(false); err != nil {
-				return err
-			}
-			if typ, _ := client.ParseSubscriptionType(f.typ); typ == client.Shared {
-				return fmt.Errorf("--type %s: catchup acknowledges cumulatively; use exclusive, failover or key_shared", f.typ)
 			}
 			if idle <= 0 {
 				return fmt.Errorf("--idle %v: must be > 0", idle)
@@ -524,4 +512,20 @@ func perfCatchup(ctx context.Context, cmd *cobra.Command, c *client.Client, f *p
 	fmt.Fprintf(cmd.OutOrStdout(), "catchup summary: %d messages, %d bytes in %.2f s (first to last receipt), %.0f msg/s, %.2f MB/s, %d errors\n",
 		res.Messages, res.Bytes, res.Seconds, res.MsgsPerSec, res.MBPerSec, res.Errors)
 	return nil
+}
+
+// cumulativePerfFlags reads and validates the perf flags of a mode that
+// acknowledges cumulatively (fanout, catchup): Shared is refused.
+func cumulativePerfFlags(cmd *cobra.Command, needRate bool, mode string) (*perfFlags, error) {
+	f, err := perfFlagsOf(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.validate(needRate); err != nil {
+		return nil, err
+	}
+	if typ, _ := client.ParseSubscriptionType(f.typ); typ == client.Shared {
+		return nil, fmt.Errorf("--type %s: %s acknowledges cumulatively; use exclusive, failover or key_shared", f.typ, mode)
+	}
+	return f, nil
 }
