@@ -364,19 +364,7 @@ func fanoutReceive(ctx context.Context, s *fanoutSub) {
 		}
 		s.st.record(lat, len(m.Payload))
 		s.received.Add(1)
-		select {
-		case acks <- m.ID:
-		default:
-			// An ack is in flight or queued; the next one covers this.
-			select {
-			case <-acks:
-			default:
-			}
-			select {
-			case acks <- m.ID:
-			default:
-			}
-		}
+		offerLatest(acks, m.ID)
 	}
 }
 
@@ -483,18 +471,7 @@ func perfCatchup(ctx context.Context, cmd *cobra.Command, c *client.Client, f *p
 		last.Store(now)
 		s.received.Add(1)
 		bytes.Add(int64(len(m.Payload)))
-		select {
-		case acks <- m.ID:
-		default:
-			select {
-			case <-acks:
-			default:
-			}
-			select {
-			case acks <- m.ID:
-			default:
-			}
-		}
+		offerLatest(acks, m.ID)
 	}
 	cancel()
 	close(acks)
@@ -528,4 +505,22 @@ func cumulativePerfFlags(cmd *cobra.Command, needRate bool, mode string) (*perfF
 		return nil, fmt.Errorf("--type %s: %s acknowledges cumulatively; use exclusive, failover or key_shared", f.typ, mode)
 	}
 	return f, nil
+}
+
+// offerLatest queues id for the cumulative-ack goroutine without blocking:
+// a queued, older ID is replaced (the newer cumulative ack covers it).
+func offerLatest(acks chan client.MessageID, id client.MessageID) {
+	select {
+	case acks <- id:
+		return
+	default:
+	}
+	select {
+	case <-acks:
+	default:
+	}
+	select {
+	case acks <- id:
+	default:
+	}
 }
