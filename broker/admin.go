@@ -493,6 +493,12 @@ func (a *adminService) DeleteSubscription(ctx context.Context, r *clientv1.Delet
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	if isReplName(r.GetSubscription()) {
+		if err := a.b.checkReplicatorCursorDelete(ctx, t, r.GetSubscription()); err != nil {
+			return nil, GRPCError(err)
+		}
+		t.replicators.stopOne(strings.TrimPrefix(r.GetSubscription(), ReplicatorCursorPrefix))
+	}
 	return &clientv1.DeleteSubscriptionResponse{}, GRPCError(t.deleteSub(ctx, r.GetSubscription(), r.GetForce()))
 }
 
@@ -510,6 +516,9 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	}
 	if err != nil {
 		return nil, GRPCError(err)
+	}
+	if isReplName(r.GetSubscription()) {
+		return nil, GRPCError(replicatorCursorResetError(r.GetSubscription()))
 	}
 	s, err := t.subscription(r.GetSubscription())
 	if err != nil {
