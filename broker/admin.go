@@ -134,8 +134,14 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 		}
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
-	if cur, perr := parsePolicies(r.GetNamespace(), kv.Value); perr != nil || !slices.Equal(cur.GetReplicationRegions(), p.GetReplicationRegions()) {
+	cur, perr := parsePolicies(r.GetNamespace(), kv.Value)
+	if perr != nil || !slices.Equal(cur.GetReplicationRegions(), p.GetReplicationRegions()) {
 		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "replication_regions", p.GetReplicationRegions()); err != nil {
+			return nil, GRPCError(err)
+		}
+	}
+	if perr != nil || !slices.Equal(cur.GetMaxReplicationLagRegions(), p.GetMaxReplicationLagRegions()) {
+		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "max_replication_lag_regions", p.GetMaxReplicationLagRegions()); err != nil {
 			return nil, GRPCError(err)
 		}
 	}

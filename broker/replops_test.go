@@ -2,12 +2,16 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/client"
 	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc/codes"
 )
@@ -17,7 +21,9 @@ import (
 // never ships, so its cursor, backlog and lag only grow.
 func deadRemoteRegion(t *testing.T, brokers int, ns string) (*regiontest.Cluster, clientv1.MeridianClient, clientv1.AdminClient) {
 	t.Helper()
-	rc := regiontest.Start(t, regiontest.Options{Brokers: brokers, Bookies: 1})
+	rc := regiontest.Start(t, regiontest.Options{Brokers: brokers, Bookies: 1, Broker: func(_ int, cfg *broker.Config) {
+		cfg.Replication.LagHoldTimeout = time.Second
+	}})
 	cli, adm := conn(t, rc.Addrs()[0])
 	registerRegion(t, rc.Global, "b", "127.0.0.1:1")
 	ctx := context.Background()
@@ -114,5 +120,142 @@ func TestReplicatorCursorAdminOpsRefused(t *testing.T) {
 	ls, err := adm.ListSubscriptions(ctx, &clientv1.ListSubscriptionsRequest{Topic: topic})
 	if err != nil || slices.Contains(ls.GetSubscriptions(), repl) {
 		t.Fatalf("subscriptions after the delete: %v %v", ls, err)
+	}
+}
+
+// editPolicies applies edit to namespace ns's policies.
+func editPolicies(t *testing.T, adm clientv1.AdminClient, ns string, edit func(p *clientv1.NamespacePolicies)) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := adm.GetNamespacePolicies(ctx, &clientv1.GetNamespacePoliciesRequest{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(r.GetPolicies())
+	if _, err := adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: ns, Policies: r.GetPolicies()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goClient is a client of rc with a send timeout.
+func goClient(t *testing.T, rc *regiontest.Cluster, sendTimeout time.Duration, topic string) *client.Producer {
+	t.Helper()
+	ctx := context.Background()
+	c, err := client.New(ctx, client.Options{URL: strings.Join(rc.Addrs(), ","), InitialBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	p, err := c.NewProducer(ctx, client.ProducerOptions{Topic: topic, SendTimeout: sendTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// sendUntilRefused sends with p until a send fails (the lag to the dead
+// region b passes the bound) and returns that error and the IDs
+// acknowledged before it.
+func sendUntilRefused(t *testing.T, p *client.Producer) (error, []client.MessageID) {
+	t.Helper()
+	var acked []client.MessageID
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		id, err := p.Send(ctx, &client.Message{Payload: []byte("m")})
+		cancel()
+		if err != nil {
+			return err, acked
+		}
+		acked = append(acked, id)
+		time.Sleep(20 * time.Millisecond) // paces the probe: ~50 sends a second
+	}
+	t.Fatal("no send refused within 60 s past a 1 s lag bound")
+	return nil, nil
+}
+
+// TestLagBoundProducerErrorAtOnce: with max_replication_lag and action
+// producer_error, a send past the bound fails at once with the broker's
+// reason (QUOTA_REFUSED, "replication lag to region b is ...s, bound 1s"),
+// as Pulsar's producer_exception: the client does not retry it until its
+// send timeout. The refusal is final, so the producer's later sends are
+// judged on their own; once the bound is lifted they are stored.
+func TestLagBoundProducerErrorAtOnce(t *testing.T) {
+	const ns, topic = "public/ops12", "public/ops12/t"
+	rc, cli, adm := deadRemoteRegion(t, 1, ns)
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) {
+		p.MaxReplicationLagMs = 1000
+		p.MaxReplicationLagAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
+	})
+	// A send timeout far above the bound: before the fix the client
+	// resent the refused batch until it, and reported ErrSendTimeout.
+	p := goClient(t, rc, 20*time.Second, topic)
+	err, acked := sendUntilRefused(t, p)
+	t.Logf("%d acknowledged, then: %v", len(acked), err)
+	if !errors.Is(err, client.ErrQuotaRefused) || !errors.Is(err, client.ErrQuotaExceeded) || errors.Is(err, client.ErrSendTimeout) {
+		t.Fatalf("send past the bound: %v, want ErrQuotaRefused at once, not a send timeout", err)
+	}
+	if !strings.Contains(err.Error(), "replication lag to region b is ") || !strings.Contains(err.Error(), "bound 1s") {
+		t.Fatalf("error %q does not give the lag to region b and the bound", err)
+	}
+	// The raw receipt, twice on one stream: each refusal is final and its
+	// own (not "an earlier send of this stream was refused").
+	rp, _ := openProducer(t, cli, topic, "raw")
+	for seq := range int64(2) {
+		e := rp.send(seq, []byte("x")).GetError()
+		if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED || !strings.Contains(e.GetMessage(), "replication lag to region b") ||
+			strings.Contains(e.GetMessage(), "earlier send") {
+			t.Fatalf("raw send %d: %v, want QUOTA_REFUSED naming region b", seq, e)
+		}
+	}
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) { p.MaxReplicationLagMs = 0 })
+	waitFor(t, "raw send stored once the bound is lifted", func() bool { return rp.send(2, []byte("y")).GetError() == nil })
+	if _, err := p.Send(context.Background(), &client.Message{Payload: []byte("after")}); err != nil {
+		t.Fatalf("client send after the bound was lifted: %v", err)
+	}
+}
+
+// TestLagBoundHoldsFromFirstSendAfterLoad: the lag bound holds from the
+// first send after a topic load: with the lag past the bound, the topic
+// is unloaded (and loads again on one of two brokers); the first send
+// after the load is refused (producer_error) or held (producer_hold),
+// never admitted.
+func TestLagBoundHoldsFromFirstSendAfterLoad(t *testing.T) {
+	const ns, topic = "public/ops8", "public/ops8/t"
+	rc, _, adm := deadRemoteRegion(t, 2, ns)
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) {
+		p.MaxReplicationLagMs = 1000
+		p.MaxReplicationLagAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
+	})
+	p := goClient(t, rc, 20*time.Second, topic)
+	if err, _ := sendUntilRefused(t, p); !errors.Is(err, client.ErrQuotaRefused) {
+		t.Fatalf("send past the bound: %v", err)
+	}
+	ctx := context.Background()
+	for i, action := range []clientv1.QuotaAction{clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR, clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD} {
+		editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) { p.MaxReplicationLagAction = action })
+		if _, err := adm.UnloadTopic(ctx, &clientv1.UnloadTopicRequest{Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+		// A fresh raw producer on the new owner: its first send is the
+		// first of the load.
+		owner := regiontest.LookupOwner(t, rc.Addrs()[0], topic, func(string) bool { return true })
+		ocli, _ := conn(t, owner)
+		rp, _ := openProducer(t, ocli, topic, fmt.Sprintf("first-%d", i))
+		e := rp.send(0, []byte("first")).GetError()
+		t.Logf("%s: first send after the load: %v", action, e)
+		switch action {
+		case clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR:
+			if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED {
+				t.Fatalf("first send after the load: %v, want QUOTA_REFUSED", e)
+			}
+		default:
+			// Held for LagHoldTimeout (1 s here), then refused retryably:
+			// never stored.
+			if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED || !strings.Contains(e.GetMessage(), "replication lag to region b") {
+				t.Fatalf("first send after the load: %v, want it held then QUOTA_EXCEEDED", e)
+			}
+		}
 	}
 }
