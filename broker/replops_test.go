@@ -14,6 +14,7 @@ import (
 	"github.com/meridianmq/meridian/client"
 	"github.com/meridianmq/meridian/region/regiontest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // deadRemoteRegion starts a region ("test") whose namespace ns replicates
@@ -257,5 +258,89 @@ func TestLagBoundHoldsFromFirstSendAfterLoad(t *testing.T) {
 				t.Fatalf("first send after the load: %v, want it held then QUOTA_EXCEEDED", e)
 			}
 		}
+	}
+}
+
+// TestReplicationBacklogSeparateQuota: the consumers' backlog quota
+// (backlog_quota_bytes) ignores replicator cursors, so a region that is
+// down, or removed with its cursor kept, does not stop writes; the
+// replication backlog has its own quota (replication_backlog_quota_bytes,
+// hold or error) that acts on the regions of the replication set only;
+// retention keeps the removed region's cursor (and so its data).
+func TestReplicationBacklogSeparateQuota(t *testing.T) {
+	const ns, topic, repl = "public/ops9", "public/ops9/t", "meridian.repl.b"
+	_, cli, adm := deadRemoteRegion(t, 1, ns)
+	ctx := context.Background()
+	payload := randomPayload(100)
+	p, _ := openProducer(t, cli, topic, "p0")
+	for seq := range int64(10) {
+		if r := p.send(seq, payload); r.GetError() != nil {
+			t.Fatalf("send %d without quotas: %v", seq, r.GetError())
+		}
+	}
+	waitFor(t, "replicator cursor created", func() bool { return cursorOf(t, adm, topic, repl) != nil })
+	sendOne := func(name string) *clientv1.Error {
+		t.Helper()
+		p, _ := openProducer(t, cli, topic, name)
+		return p.send(0, payload).GetError()
+	}
+
+	// ~1 KB not replicated to b; a 200-byte consumers' quota with no
+	// subscription behind: nothing to refuse.
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) {
+		p.BacklogQuotaBytes = proto.Int64(200)
+		p.BacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
+	})
+	if e := sendOne("p1"); e != nil {
+		t.Fatalf("send with 1 KB of replication backlog under a 200-byte consumers' quota: %v, want stored", e)
+	}
+
+	// The replication quota acts, for a region of the set: error, then hold.
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) {
+		p.ReplicationBacklogQuotaBytes = proto.Int64(500)
+		p.ReplicationBacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
+	})
+	if e := sendOne("p2"); e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED ||
+		!strings.Contains(e.GetMessage(), "replication_backlog_quota_bytes 500") || !strings.Contains(e.GetMessage(), "region b") {
+		t.Fatalf("send past the replication quota (producer_error): %v, want QUOTA_REFUSED naming the quota and region b", e)
+	}
+	editPolicies(t, adm, ns, func(p *clientv1.NamespacePolicies) {
+		p.ReplicationBacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
+	})
+	if e := sendOne("p3"); e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED || !strings.Contains(e.GetMessage(), "replication_backlog_quota_bytes 500") {
+		t.Fatalf("send past the replication quota (producer_hold): %v, want held, then QUOTA_EXCEEDED", e)
+	}
+	// Bad values are refused, naming the field.
+	for _, bad := range []func(p *clientv1.NamespacePolicies){
+		func(p *clientv1.NamespacePolicies) { p.ReplicationBacklogQuotaBytes = proto.Int64(-2) },
+		func(p *clientv1.NamespacePolicies) {
+			p.ReplicationBacklogQuotaAction = clientv1.QuotaAction_QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION
+		},
+	} {
+		r, _ := adm.GetNamespacePolicies(ctx, &clientv1.GetNamespacePoliciesRequest{Namespace: ns})
+		bad(r.GetPolicies())
+		_, err := adm.SetNamespacePolicies(ctx, &clientv1.SetNamespacePoliciesRequest{Namespace: ns, Policies: r.GetPolicies()})
+		wantCode(t, "bad replication quota", err, codes.InvalidArgument, "replication_backlog_quota")
+	}
+
+	// b removed: its kept cursor counts for neither quota, and is kept.
+	if _, err := adm.SetNamespaceReplication(ctx, &clientv1.SetNamespaceReplicationRequest{Namespace: ns, Regions: []string{regiontest.Region}}); err != nil {
+		t.Fatal(err)
+	}
+	if e := sendOne("p4"); e != nil {
+		t.Fatalf("send with a removed region's cursor behind both quotas: %v, want stored", e)
+	}
+	if cursorOf(t, adm, topic, repl) == nil {
+		t.Fatal("the removed region's cursor was dropped; it must be kept until delete-replication-cursors")
+	}
+
+	// The consumers' quota still acts on a subscription.
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "slow",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
+	if e := sendOne("p5"); e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED || !strings.Contains(e.GetMessage(), "backlog_quota_bytes 200") ||
+		!strings.Contains(e.GetMessage(), "slow") {
+		t.Fatalf("send past the consumers' quota: %v, want QUOTA_EXCEEDED naming subscription slow", e)
 	}
 }
