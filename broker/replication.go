@@ -526,8 +526,16 @@ func (t *topic) replicatorStats() []*clientv1.ReplicatorStats {
 			rs.BackfillProgress = max(0, 1-float64(st.BacklogEntries)/float64(total))
 		}
 		if bound := lagBound(pol, st.Remote); bound > 0 {
+			// The bound as the send gate sees it (from the cursor, exact
+			// once past the bound), so stats and refusals agree.
+			ctx, cancel := context.WithTimeout(context.Background(), statsReadTimeout)
+			lag := t.replicationLag(ctx, st.Remote, bound)
+			cancel()
 			rs.MaxLagMs = bound.Milliseconds()
-			rs.LagBoundExceeded = st.LagSeconds*1000 > float64(bound.Milliseconds())
+			rs.LagBoundExceeded = lag > bound
+			if rs.LagBoundExceeded {
+				rs.LagSeconds = max(rs.LagSeconds, lag.Seconds())
+			}
 		}
 		out = append(out, rs)
 	}
