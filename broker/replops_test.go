@@ -156,9 +156,9 @@ func goClient(t *testing.T, rc *regiontest.Cluster, sendTimeout time.Duration, t
 }
 
 // sendUntilRefused sends with p until a send fails (the lag to the dead
-// region b passes the bound) and returns that error and the IDs
-// acknowledged before it.
-func sendUntilRefused(t *testing.T, p *client.Producer) (error, []client.MessageID) {
+// region b passes the bound) and returns the IDs acknowledged before it
+// and that error.
+func sendUntilRefused(t *testing.T, p *client.Producer) ([]client.MessageID, error) {
 	t.Helper()
 	var acked []client.MessageID
 	deadline := time.Now().Add(60 * time.Second)
@@ -167,13 +167,13 @@ func sendUntilRefused(t *testing.T, p *client.Producer) (error, []client.Message
 		id, err := p.Send(ctx, &client.Message{Payload: []byte("m")})
 		cancel()
 		if err != nil {
-			return err, acked
+			return acked, err
 		}
 		acked = append(acked, id)
 		time.Sleep(20 * time.Millisecond) // paces the probe: ~50 sends a second
 	}
 	t.Fatal("no send refused within 60 s past a 1 s lag bound")
-	return nil, nil
+	return nil, errors.New("unreachable")
 }
 
 // TestLagBoundProducerErrorAtOnce: with max_replication_lag and action
@@ -192,7 +192,7 @@ func TestLagBoundProducerErrorAtOnce(t *testing.T) {
 	// A send timeout far above the bound: before the fix the client
 	// resent the refused batch until it, and reported ErrSendTimeout.
 	p := goClient(t, rc, 20*time.Second, topic)
-	err, acked := sendUntilRefused(t, p)
+	acked, err := sendUntilRefused(t, p)
 	t.Logf("%d acknowledged, then: %v", len(acked), err)
 	if !errors.Is(err, client.ErrQuotaRefused) || !errors.Is(err, client.ErrQuotaExceeded) || errors.Is(err, client.ErrSendTimeout) {
 		t.Fatalf("send past the bound: %v, want ErrQuotaRefused at once, not a send timeout", err)
@@ -230,7 +230,7 @@ func TestLagBoundHoldsFromFirstSendAfterLoad(t *testing.T) {
 		p.MaxReplicationLagAction = clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR
 	})
 	p := goClient(t, rc, 20*time.Second, topic)
-	if err, _ := sendUntilRefused(t, p); !errors.Is(err, client.ErrQuotaRefused) {
+	if _, err := sendUntilRefused(t, p); !errors.Is(err, client.ErrQuotaRefused) {
 		t.Fatalf("send past the bound: %v", err)
 	}
 	ctx := context.Background()
