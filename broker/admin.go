@@ -134,8 +134,14 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 		}
 		return nil, GRPCError(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
-	if cur, perr := parsePolicies(r.GetNamespace(), kv.Value); perr != nil || !slices.Equal(cur.GetReplicationRegions(), p.GetReplicationRegions()) {
+	cur, perr := parsePolicies(r.GetNamespace(), kv.Value)
+	if perr != nil || !slices.Equal(cur.GetReplicationRegions(), p.GetReplicationRegions()) {
 		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "replication_regions", p.GetReplicationRegions()); err != nil {
+			return nil, GRPCError(err)
+		}
+	}
+	if perr != nil || !slices.Equal(cur.GetMaxReplicationLagRegions(), p.GetMaxReplicationLagRegions()) {
+		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "max_replication_lag_regions", p.GetMaxReplicationLagRegions()); err != nil {
 			return nil, GRPCError(err)
 		}
 	}
@@ -493,6 +499,12 @@ func (a *adminService) DeleteSubscription(ctx context.Context, r *clientv1.Delet
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	if isReplName(r.GetSubscription()) {
+		if err := a.b.checkReplicatorCursorDelete(ctx, t, r.GetSubscription()); err != nil {
+			return nil, GRPCError(err)
+		}
+		t.replicators.stopOne(strings.TrimPrefix(r.GetSubscription(), ReplicatorCursorPrefix))
+	}
 	return &clientv1.DeleteSubscriptionResponse{}, GRPCError(t.deleteSub(ctx, r.GetSubscription(), r.GetForce()))
 }
 
@@ -510,6 +522,9 @@ func (a *adminService) ResetSubscription(ctx context.Context, r *clientv1.ResetS
 	}
 	if err != nil {
 		return nil, GRPCError(err)
+	}
+	if isReplName(r.GetSubscription()) {
+		return nil, GRPCError(replicatorCursorResetError(r.GetSubscription()))
 	}
 	s, err := t.subscription(r.GetSubscription())
 	if err != nil {

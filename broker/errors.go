@@ -41,6 +41,11 @@ var (
 	// ErrQuotaExceeded: a backlog quota or the replication lag bound is
 	// exceeded; retry once it clears.
 	ErrQuotaExceeded = errors.New("broker: quota exceeded")
+	// ErrQuotaRefused: the replication lag bound or the replication
+	// backlog quota, with action producer_error, refused the send. The
+	// refusal is final (ERROR_CODE_QUOTA_REFUSED): the client fails the
+	// send at once instead of resending it. Wraps ErrQuotaExceeded.
+	ErrQuotaRefused = fmt.Errorf("%w (producer_error)", ErrQuotaExceeded)
 	// ErrServerStopping: the broker is shutting down.
 	ErrServerStopping   = errors.New("broker: stopping")
 	errInternalSentinel = errors.New("broker: internal")
@@ -75,6 +80,7 @@ var errTable = []errMap{
 	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
 	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
 	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
+	{ErrQuotaRefused, clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED, codes.ResourceExhausted},
 	{ErrQuotaExceeded, clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, codes.ResourceExhausted},
 	// FromError maps a code back to the first entry with it: ErrUnavailable
 	// must come before the other UNAVAILABLE causes.

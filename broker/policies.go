@@ -423,6 +423,11 @@ func (s *Server) setOverlay(ctx context.Context, ns string, chain []string, p *c
 	if err != nil {
 		return err
 	}
+	if slices.Contains(fields, "max_replication_lag_regions") {
+		if err := s.checkRegionsAllowed(ctx, ns, "max_replication_lag_regions", p.GetMaxReplicationLagRegions()); err != nil {
+			return err
+		}
+	}
 	key := chain[len(chain)-1]
 	return s.updatePolicyRecord(ctx, key, func(rec *topicPolicyRecord, _ bool) error {
 		if err := rec.setPolicies(p, fields); err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,17 +38,34 @@ func (ml *managedLedger) bytesAfterLocked(p pos) int64 {
 	return total
 }
 
-// backlogBytes returns the largest backlog in bytes of any cursor of the
-// topic (subscriptions and replicators alike: a replicator's cursor
-// meridian.repl.<region> is an ordinary cursor), counted from its
-// mark-delete position, and the cursor's name.
+// Two backlogs, two quotas (issue 20, item 9).
+//
+// The consumers' backlog is what the durable subscriptions have not
+// acknowledged; backlog_quota_bytes and backlog_quota_age_seconds bound
+// it, with backlog_quota_action, for producers' and replicated writes
+// alike. Replicator cursors (meridian.repl.<region>) are not part of it:
+// a region that is down, or removed with its cursor kept, must not stop
+// writes in every region. The replication backlog is what the regions of
+// the topic's replication set have not persisted yet, per region from its
+// replicator cursor; replication_backlog_quota_bytes bounds it, with
+// replication_backlog_quota_action (hold or error, never eviction), for
+// producers' sends only, as the lag bound (max_replication_lag_ms) does
+// in time. The kept cursor of a region no longer in the set counts for
+// neither. Retention is unchanged: it never passes any replicator cursor,
+// so unshipped data stays until its region has it (or its cursor is
+// deleted after the region was removed).
+
+// backlogBytes returns the largest consumers' backlog in bytes of the
+// topic: of its durable subscriptions, counted from the mark-delete
+// position, and the subscription's name. Replicator cursors do not count
+// (replicationBacklogErr bounds them).
 func (t *topic) backlogBytes() (int64, string) {
 	subs := t.subList()
 	var most int64
 	var name string
 	for _, s := range subs {
-		if s.nonDurable {
-			continue // a reader's backlog holds no quota
+		if s.nonDurable || isReplName(s.name) {
+			continue // a reader's backlog holds no quota; a replicator's has its own
 		}
 		md := s.markDeletePos()
 		t.ml.mu.Lock()
@@ -135,8 +153,9 @@ func (s *subscription) firstUnackedLocked() (pos, bool) {
 }
 
 // oldestBacklog returns the age of the oldest unacknowledged entry of any
-// durable cursor (subscriptions and replicators; origin publish time) and
-// the cursor's name; 0 when every cursor is caught up. Each cursor's oldest
+// durable subscription (origin publish time; replicator cursors do not
+// count, see backlogBytes) and the subscription's name; 0 when every one
+// is caught up. Each cursor's oldest
 // entry is read once per position (cached), not on every send.
 func (t *topic) oldestBacklog(ctx context.Context) (time.Duration, string) {
 	t.backlog.init()
@@ -145,7 +164,7 @@ func (t *topic) oldestBacklog(ctx context.Context) (time.Duration, string) {
 	var name string
 	seen := map[string]bool{}
 	for _, s := range t.subList() {
-		if s.nonDurable {
+		if s.nonDurable || isReplName(s.name) {
 			continue
 		}
 		seen[s.name] = true
@@ -221,6 +240,62 @@ func (t *topic) admitSend(ctx context.Context) error {
 	}
 }
 
+// replicationBacklogQuota returns the topic's replication backlog quota
+// in bytes and its action; ok is false when the effective policy sets none
+// (unset or -1).
+func (t *topic) replicationBacklogQuota() (limit int64, action clientv1.QuotaAction, ok bool) {
+	pol := t.currentPolicies()
+	if pol == nil || pol.ReplicationBacklogQuotaBytes == nil || pol.GetReplicationBacklogQuotaBytes() < 0 {
+		return 0, pol.GetReplicationBacklogQuotaAction(), false
+	}
+	return pol.GetReplicationBacklogQuotaBytes(), pol.GetReplicationBacklogQuotaAction(), true
+}
+
+// replicationBacklogErr returns the refusal of the replication backlog
+// quota when the backlog of a region in t's replication set is past it
+// (ErrQuotaRefused with producer_error, else ErrQuotaExceeded), else nil.
+func (t *topic) replicationBacklogErr(ctx context.Context) error {
+	limit, action, ok := t.replicationBacklogQuota()
+	if !ok {
+		return nil
+	}
+	for _, remote := range t.replicationRemotes(ctx) {
+		sub, err := t.subscription(ReplicatorCursorPrefix + remote)
+		if err != nil {
+			continue // no cursor yet: nothing kept for it
+		}
+		md := sub.markDeletePos()
+		t.ml.mu.Lock()
+		b := t.ml.bytesAfterLocked(md)
+		t.ml.mu.Unlock()
+		if b > limit {
+			sentinel := ErrQuotaExceeded
+			if action == clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR {
+				sentinel = ErrQuotaRefused
+			}
+			return fmt.Errorf("%w: replication_backlog_quota_bytes %d of %s exceeded: region %s has %d bytes not yet replicated",
+				sentinel, limit, t.name, remote, b)
+		}
+	}
+	return nil
+}
+
+// replicationGate applies the replication limits to a producer's send:
+// the replication backlog quota, then the lag bound (replication.go).
+// With producer_error a refusal is final (ErrQuotaRefused); with
+// producer_hold the send waits, at most LagHoldTimeout.
+func (t *topic) replicationGate(ctx context.Context) error {
+	if err := t.replicationBacklogErr(ctx); err != nil {
+		if errors.Is(err, ErrQuotaRefused) {
+			return err
+		}
+		if err := t.holdWhile(ctx, err, func() error { return t.replicationBacklogErr(ctx) }); err != nil {
+			return err
+		}
+	}
+	return t.replicationLagGate(ctx)
+}
+
 // validateBacklogQuota checks the backlog quota fields of a policy
 // (backlog_quota_bytes, backlog_quota_age_seconds, backlog_quota_action)
 // and that consumer_backlog_eviction is not the max_replication_lag_action
@@ -239,10 +314,22 @@ func validateBacklogQuota(p *clientv1.NamespacePolicies) error {
 	if _, ok := clientv1.QuotaAction_name[int32(p.GetBacklogQuotaAction())]; !ok {
 		return fmt.Errorf("%w: backlog_quota_action %d is not PRODUCER_HOLD (0), PRODUCER_ERROR (1) or CONSUMER_BACKLOG_EVICTION (2)", ErrInvalidArgument, p.GetBacklogQuotaAction())
 	}
-	switch a := p.GetMaxReplicationLagAction(); a {
-	case clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD, clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR:
-	default:
-		return fmt.Errorf("%w: max_replication_lag_action %s is not allowed: PRODUCER_HOLD (0) or PRODUCER_ERROR (1) (replication backlog is never evicted)", ErrInvalidArgument, a)
+	for _, f := range []struct {
+		name string
+		a    clientv1.QuotaAction
+	}{{"max_replication_lag_action", p.GetMaxReplicationLagAction()}, {"replication_backlog_quota_action", p.GetReplicationBacklogQuotaAction()}} {
+		switch f.a {
+		case clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD, clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR:
+		default:
+			return fmt.Errorf("%w: %s %s is not allowed: PRODUCER_HOLD (0) or PRODUCER_ERROR (1) (replication backlog is never evicted)", ErrInvalidArgument, f.name, f.a)
+		}
 	}
-	return nil
+	if p.ReplicationBacklogQuotaBytes != nil && p.GetReplicationBacklogQuotaBytes() < -1 {
+		return fmt.Errorf("%w: replication_backlog_quota_bytes %d must be -1 (no quota) or >= 0", ErrInvalidArgument, p.GetReplicationBacklogQuotaBytes())
+	}
+	const maxLagMs = 100 * 365 * 24 * 3600 * 1000
+	if ms := p.GetMaxReplicationLagMs(); ms < 0 || ms > maxLagMs {
+		return fmt.Errorf("%w: max_replication_lag_ms %d must be 0 (no bound) or in [1, %d]", ErrInvalidArgument, ms, int64(maxLagMs))
+	}
+	return validateRegionList("max_replication_lag_regions", p.GetMaxReplicationLagRegions())
 }

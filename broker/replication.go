@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/replicator"
 )
@@ -313,6 +314,9 @@ type topicRepl struct {
 	mu     sync.Mutex
 	reps   map[string]*topicReplicator
 	closed bool
+	// peeks caches, per remote, the publish time of the entry after its
+	// cursor (replicationLag); one entry per remote region.
+	peeks map[string]lagPeek
 }
 
 type topicReplicator struct {
@@ -522,8 +526,16 @@ func (t *topic) replicatorStats() []*clientv1.ReplicatorStats {
 			rs.BackfillProgress = max(0, 1-float64(st.BacklogEntries)/float64(total))
 		}
 		if bound := lagBound(pol, st.Remote); bound > 0 {
+			// The bound as the send gate sees it (from the cursor, exact
+			// once past the bound), so stats and refusals agree.
+			ctx, cancel := context.WithTimeout(context.Background(), statsReadTimeout)
+			lag := t.replicationLag(ctx, st.Remote, bound)
+			cancel()
 			rs.MaxLagMs = bound.Milliseconds()
-			rs.LagBoundExceeded = st.LagSeconds*1000 > float64(bound.Milliseconds())
+			rs.LagBoundExceeded = lag > bound
+			if rs.LagBoundExceeded {
+				rs.LagSeconds = max(rs.LagSeconds, lag.Seconds())
+			}
 		}
 		out = append(out, rs)
 	}
@@ -542,34 +554,142 @@ func lagBound(pol *clientv1.NamespacePolicies, remote string) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// replicationRemotes returns the remote regions of t's replication set;
+// when they cannot be read (metadata unreachable and not cached), the
+// remotes of its running replicators.
+func (t *topic) replicationRemotes(ctx context.Context) []string {
+	if t.b.repl != nil {
+		if want, ok := t.b.repl.wantedRemotes(ctx, t); ok {
+			return want
+		}
+	}
+	return t.replicators.remotes()
+}
+
+// lagPeek is the publish time (ms) of the entry at p, the first entry
+// after a replicator cursor's mark-delete when it was read.
+type lagPeek struct {
+	p  pos
+	ms int64
+}
+
+// replicationLag returns the replication lag to remote: the age of the
+// first entry after its replicator cursor's mark-delete (0 when the
+// cursor is caught up). It is computed from the cursor itself, not from
+// the replicator's status (refreshed only every 500 ms, and absent until
+// the replicator starts after a load), so the lag bound holds from the
+// first send after a load or an ownership move.
+//
+// Publish times grow along the log, so the time read for an earlier
+// position bounds the lag from above: while that bound is within bound,
+// nothing is read; past it, the entry after the cursor is read (once per
+// cursor position) for the exact lag. A topic without the cursor yet
+// reports the replicator's own lag, if any.
+func (t *topic) replicationLag(ctx context.Context, remote string, bound time.Duration) time.Duration {
+	fallback := func() time.Duration {
+		for _, x := range t.replicators.list() {
+			if x.r.Remote() == remote {
+				return x.r.Lag()
+			}
+		}
+		return 0
+	}
+	sub, err := t.subscription(ReplicatorCursorPrefix + remote)
+	if err != nil {
+		return fallback()
+	}
+	md := sub.markDeletePos()
+	ml := t.ml
+	ml.mu.Lock()
+	next, ok := ml.nextLocked(md)
+	tr := &t.replicators
+	tr.mu.Lock()
+	c, hit := tr.peeks[remote]
+	tr.mu.Unlock()
+	earlier := hit && ml.lessLocked(c.p, next)
+	ml.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	now := time.Now().UnixMilli()
+	age := func(ms int64) time.Duration { return time.Duration(max(now-ms, 0)) * time.Millisecond }
+	if hit && (c.p == next || (earlier && age(c.ms) <= bound)) {
+		return age(c.ms)
+	}
+	e, err := t.readOne(ctx, next)
+	var emd *clientv1.EntryMetadata
+	if err == nil {
+		emd, _, err = wire.DecodeEntry(e.Data)
+	}
+	if err != nil {
+		t.log.Debug("replication lag: entry after the replicator cursor unreadable", "remote", remote, "err", err)
+		if earlier {
+			return age(c.ms)
+		}
+		return fallback()
+	}
+	c = lagPeek{p: next, ms: originTime(emd)}
+	tr.mu.Lock()
+	if tr.peeks == nil {
+		tr.peeks = map[string]lagPeek{}
+	}
+	tr.peeks[remote] = c
+	tr.mu.Unlock()
+	return age(c.ms)
+}
+
+// lagBoundErr returns the lag-bound refusal for the first bounded remote
+// of t past its bound, else nil. The error wraps ErrQuotaRefused for
+// action producer_error (final: the client fails the send at once), else
+// ErrQuotaExceeded.
+func (t *topic) lagBoundErr(ctx context.Context, pol *clientv1.NamespacePolicies) error {
+	for _, remote := range t.replicationRemotes(ctx) {
+		bound := lagBound(pol, remote)
+		if bound <= 0 {
+			continue
+		}
+		if lag := t.replicationLag(ctx, remote, bound); lag > bound {
+			sentinel := ErrQuotaExceeded
+			if pol.GetMaxReplicationLagAction() == clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR {
+				sentinel = ErrQuotaRefused
+			}
+			return fmt.Errorf("%w: replication lag to region %s is %.1fs, bound %v (max_replication_lag)",
+				sentinel, remote, lag.Seconds(), bound)
+		}
+	}
+	return nil
+}
+
 // replicationLagGate applies the namespace's max_replication_lag bound to a
-// producer's send: nil when every bounded replicator is within it; else,
-// with action producer_error, ErrQuotaExceeded at once, and with
-// producer_hold, it waits until the lag is back within the bound (or ctx
-// ends, or LagHoldTimeout passes: ErrQuotaExceeded). Replicated writes do
-// not come through here: they are never held.
+// producer's send: nil when every bounded remote is within it; else,
+// with action producer_error, ErrQuotaRefused at once (a final refusal),
+// and with producer_hold, it waits until the lag is back within the bound
+// (or ctx ends, or LagHoldTimeout passes: ErrQuotaExceeded, which the
+// client retries). Replicated writes do not come through here: they are
+// never held.
 func (t *topic) replicationLagGate(ctx context.Context) error {
 	pol := t.currentPolicies()
 	if pol.GetMaxReplicationLagMs() <= 0 {
 		return nil
 	}
-	check := func() error {
-		for _, x := range t.replicators.list() {
-			bound := lagBound(pol, x.r.Remote())
-			if bound <= 0 {
-				continue
-			}
-			if lag := x.r.Lag(); lag > bound {
-				return fmt.Errorf("%w: replication lag to region %s is %.1fs, bound %v (max_replication_lag)",
-					ErrQuotaExceeded, x.r.Remote(), lag.Seconds(), bound)
-			}
-		}
-		return nil
-	}
-	err := check()
+	err := t.lagBoundErr(ctx, pol)
 	if err == nil || pol.GetMaxReplicationLagAction() == clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR {
 		return err
 	}
+	return t.holdWhile(ctx, err, func() error {
+		pol := t.currentPolicies()
+		if pol.GetMaxReplicationLagMs() <= 0 {
+			return nil
+		}
+		return t.lagBoundErr(ctx, pol)
+	})
+}
+
+// holdWhile holds a producer's send while check fails (polled every
+// 50 ms), at most LagHoldTimeout; it returns nil once check passes, else
+// the last refusal (ErrQuotaExceeded, retried by the client), or
+// ErrTopicNotOwned when the topic closes.
+func (t *topic) holdWhile(ctx context.Context, err error, check func() error) error {
 	deadline := time.NewTimer(t.b.cfg.Replication.withDefaults().LagHoldTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)

@@ -231,8 +231,12 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(err)
 		return
 	}
-	if err := t.replicationLagGate(ctx); err != nil {
-		p.refuse(err)
+	if err := t.replicationGate(ctx); err != nil {
+		if !errors.Is(err, ErrQuotaRefused) {
+			// A final refusal (producer_error) is not resent by the
+			// client: a later batch may be stored after it.
+			p.refuse(err)
+		}
 		fail(err)
 		return
 	}

@@ -76,6 +76,8 @@ func errorFromProto(e *clientv1.Error) error {
 		kind = errInternal
 	case clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED:
 		kind = ErrQuotaExceeded
+	case clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED:
+		kind = ErrQuotaRefused
 	}
 	return &ServerError{
 		Reason:      strings.TrimPrefix(e.GetCode().String(), "ERROR_CODE_"),
@@ -151,6 +153,9 @@ func mapError(err error) error {
 
 // retryable reports errors a reconnect (with a new lookup) may cure.
 func retryable(err error) bool {
+	if errors.Is(err, ErrQuotaRefused) {
+		return false // producer_error: final, fails the send at once
+	}
 	// A deadline here is a per-attempt timeout; the retry loops check the
 	// caller's own context separately.
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, errTopicNotOwned) ||

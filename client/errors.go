@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 )
 
 // Sentinel errors. Errors returned by the client wrap one of these (test
@@ -49,6 +50,13 @@ var (
 	// producer resends with backoff within its SendTimeout, and reports the
 	// quota (wrapped with ErrSendTimeout) if the timeout ends first.
 	ErrQuotaExceeded = errors.New("client: quota exceeded")
+	// ErrQuotaRefused: the replication lag bound (or the replication
+	// backlog quota) with action producer_error refused the write. Unlike
+	// ErrQuotaExceeded it is final, as Pulsar's producer_exception: the send
+	// fails at once with the broker's reason ("replication lag to region b
+	// is 6.9s, bound 2s") and is not resent. errors.Is(err,
+	// ErrQuotaExceeded) holds for it too.
+	ErrQuotaRefused = fmt.Errorf("%w (producer_error)", ErrQuotaExceeded)
 	// ErrProducerFenced: another producer with the same name took over.
 	ErrProducerFenced = errors.New("client: producer fenced")
 )

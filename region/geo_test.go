@@ -274,8 +274,8 @@ func TestGeoAddRegionBackfills(t *testing.T) {
 }
 
 // TestGeoLagBound: with max_replication_lag and producer_error, a cut
-// link makes sends fail with QUOTA_EXCEEDED naming the region; after the
-// heal sends succeed again.
+// link makes sends fail at once with QUOTA_REFUSED naming the region;
+// after the heal sends succeed again.
 func TestGeoLagBound(t *testing.T) {
 	names := []string{"a", "b"}
 	g, topic := geoSetup(t, names, geoOptions{})
@@ -297,8 +297,8 @@ func TestGeoLagBound(t *testing.T) {
 	})
 	t.Logf("client send refused: %v", lastErr)
 	e := g.rawSend("a", topic)
-	if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED || !strings.Contains(e.GetMessage(), "replication lag to region b") {
-		t.Fatalf("send over the lag bound: %v, want QUOTA_EXCEEDED naming region b", e)
+	if e.GetCode() != clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED || !strings.Contains(e.GetMessage(), "replication lag to region b") {
+		t.Fatalf("send over the lag bound: %v, want QUOTA_REFUSED (final: producer_error) naming region b", e)
 	}
 	t.Logf("receipt: %s", e.GetMessage())
 	st, err := g.stats("a", topic)

@@ -33,6 +33,9 @@ type policyKind struct {
 	what string
 	// fields are the NamespacePolicies fields the family covers.
 	fields []string
+	// fieldFlags names set-X's flag of a field, for broker refusals that
+	// name the field (nil: the messages name the fields only).
+	fieldFlags map[string]string
 	// flags registers set-X's flags and returns the function that builds
 	// the policies and the fields to set from the flags given.
 	flags func(cmd *cobra.Command) func() (*clientv1.NamespacePolicies, []string, error)
@@ -164,7 +167,89 @@ func policyKinds() []policyKind {
 			fields: []string{"delayed_delivery_enabled"},
 			flags:  enableFlags("delayed-delivery", "delayed_delivery_enabled"),
 		},
+		{name: "replication-lag-bound", what: "replication lag bound (max lag to remote regions, action past it)",
+			fields:     []string{"max_replication_lag_ms", "max_replication_lag_action", "max_replication_lag_regions"},
+			fieldFlags: map[string]string{"max_replication_lag_regions": "--regions", "max_replication_lag_ms": "--max-lag", "max_replication_lag_action": "--action"},
+			flags: func(cmd *cobra.Command) func() (*clientv1.NamespacePolicies, []string, error) {
+				var maxLag, action, regions string
+				cmd.Flags().StringVar(&maxLag, "max-lag", "", "bound on the replication lag (age of the oldest message a region has not persisted): 500ms, 2s, 1m (required, > 0)")
+				cmd.Flags().StringVar(&action, "action", "producer_hold", "past the bound: producer_error (sends fail at once) or producer_hold (sends wait)")
+				cmd.Flags().StringVar(&regions, "regions", "", "remote regions the bound applies to, comma-separated (default: every replication region)")
+				return func() (*clientv1.NamespacePolicies, []string, error) {
+					if !cmd.Flags().Changed("max-lag") {
+						return nil, nil, fmt.Errorf("set-replication-lag-bound: --max-lag is required (remove-replication-lag-bound removes the bound)")
+					}
+					d, err := parseDurationFlag("--max-lag", maxLag)
+					if err != nil {
+						return nil, nil, err
+					}
+					if d < time.Millisecond {
+						return nil, nil, fmt.Errorf("--max-lag %q: must be at least 1ms (remove-replication-lag-bound removes the bound)", maxLag)
+					}
+					a, err := parseLagAction("--action", action)
+					if err != nil {
+						return nil, nil, err
+					}
+					p := &clientv1.NamespacePolicies{MaxReplicationLagMs: d.Milliseconds(), MaxReplicationLagAction: a}
+					if regions != "" {
+						p.MaxReplicationLagRegions = strings.Split(regions, ",")
+					}
+					return p, []string{"max_replication_lag_ms", "max_replication_lag_action", "max_replication_lag_regions"}, nil
+				}
+			}},
+		{name: "replication-backlog-quota", what: "replication backlog quota (bytes not yet replicated to a region, action past it)",
+			fields:     []string{"replication_backlog_quota_bytes", "replication_backlog_quota_action"},
+			fieldFlags: map[string]string{"replication_backlog_quota_bytes": "--limit", "replication_backlog_quota_action": "--policy"},
+			flags: func(cmd *cobra.Command) func() (*clientv1.NamespacePolicies, []string, error) {
+				var limit, policy string
+				cmd.Flags().StringVarP(&limit, "limit", "l", "", "replication backlog limit per region: 10K, 512M, 10G, bytes, or -1 (none)")
+				cmd.Flags().StringVarP(&policy, "policy", "p", "", "action past the quota: producer_request_hold (producer_hold) or producer_exception (producer_error)")
+				return func() (*clientv1.NamespacePolicies, []string, error) {
+					p, fields := &clientv1.NamespacePolicies{}, []string(nil)
+					f := cmd.Flags()
+					if !f.Changed("limit") && !f.Changed("policy") {
+						return nil, nil, fmt.Errorf("set-replication-backlog-quota: give --limit and/or --policy")
+					}
+					if f.Changed("limit") {
+						n, err := parseSizeFlag("--limit", limit)
+						if err != nil {
+							return nil, nil, err
+						}
+						p.ReplicationBacklogQuotaBytes, fields = &n, append(fields, "replication_backlog_quota_bytes")
+					}
+					if f.Changed("policy") {
+						a, err := parseLagAction("--policy", policy)
+						if err != nil {
+							return nil, nil, err
+						}
+						p.ReplicationBacklogQuotaAction, fields = a, append(fields, "replication_backlog_quota_action")
+					}
+					return p, fields, nil
+				}
+			}},
 	}
+}
+
+// parseLagAction accepts the actions of the replication limits: hold or
+// error, in Pulsar's names or ours (replication backlog is never evicted).
+func parseLagAction(flag, s string) (clientv1.QuotaAction, error) {
+	switch strings.ToLower(s) {
+	case "producer_request_hold", "producer_hold", "hold":
+		return clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_HOLD, nil
+	case "producer_exception", "producer_error", "error":
+		return clientv1.QuotaAction_QUOTA_ACTION_PRODUCER_ERROR, nil
+	}
+	return 0, fmt.Errorf("%s %q: want producer_error or producer_hold (replication backlog is never evicted)", flag, s)
+}
+
+// flagError names the flag of the field a broker refusal is about.
+func flagError(k policyKind, err error) error {
+	for field, flag := range k.fieldFlags {
+		if strings.Contains(err.Error(), field) {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	return err
 }
 
 // enableFlags are the --enable/--disable flags of a boolean policy.
@@ -327,6 +412,13 @@ func printPolicy(out *adminOut, target string, level string, p *clientv1.Namespa
 			vals[f] = nil
 		case fd.HasPresence() && !m.Has(fd):
 			vals[f] = nil
+		case fd.IsList():
+			l := m.Get(fd).List()
+			vs := make([]any, 0, l.Len())
+			for i := 0; i < l.Len(); i++ {
+				vs = append(vs, l.Get(i).Interface())
+			}
+			vals[f] = vs
 		case fd.Kind() == protoreflect.EnumKind:
 			vals[f] = string(fd.Enum().Values().ByNumber(m.Get(fd).Enum()).Name())
 		default:
@@ -385,7 +477,7 @@ func addPolicyCmds(o *adminOpts, namespaces, topics *cobra.Command) {
 				}
 				lv := g.level(args[0])
 				if err := setPolicy(ctx, a, lv, args[0], p, fields); err != nil {
-					return err
+					return flagError(k, err)
 				}
 				out.done("set "+k.name+" of "+lv.String(), args[0])
 				return nil

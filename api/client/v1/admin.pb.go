@@ -40,8 +40,11 @@ const (
 	// QUOTA_ACTION_PRODUCER_HOLD (default): hold the send until the quota
 	// clears or the producer's send timeout ends it.
 	QuotaAction_QUOTA_ACTION_PRODUCER_HOLD QuotaAction = 0
-	// QUOTA_ACTION_PRODUCER_ERROR: fail the send at once with a retryable
-	// error (ERROR_CODE_QUOTA_EXCEEDED) naming the quota.
+	// QUOTA_ACTION_PRODUCER_ERROR: fail the send at once with an error
+	// naming the quota: for the backlog quotas of subscriptions a retryable
+	// ERROR_CODE_QUOTA_EXCEEDED; for the replication lag bound and the
+	// replication backlog quota a final ERROR_CODE_QUOTA_REFUSED (the client
+	// does not resend, as Pulsar's producer_exception).
 	QuotaAction_QUOTA_ACTION_PRODUCER_ERROR QuotaAction = 1
 	// QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION: keep accepting writes and
 	// acknowledge the oldest backlog of the subscriptions past the quota
@@ -412,8 +415,9 @@ type NamespacePolicies struct {
 	// of one metadata write per ack round); unset = the broker's
 	// cursor_persist_interval (default 1 s). Limit 3 600 000 (1 h).
 	CursorPersistIntervalMs *int64 `protobuf:"varint,7,opt,name=cursor_persist_interval_ms,json=cursorPersistIntervalMs,proto3,oneof" json:"cursor_persist_interval_ms,omitempty"`
-	// backlog_quota_bytes bounds the backlog of every cursor of a topic
-	// (subscriptions and replicators): past it the topic applies
+	// backlog_quota_bytes bounds the backlog of every durable subscription
+	// of a topic (the consumers' backlog; replicator cursors do not count:
+	// see replication_backlog_quota_bytes): past it the topic applies
 	// backlog_quota_action to new writes, producers' and replicated ones
 	// alike. Replicator backlog is never dropped to make room. Unset or -1 =
 	// no quota.
@@ -455,8 +459,20 @@ type NamespacePolicies struct {
 	// schema_auto_update lets a producer whose schema is new and compatible
 	// register it as a new version (unset = true); false refuses it.
 	SchemaAutoUpdate *bool `protobuf:"varint,21,opt,name=schema_auto_update,json=schemaAutoUpdate,proto3,oneof" json:"schema_auto_update,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// replication_backlog_quota_bytes bounds the replication backlog: the
+	// bytes after the replicator cursor of each region in the topic's
+	// replication set (the kept cursor of a removed region never counts).
+	// Past it replication_backlog_quota_action applies to producers' sends;
+	// replicated writes arriving from other regions are not refused by it.
+	// Unset or -1 = no quota (the default: retention keeps every unshipped
+	// entry, and max_replication_lag_ms bounds the lag in time).
+	ReplicationBacklogQuotaBytes *int64 `protobuf:"varint,60,opt,name=replication_backlog_quota_bytes,json=replicationBacklogQuotaBytes,proto3,oneof" json:"replication_backlog_quota_bytes,omitempty"`
+	// replication_backlog_quota_action: PRODUCER_HOLD (default) or
+	// PRODUCER_ERROR (the send fails at once, ERROR_CODE_QUOTA_REFUSED);
+	// never CONSUMER_BACKLOG_EVICTION (replication backlog is never evicted).
+	ReplicationBacklogQuotaAction QuotaAction `protobuf:"varint,61,opt,name=replication_backlog_quota_action,json=replicationBacklogQuotaAction,proto3,enum=meridian.client.v1.QuotaAction" json:"replication_backlog_quota_action,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -634,6 +650,20 @@ func (x *NamespacePolicies) GetSchemaAutoUpdate() bool {
 		return *x.SchemaAutoUpdate
 	}
 	return false
+}
+
+func (x *NamespacePolicies) GetReplicationBacklogQuotaBytes() int64 {
+	if x != nil && x.ReplicationBacklogQuotaBytes != nil {
+		return *x.ReplicationBacklogQuotaBytes
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetReplicationBacklogQuotaAction() QuotaAction {
+	if x != nil {
+		return x.ReplicationBacklogQuotaAction
+	}
+	return QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
 }
 
 type ListNamespacesRequest struct {
@@ -8307,7 +8337,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\x86\v\n" +
+	"\x14DeleteTenantResponse\"\xe0\f\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -8331,14 +8361,17 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x15deduplication_enabled\x18\x12 \x01(\bH\x04R\x14deduplicationEnabled\x88\x01\x01\x12=\n" +
 	"\x18delayed_delivery_enabled\x18\x13 \x01(\bH\x05R\x16delayedDeliveryEnabled\x88\x01\x01\x12Z\n" +
 	"\x14schema_compatibility\x18\x14 \x01(\x0e2'.meridian.client.v1.SchemaCompatibilityR\x13schemaCompatibility\x121\n" +
-	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01B\x1d\n" +
+	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01\x12J\n" +
+	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\aR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
+	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaActionB\x1d\n" +
 	"\x1b_cursor_persist_interval_msB\x16\n" +
 	"\x14_backlog_quota_bytesB\x16\n" +
 	"\x14_message_ttl_secondsB\x1c\n" +
 	"\x1a_backlog_quota_age_secondsB\x18\n" +
 	"\x16_deduplication_enabledB\x1b\n" +
 	"\x19_delayed_delivery_enabledB\x15\n" +
-	"\x13_schema_auto_update\"/\n" +
+	"\x13_schema_auto_updateB\"\n" +
+	" _replication_backlog_quota_bytes\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"8\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
@@ -9134,191 +9167,192 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
 	0,   // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
 	137, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
-	8,   // 3: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 4: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 5: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	138, // 6: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
-	139, // 7: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	30,  // 8: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	140, // 9: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	33,  // 10: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	32,  // 11: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	140, // 12: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29,  // 13: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31,  // 14: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	101, // 15: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	34,  // 16: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
-	140, // 17: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 18: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 19: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	140, // 20: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	141, // 21: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	140, // 22: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	141, // 23: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	142, // 24: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 25: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 26: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 27: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 28: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 29: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 30: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 31: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 32: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 33: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 34: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 35: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	135, // 36: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 37: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 38: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 39: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	140, // 40: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 41: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 42: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	8,   // 43: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 44: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 45: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 46: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
-	116, // 47: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
-	8,   // 48: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	136, // 49: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	126, // 50: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
-	140, // 51: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	130, // 52: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
-	2,   // 53: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 54: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 55: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 56: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 57: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 58: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 59: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 60: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 61: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 62: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 63: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 64: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 65: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 66: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 67: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 68: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 69: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 70: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 71: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 72: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 73: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 74: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 75: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 76: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 77: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 78: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 79: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 80: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 81: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 82: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 83: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 84: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 85: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 86: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 87: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 88: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 89: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 90: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 91: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 92: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 93: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 94: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 95: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	107, // 96: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	109, // 97: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	111, // 98: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	113, // 99: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	115, // 100: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	118, // 101: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	120, // 102: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	122, // 103: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
-	123, // 104: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
-	124, // 105: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
-	143, // 106: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
-	144, // 107: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
-	145, // 108: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
-	146, // 109: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
-	147, // 110: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
-	148, // 111: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
-	149, // 112: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
-	127, // 113: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
-	128, // 114: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
-	129, // 115: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
-	131, // 116: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
-	133, // 117: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
-	3,   // 118: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 119: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 120: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 121: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 122: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 123: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 124: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 125: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 126: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 127: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 128: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 129: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 130: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 131: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 132: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 133: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 134: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 135: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 136: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 137: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 138: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 139: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 140: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 141: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 142: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 143: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 144: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 145: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 146: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 147: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 148: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 149: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 150: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 151: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 152: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 153: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 154: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 155: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 156: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 157: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 158: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 159: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 160: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	108, // 161: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	110, // 162: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	112, // 163: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	114, // 164: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	117, // 165: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	119, // 166: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	121, // 167: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	125, // 168: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 169: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 170: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	150, // 171: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
-	151, // 172: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
-	152, // 173: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
-	153, // 174: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
-	154, // 175: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
-	155, // 176: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
-	156, // 177: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
-	130, // 178: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	130, // 179: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	130, // 180: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	132, // 181: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
-	134, // 182: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
-	118, // [118:183] is the sub-list for method output_type
-	53,  // [53:118] is the sub-list for method input_type
-	53,  // [53:53] is the sub-list for extension type_name
-	53,  // [53:53] is the sub-list for extension extendee
-	0,   // [0:53] is the sub-list for field type_name
+	0,   // 3: meridian.client.v1.NamespacePolicies.replication_backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
+	8,   // 4: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 5: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 6: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	138, // 7: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	139, // 8: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	30,  // 9: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	140, // 10: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	33,  // 11: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	32,  // 12: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
+	140, // 13: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	29,  // 14: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	31,  // 15: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	101, // 16: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	34,  // 17: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
+	140, // 18: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	35,  // 19: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	36,  // 20: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	140, // 21: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	141, // 22: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	140, // 23: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	141, // 24: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	142, // 25: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	47,  // 26: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	49,  // 27: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	52,  // 28: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	49,  // 29: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	64,  // 30: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	65,  // 31: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 32: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 33: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	67,  // 34: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	71,  // 35: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	72,  // 36: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	135, // 37: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	73,  // 38: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	78,  // 39: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	79,  // 40: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	140, // 41: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	98,  // 42: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	99,  // 43: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	8,   // 44: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 45: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 46: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 47: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
+	116, // 48: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
+	8,   // 49: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	136, // 50: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	126, // 51: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	140, // 52: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	130, // 53: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
+	2,   // 54: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 55: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 56: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	9,   // 57: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	11,  // 58: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	13,  // 59: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	15,  // 60: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	17,  // 61: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	19,  // 62: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	21,  // 63: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	23,  // 64: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	25,  // 65: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	26,  // 66: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	27,  // 67: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	38,  // 68: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	40,  // 69: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	42,  // 70: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	44,  // 71: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	46,  // 72: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	50,  // 73: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	53,  // 74: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	55,  // 75: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	57,  // 76: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	59,  // 77: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	61,  // 78: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	63,  // 79: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	68,  // 80: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	69,  // 81: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	74,  // 82: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	75,  // 83: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	77,  // 84: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	81,  // 85: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	83,  // 86: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	85,  // 87: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	87,  // 88: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	89,  // 89: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	91,  // 90: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	93,  // 91: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	95,  // 92: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	97,  // 93: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	102, // 94: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	104, // 95: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	105, // 96: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	107, // 97: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	109, // 98: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	111, // 99: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	113, // 100: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	115, // 101: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	118, // 102: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	120, // 103: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	122, // 104: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	123, // 105: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	124, // 106: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	143, // 107: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
+	144, // 108: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
+	145, // 109: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
+	146, // 110: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
+	147, // 111: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
+	148, // 112: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
+	149, // 113: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
+	127, // 114: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
+	128, // 115: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
+	129, // 116: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
+	131, // 117: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
+	133, // 118: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
+	3,   // 119: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 120: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 121: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	10,  // 122: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	12,  // 123: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	14,  // 124: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	16,  // 125: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	18,  // 126: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	20,  // 127: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	22,  // 128: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	24,  // 129: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	34,  // 130: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	37,  // 131: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	28,  // 132: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	39,  // 133: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	41,  // 134: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	43,  // 135: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	45,  // 136: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	48,  // 137: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	51,  // 138: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	54,  // 139: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	56,  // 140: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	58,  // 141: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	60,  // 142: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	62,  // 143: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	66,  // 144: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	67,  // 145: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	70,  // 146: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	73,  // 147: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	76,  // 148: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	80,  // 149: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	82,  // 150: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	84,  // 151: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	86,  // 152: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	88,  // 153: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	90,  // 154: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	92,  // 155: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	94,  // 156: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	96,  // 157: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	100, // 158: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	103, // 159: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	106, // 160: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	106, // 161: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	108, // 162: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	110, // 163: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	112, // 164: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	114, // 165: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	117, // 166: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	119, // 167: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	121, // 168: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	125, // 169: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 170: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	125, // 171: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	150, // 172: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
+	151, // 173: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
+	152, // 174: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
+	153, // 175: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
+	154, // 176: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
+	155, // 177: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
+	156, // 178: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
+	130, // 179: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	130, // 180: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	130, // 181: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	132, // 182: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
+	134, // 183: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
+	119, // [119:184] is the sub-list for method output_type
+	54,  // [54:119] is the sub-list for method input_type
+	54,  // [54:54] is the sub-list for extension type_name
+	54,  // [54:54] is the sub-list for extension extendee
+	0,   // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }

@@ -84,6 +84,11 @@ const (
 	// ERROR_CODE_QUOTA_EXCEEDED: a backlog quota or the replication lag bound
 	// is exceeded (retryable: the send may succeed once it clears).
 	ErrorCode_ERROR_CODE_QUOTA_EXCEEDED ErrorCode = 14
+	// ERROR_CODE_QUOTA_REFUSED: the replication lag bound (or the replication
+	// backlog quota) with action producer_error refused the send. Final, as
+	// Pulsar's producer_exception: the client fails the send at once and does
+	// not resend it; later sends of the stream are judged on their own.
+	ErrorCode_ERROR_CODE_QUOTA_REFUSED ErrorCode = 15
 )
 
 // Enum value maps for ErrorCode.
@@ -104,6 +109,7 @@ var (
 		12: "ERROR_CODE_TIMEOUT",
 		13: "ERROR_CODE_INTERNAL",
 		14: "ERROR_CODE_QUOTA_EXCEEDED",
+		15: "ERROR_CODE_QUOTA_REFUSED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                0,
@@ -121,6 +127,7 @@ var (
 		"ERROR_CODE_TIMEOUT":                    12,
 		"ERROR_CODE_INTERNAL":                   13,
 		"ERROR_CODE_QUOTA_EXCEEDED":             14,
+		"ERROR_CODE_QUOTA_REFUSED":              15,
 	}
 )
 
@@ -2732,7 +2739,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x15GetPartitionsResponse\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\x05R\n" +
-	"partitions*\xd0\x03\n" +
+	"partitions*\xee\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -2749,7 +2756,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\v\x12\x16\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\f\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\r\x12\x1d\n" +
-	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0e*\x93\x01\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0e\x12\x1c\n" +
+	"\x18ERROR_CODE_QUOTA_REFUSED\x10\x0f*\x93\x01\n" +
 	"\x10SubscriptionType\x12\x1f\n" +
 	"\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x00\x12\x1c\n" +
 	"\x18SUBSCRIPTION_TYPE_SHARED\x10\x01\x12\x1e\n" +
