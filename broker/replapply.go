@@ -475,6 +475,15 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 				return
 			}
 			t.repl.heardFrom(source)
+			if f := b.cfg.Testing.ReplRequestDelay; f != nil {
+				if d := f(t.name.String(), source); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
 			ents := r.GetEntries()
 			var a *replAck
 			if ents == nil {
