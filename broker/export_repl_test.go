@@ -47,3 +47,27 @@ func ShipFormForTesting(s *Server, name string, l, e int64) ([]byte, *clientv1.E
 	}
 	return t.shipForm(ents[0])
 }
+
+// HoldIdentForTesting registers a batch [first, last] of producer under
+// failover identity id as queued (not yet stored) on a topic loaded on s,
+// as a local send in flight does, until release: a replicated copy of it
+// then waits for the local one (DedupReplicatedCopies). ok is false when
+// the topic is not loaded.
+func HoldIdentForTesting(s *Server, name, id, producer string, first, last int64) (release func(), ok bool) {
+	t := loadedTopicForTesting(s, name)
+	if t == nil {
+		return nil, false
+	}
+	return t.ml.pendIdent(&appendReq{ident: identDedupName(id, producer), identFirst: first, identLast: last}), true
+}
+
+// ReplWaitingForTesting returns how many replicated entries of a topic
+// loaded on s wait outside the receive lock (replState.waiting); -1 when
+// the topic is not loaded.
+func ReplWaitingForTesting(s *Server, name string) int64 {
+	t := loadedTopicForTesting(s, name)
+	if t == nil {
+		return -1
+	}
+	return t.repl.waiting.Load()
+}

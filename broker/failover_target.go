@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -62,18 +63,113 @@ func (a *adminService) SetFailoverTarget(ctx context.Context, r *clientv1.SetFai
 	return out, GRPCError(err)
 }
 
-// GetFailoverTarget implements the admin RPC from the policy cache.
+// Bounds of the freshness check of GetFailoverTarget.
+const (
+	// failoverConfirmEvery: a target read from the global shard (or a
+	// failed attempt) less than this long ago is answered from the policy
+	// cache without reading again, so the polls of many clients cost one
+	// global read per group and interval.
+	failoverConfirmEvery = time.Second
+	// failoverConfirmTimeout bounds the global read: a client's probe
+	// timeout is about a second, and a cut region must still answer (its
+	// copy, marked stale) within it.
+	failoverConfirmTimeout = 500 * time.Millisecond
+	// maxFailoverConfirms bounds the groups whose last read is remembered
+	// (past it the memory is cleared: the next polls read again).
+	maxFailoverConfirms = 10000
+)
+
+// failoverConfirms remembers, per failover group, when this broker last
+// read the target from the global shard and whether that read failed.
+// Safe for concurrent use.
+type failoverConfirms struct {
+	mu sync.Mutex
+	// at guards nothing else; it maps a group to its last attempt.
+	at map[string]failoverConfirm
+}
+
+// failoverConfirm is one group's last read of the global shard.
+type failoverConfirm struct {
+	// tried is when the last read was attempted; ok is when the last
+	// successful one was (zero: never).
+	tried, ok time.Time
+	failed    bool
+}
+
+func (f *failoverConfirms) get(group string) failoverConfirm {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at[group]
+}
+
+func (f *failoverConfirms) record(group string, now time.Time, failed bool) failoverConfirm {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil || len(f.at) >= maxFailoverConfirms {
+		f.at = map[string]failoverConfirm{}
+	}
+	c := f.at[group]
+	c.tried, c.failed = now, failed
+	if !failed {
+		c.ok = now
+	}
+	f.at[group] = c
+	return c
+}
+
+// GetFailoverTarget implements the admin RPC from the policy cache. The
+// answer says whether it may be stale: the broker confirms its copy with a
+// linearizable read of the global shard (at most one per group and
+// failoverConfirmEvery); when that read fails, as in a region cut off from
+// the global quorum, it answers its copy with stale = true and
+// confirmed_ms = when it last read it. Clients follow only a higher
+// version than the one they applied, so a stale copy never sends them
+// back.
 func (a *adminService) GetFailoverTarget(ctx context.Context, r *clientv1.GetFailoverTargetRequest) (*clientv1.FailoverTarget, error) {
 	if err := ValidateName("group", r.GetGroup()); err != nil {
 		return nil, GRPCError(err)
 	}
-	kv, err := a.b.policies.get(ctx, failoverPrefix+r.GetGroup(), true)
+	key := failoverPrefix + r.GetGroup()
+	kv, err := a.b.policies.get(ctx, key, true)
 	if errors.Is(err, metadata.ErrNotFound) {
 		return nil, GRPCError(fmt.Errorf("%w: failover group %s has no target", ErrNotFound, r.GetGroup()))
 	}
 	if err != nil {
 		return nil, GRPCError(fmt.Errorf("%w: read failover target of group %s: %v", ErrUnavailable, r.GetGroup(), err))
 	}
+	now := time.Now()
+	conf := a.b.failoverConfirms.get(r.GetGroup())
+	if now.Sub(conf.tried) >= failoverConfirmEvery {
+		fctx, cancel := context.WithTimeout(ctx, failoverConfirmTimeout)
+		fresh, ferr := a.b.cfg.Global.Get(fctx, key, metadata.ReadOptions{})
+		cancel()
+		switch {
+		case ferr == nil:
+			a.b.policies.learn(fresh)
+			if fresh.Version >= kv.Version {
+				kv = fresh
+			}
+			conf = a.b.failoverConfirms.record(r.GetGroup(), now, false)
+		case errors.Is(ferr, metadata.ErrNotFound):
+			return nil, GRPCError(fmt.Errorf("%w: failover group %s has no target", ErrNotFound, r.GetGroup()))
+		default:
+			if ctx.Err() != nil {
+				return nil, GRPCError(ctx.Err())
+			}
+			conf = a.b.failoverConfirms.record(r.GetGroup(), now, true)
+			a.b.log.Debug("failover target: global shard unreadable; answering the cached copy as stale", "group", r.GetGroup(), "err", ferr)
+		}
+	}
 	out, err := failoverTargetProto(r.GetGroup(), kv)
-	return out, GRPCError(err)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	if conf.failed {
+		out.Stale = true
+		a.b.policies.stale.Inc()
+	}
+	if !conf.ok.IsZero() {
+		out.ConfirmedMs = conf.ok.UnixMilli()
+	}
+	return out, nil
 }

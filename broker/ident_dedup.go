@@ -322,6 +322,19 @@ func (ml *managedLedger) identCovered(ctx context.Context, md *clientv1.EntryMet
 	return ml.dedup.identCovers(name, first, highest), nil
 }
 
+// identCoverNow is identCovered without waiting: covered, or the queued
+// batches of the identity to wait for before asking again (none: not
+// covered).
+func (ml *managedLedger) identCoverNow(md *clientv1.EntryMetadata) (covered bool, waits []<-chan struct{}) {
+	name, first, highest, ok := entryIdent(md)
+	if !ok {
+		return false, nil
+	}
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.dedup.identCoverLocked(name, first, highest)
+}
+
 // replSkipped records origin_seq seq of replication key name as applied
 // without storing its entry (every message of it was stored already). Call
 // only once every entry of that origin queued before it is stored.

@@ -361,6 +361,17 @@ func (ml *managedLedger) countLocked(i int) int64 {
 // MaxPendingSends sends are queued (back-pressure) until ctx ends. Only
 // after load returned.
 func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
+	if err := ml.reserveSlot(ctx); err != nil {
+		return err
+	}
+	return ml.enqueueReserved(r)
+}
+
+// reserveSlot waits for room in the append queue (the MaxPendingSends
+// back-pressure) and takes one slot, which enqueueReserved then uses or
+// releaseSlot gives back. It fails when the ledger failed or the topic
+// closes, or with ctx's error.
+func (ml *managedLedger) reserveSlot(ctx context.Context) error {
 	ml.mu.Lock()
 	if ml.failed != nil {
 		err := ml.failed
@@ -370,11 +381,31 @@ func (ml *managedLedger) enqueue(ctx context.Context, r *appendReq) error {
 	ml.mu.Unlock()
 	select {
 	case ml.pendingSlots <- struct{}{}:
+		return nil
 	case <-ml.stop:
 		return ErrTopicNotOwned
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// tryReserveSlot is reserveSlot without waiting: false when the queue is
+// full.
+func (ml *managedLedger) tryReserveSlot() bool {
+	select {
+	case ml.pendingSlots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseSlot gives back a slot taken by reserveSlot and not used.
+func (ml *managedLedger) releaseSlot() { <-ml.pendingSlots }
+
+// enqueueReserved queues r in the slot its caller reserved (never
+// blocks); on an error the slot is released and r is not queued.
+func (ml *managedLedger) enqueueReserved(r *appendReq) error {
 	ml.qmu.Lock()
 	if ml.qStopped {
 		ml.qmu.Unlock()

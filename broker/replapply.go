@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -36,8 +37,12 @@ const replAckQueue = 256
 type replState struct {
 	// applyMu serializes the check-and-enqueue of replicated entries across
 	// streams, so the order in which entries of one origin are queued is the
-	// order in which they are checked (per-origin order).
+	// order in which they are checked (per-origin order). It guards only
+	// in-memory work and is never held across a wait (see apply).
 	applyMu sync.Mutex
+	// waiting counts the entries waiting outside applyMu for blocking work
+	// (a queued local copy, the quota check, append queue room).
+	waiting atomic.Int64
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -172,16 +177,16 @@ const (
 	replGap
 )
 
-// replCheck decides what to do with origin_seq seq of dedup name: a
-// duplicate (seq <= highest queued), a gap (relayed and not highest
-// queued + 1), or to append (recorded as queued).
-func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVerdict {
+// replPeek decides what to do with origin_seq seq of dedup name, without
+// recording anything: a duplicate (seq <= highest queued), a gap (relayed
+// and not highest queued + 1), or to append. Call under applyMu, and
+// record an append with replRecord in the same critical section.
+func (ml *managedLedger) replPeek(name string, seq int64, relayed bool) replVerdict {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	now := time.Now().UnixMilli()
 	if p, ok := ml.dedup.byName[name]; ok {
 		if seq <= p.pushed {
-			ml.dedup.touch(p, now)
+			ml.dedup.touch(p, time.Now().UnixMilli())
 			if seq <= p.stored {
 				return replDupStored
 			}
@@ -193,8 +198,24 @@ func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVer
 	} else if relayed && seq != 1 {
 		return replGap
 	}
-	ml.dedup.check(name, seq, seq, now)
 	return replAppend
+}
+
+// replCheck is replPeek then, for an append, replRecord.
+func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVerdict {
+	v := ml.replPeek(name, seq, relayed)
+	if v == replAppend {
+		ml.replRecord(name, seq)
+	}
+	return v
+}
+
+// replRecord records origin_seq seq of dedup name as queued (the highest
+// queued), after replPeek answered replAppend.
+func (ml *managedLedger) replRecord(name string, seq int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	ml.dedup.check(name, seq, seq, time.Now().UnixMilli())
 }
 
 // replUnpush forgets a queued replicated entry that will not be stored:
@@ -454,6 +475,15 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 				return
 			}
 			t.repl.heardFrom(source)
+			if f := b.cfg.Testing.ReplRequestDelay; f != nil {
+				if d := f(t.name.String(), source); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
 			ents := r.GetEntries()
 			var a *replAck
 			if ents == nil {
@@ -520,13 +550,53 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 	}
 }
 
+// replNeed is what an entry's check under applyMu found missing: blocking
+// work to do outside the lock before the entry is checked again.
+type replNeed int
+
+const (
+	// replNeedNone: the entry is resolved or queued.
+	replNeedNone replNeed = iota
+	// replNeedIdent: a queued local copy of the batch may cover it
+	// (DedupReplicatedCopies): wait for it.
+	replNeedIdent
+	// replNeedQuota: the request's backlog quota is not checked yet (the
+	// age quota may read a bookie).
+	replNeedQuota
+	// replNeedSlot: the append queue is full (MaxPendingSends).
+	replNeedSlot
+)
+
+// replApplyState is what apply learned, outside applyMu, about one request
+// and its current entry.
+type replApplyState struct {
+	// quotaChecked is set once the request's backlog quota was checked;
+	// quotaErr is its outcome (once per request, as at the first append).
+	quotaChecked bool
+	quotaErr     error
+	// slot is set while the current entry holds an append queue slot.
+	slot bool
+	// identWaits are the queued local copies the current entry waits for.
+	identWaits []<-chan struct{}
+}
+
 // apply checks and queues the entries of one request, in order.
+//
+// applyMu protects only in-memory work: the check of an entry against the
+// dedup state and its handing to the append queue happen together under
+// it, so the order in which one origin's entries are queued is the order
+// in which they are checked, whichever stream carried them. Everything
+// that may block (the wait for a queued local copy of a batch, the backlog
+// quota's bookie read, the append queue's back-pressure) happens outside
+// it, before the entry is checked again from scratch: nothing is recorded
+// for an entry until it is queued, so another stream may check and queue
+// the same entry meanwhile (this one then finds it a duplicate), and one
+// stream waiting never holds up another origin's streams.
 func (rs *replicationService) apply(ctx context.Context, t *topic, source string, guard *replGuard, id int64, ents []replEntry) *replAck {
 	a := &replAck{id: id, results: make([]clientv1.ReplicateResult, len(ents)), origins: make([]string, len(ents)),
 		seqs: make([]int64, len(ents)), errs: make([]error, len(ents))}
 	own := rs.b.cfg.Region
 	var rejected error
-	quotaChecked := false
 	reject := func(i int, err error) {
 		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
 		a.errs[i] = err
@@ -535,8 +605,7 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			guard.set(a.origins[i], a.seqs[i])
 		}
 	}
-	t.repl.applyMu.Lock()
-	defer t.repl.applyMu.Unlock()
+	var st replApplyState
 	for i, e := range ents {
 		origin := e.md.GetOriginRegion()
 		a.origins[i], a.seqs[i] = origin, e.md.GetOriginSeq()
@@ -549,103 +618,157 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
 			continue
 		}
-		name, seq := replDedupName(origin), e.md.GetOriginSeq()
-		filled := func(b int64) bool {
-			_, pushed := t.ml.replProgress(name)
-			return pushed >= b
-		}
-		if b, barred := guard.check(origin, seq, filled); barred {
-			reject(i, fmt.Errorf("%w: origin_seq %d of %s follows origin_seq %d, rejected earlier on this stream; resend from %d",
-				ErrUnavailable, seq, origin, b, b))
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			reject(i, fmt.Errorf("%w: replication stream ended: %v", ErrUnavailable, err))
-			continue
-		}
-		if t.stopped() || t.ml.isFailed() {
-			reject(i, &notOwnedError{})
-			continue
-		}
-		verdict := t.ml.replCheck(name, seq, origin != source)
-		if verdict == replDupStored && rs.b.cfg.UnsafeSkipOriginCheck {
-			// Test-only broken build: store the resend again.
-			verdict = replAppend
-		}
-		switch verdict {
-		case replDupStored:
-			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
-			continue
-		case replDupInFlight:
-			a.waits = append(a.waits, replWait{i: i, name: name, seq: seq, f: t.repl.lookup(name, seq)})
-			continue
-		case replGap:
-			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
-			continue
-		}
-		if !rs.b.cfg.DedupReplicatedCopies {
-			// Both copies are kept (Config.DedupReplicatedCopies).
-		} else if covered, err := t.ml.identCovered(ctx, e.md); err != nil {
-			t.replUnpush(name, seq)
-			reject(i, err)
-			continue
-		} else if covered {
-			t.skipCovered(a, i, name, seq) // ident_dedup.go
-			continue
-		}
-		if !quotaChecked {
-			quotaChecked = true
-			if err := t.quotaErr(); err != nil {
-				t.replUnpush(name, seq)
+		for {
+			need, err := rs.applyOne(ctx, t, source, guard, a, i, e, &st)
+			if err != nil {
 				reject(i, err)
-				continue
+			}
+			if need == replNeedNone {
+				break
+			}
+			if err := rs.applyWait(ctx, t, need, &st); err != nil {
+				reject(i, err)
+				break
 			}
 		}
-		md := e.md
-		md.Replicated = true
-		data, err := wire.EncodeEntry(md, e.payload)
-		if err != nil {
-			t.replUnpush(name, seq)
-			reject(i, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err))
-			continue
-		}
-		f := t.repl.track(name, seq)
-		a.wg.Add(1)
-		nmsgs, nbytes := int(md.GetNumMessages()), len(e.payload)
-		start := time.Now()
-		req := &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq}
-		req.from, req.fromFirst, req.fromLast, _ = originProducerKey(md)
-		req.ident, req.identFirst, req.identLast, _ = entryIdent(md)
-		req.done = func(_ pos, err error) {
-			a.mu.Lock()
-			if err != nil {
-				a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
-				a.errs[i] = err
-			} else {
-				a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_PERSISTED
-			}
-			a.mu.Unlock()
-			if err != nil {
-				t.replUnpush(name, seq)
-			} else {
-				t.msgsIn.Add(int64(nmsgs))
-				t.bytesIn.Add(int64(nbytes))
-				rs.b.metrics.in(t.name.NamespaceName(), nmsgs, nbytes, time.Since(start).Seconds())
-			}
-			t.repl.finish(name, seq, f, err == nil)
-			a.wg.Done()
-		}
-		release := t.ml.pendIdent(req)
-		err = t.ml.enqueue(ctx, req)
-		if err != nil {
-			release()
-			t.replUnpush(name, seq)
-			t.repl.finish(name, seq, f, false)
-			a.wg.Done()
-			reject(i, err)
+		if st.slot {
+			t.ml.releaseSlot()
+			st.slot = false
 		}
 	}
 	return a
+}
+
+// applyWait does, outside applyMu, the blocking work an entry's check
+// found missing.
+func (rs *replicationService) applyWait(ctx context.Context, t *topic, need replNeed, st *replApplyState) error {
+	t.repl.waiting.Add(1)
+	defer t.repl.waiting.Add(-1)
+	switch need {
+	case replNeedIdent:
+		waits := st.identWaits
+		st.identWaits = nil
+		return waitAll(ctx, waits)
+	case replNeedQuota:
+		st.quotaChecked, st.quotaErr = true, t.quotaErr()
+		return nil
+	case replNeedSlot:
+		if err := t.ml.reserveSlot(ctx); err != nil {
+			return err
+		}
+		st.slot = true
+		return nil
+	}
+	return nil
+}
+
+// applyOne checks entry i of a under applyMu and resolves or queues it,
+// or returns what must be done outside the lock first (then nothing is
+// recorded for it). A non-nil error rejects the entry.
+func (rs *replicationService) applyOne(ctx context.Context, t *topic, source string, guard *replGuard, a *replAck, i int, e replEntry, st *replApplyState) (replNeed, error) {
+	t.repl.applyMu.Lock()
+	defer t.repl.applyMu.Unlock()
+	origin := a.origins[i]
+	name, seq := replDedupName(origin), e.md.GetOriginSeq()
+	filled := func(b int64) bool {
+		_, pushed := t.ml.replProgress(name)
+		return pushed >= b
+	}
+	if b, barred := guard.check(origin, seq, filled); barred {
+		return replNeedNone, fmt.Errorf("%w: origin_seq %d of %s follows origin_seq %d, rejected earlier on this stream; resend from %d",
+			ErrUnavailable, seq, origin, b, b)
+	}
+	if err := ctx.Err(); err != nil {
+		return replNeedNone, fmt.Errorf("%w: replication stream ended: %v", ErrUnavailable, err)
+	}
+	if t.stopped() || t.ml.isFailed() {
+		return replNeedNone, &notOwnedError{}
+	}
+	relayed := origin != source
+	verdict := t.ml.replPeek(name, seq, relayed)
+	if verdict == replDupStored && rs.b.cfg.UnsafeSkipOriginCheck {
+		// Test-only broken build: store the resend again.
+		verdict = replAppend
+	}
+	switch verdict {
+	case replDupStored:
+		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
+		return replNeedNone, nil
+	case replDupInFlight:
+		a.waits = append(a.waits, replWait{i: i, name: name, seq: seq, f: t.repl.lookup(name, seq)})
+		return replNeedNone, nil
+	case replGap:
+		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
+		return replNeedNone, nil
+	}
+	if rs.b.cfg.DedupReplicatedCopies {
+		covered, waits := t.ml.identCoverNow(e.md)
+		if len(waits) > 0 {
+			st.identWaits = waits
+			return replNeedIdent, nil
+		}
+		if covered {
+			t.ml.replRecord(name, seq)
+			t.skipCovered(a, i, name, seq) // ident_dedup.go
+			return replNeedNone, nil
+		}
+	}
+	if !st.quotaChecked {
+		return replNeedQuota, nil
+	}
+	if st.quotaErr != nil {
+		return replNeedNone, st.quotaErr
+	}
+	if !st.slot {
+		if !t.ml.tryReserveSlot() {
+			return replNeedSlot, nil
+		}
+		st.slot = true
+	}
+	md := e.md
+	md.Replicated = true
+	data, err := wire.EncodeEntry(md, e.payload)
+	if err != nil {
+		return replNeedNone, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err)
+	}
+	// Checked and queued together: recorded as queued from here on.
+	t.ml.replRecord(name, seq)
+	f := t.repl.track(name, seq)
+	a.wg.Add(1)
+	nmsgs, nbytes := int(md.GetNumMessages()), len(e.payload)
+	start := time.Now()
+	req := &appendReq{data: data, producer: name, firstSeq: seq, lastSeq: seq}
+	req.from, req.fromFirst, req.fromLast, _ = originProducerKey(md)
+	req.ident, req.identFirst, req.identLast, _ = entryIdent(md)
+	req.done = func(_ pos, err error) {
+		a.mu.Lock()
+		if err != nil {
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
+			a.errs[i] = err
+		} else {
+			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_PERSISTED
+		}
+		a.mu.Unlock()
+		if err != nil {
+			t.replUnpush(name, seq)
+		} else {
+			t.msgsIn.Add(int64(nmsgs))
+			t.bytesIn.Add(int64(nbytes))
+			rs.b.metrics.in(t.name.NamespaceName(), nmsgs, nbytes, time.Since(start).Seconds())
+		}
+		t.repl.finish(name, seq, f, err == nil)
+		a.wg.Done()
+	}
+	release := t.ml.pendIdent(req)
+	st.slot = false // enqueueReserved uses or releases it
+	if err := t.ml.enqueueReserved(req); err != nil {
+		release()
+		t.replUnpush(name, seq)
+		t.repl.finish(name, seq, f, false)
+		a.wg.Done()
+		return replNeedNone, err
+	}
+	return replNeedNone, nil
 }
 
 // resolve waits until every entry of a is resolved and builds its ack.

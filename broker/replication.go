@@ -57,13 +57,23 @@ type ReplicationConfig struct {
 	// max_replication_lag bound with action producer_hold before it fails
 	// with QUOTA_EXCEEDED (default 10 s).
 	LagHoldTimeout time.Duration `yaml:"lag_hold_timeout"`
+	// MaxRelayWait bounds how long a relayed entry waits for its origin's
+	// own live stream to the remote before this broker relays it anyway
+	// (default 5 s; at most 10 min): an origin may be connected but slow.
+	MaxRelayWait time.Duration `yaml:"max_relay_wait"`
+	// MaxRelayHeldBytes bounds, per replicator (topic and remote), the
+	// memory of the relayed entries waiting that way (their metadata, about
+	// 170 bytes each; default 16 MiB, at most 1 GiB); past it the oldest
+	// are relayed.
+	MaxRelayHeldBytes int64 `yaml:"max_relay_held_bytes"`
 }
 
 // DefaultReplicationConfig returns the defaults.
 func DefaultReplicationConfig() ReplicationConfig {
 	return ReplicationConfig{CheckInterval: time.Second, KeeperInterval: 3 * time.Second, StallTimeout: 30 * time.Second,
 		MaxBackoff: time.Second, Keepalive: time.Second, AckTimeout: 5 * time.Second, MinWindowBytes: 1 << 20, MaxWindowBytes: 64 << 20,
-		MaxInflightRequests: 1024, LagHoldTimeout: 10 * time.Second}
+		MaxInflightRequests: 1024, LagHoldTimeout: 10 * time.Second,
+		MaxRelayWait: replicator.DefaultMaxRelayWait, MaxRelayHeldBytes: replicator.DefaultMaxHeldBytes}
 }
 
 func (c ReplicationConfig) withDefaults() ReplicationConfig {
@@ -80,6 +90,10 @@ func (c ReplicationConfig) withDefaults() ReplicationConfig {
 	set(&c.Keepalive, d.Keepalive)
 	set(&c.AckTimeout, d.AckTimeout)
 	set(&c.LagHoldTimeout, d.LagHoldTimeout)
+	set(&c.MaxRelayWait, d.MaxRelayWait)
+	if c.MaxRelayHeldBytes == 0 {
+		c.MaxRelayHeldBytes = d.MaxRelayHeldBytes
+	}
 	if c.MinWindowBytes == 0 {
 		c.MinWindowBytes = d.MinWindowBytes
 	}
@@ -110,6 +124,10 @@ func (c ReplicationConfig) Validate() error {
 		return bad("max_window_bytes %d must be >= min_window_bytes %d", c.MaxWindowBytes, c.MinWindowBytes)
 	case c.MaxInflightRequests < 0 || c.MaxInflightRequests > 65536:
 		return bad("max_inflight_requests %d must be in [0, 65536]", c.MaxInflightRequests)
+	case c.MaxRelayWait < 0 || c.MaxRelayWait > 10*time.Minute:
+		return bad("max_relay_wait %v must be in [0, 10m] (0 = default %v)", c.MaxRelayWait, replicator.DefaultMaxRelayWait)
+	case c.MaxRelayHeldBytes < 0 || c.MaxRelayHeldBytes > 1<<30:
+		return bad("max_relay_held_bytes %d must be in [0, 1 GiB] (0 = default %d)", c.MaxRelayHeldBytes, replicator.DefaultMaxHeldBytes)
 	}
 	return nil
 }
@@ -286,7 +304,8 @@ func (m *replManager) startOne(ctx context.Context, t *topic, remote string) err
 	r, err := replicator.New(replicator.Config{
 		Self: m.s.cfg.Region, Remote: remote, Topic: t.name.String(), Source: src, Connect: d.Connect,
 		Limits: replicator.Limits{MinWindow: m.cfg.MinWindowBytes, MaxWindow: m.cfg.MaxWindowBytes,
-			MaxRequests: m.cfg.MaxInflightRequests, RequestBytes: int64(min(512<<10, m.s.cfg.MaxMessageBytes))},
+			MaxRequests: m.cfg.MaxInflightRequests, RequestBytes: int64(min(512<<10, m.s.cfg.MaxMessageBytes)),
+			MaxRelayWait: m.cfg.MaxRelayWait, MaxHeldBytes: m.cfg.MaxRelayHeldBytes},
 		StallTimeout: m.cfg.StallTimeout, MaxBackoff: m.cfg.MaxBackoff, AckTimeout: m.cfg.AckTimeout, IdleProbe: m.cfg.Keepalive,
 		Rates: func() (int64, int64) {
 			pol := t.currentPolicies()

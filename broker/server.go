@@ -75,8 +75,10 @@ type Server struct {
 	takeWarn warnEvery
 	// policies mirrors the global shard's policies (policycache.go);
 	// policyDone is closed when its goroutines have exited.
-	policies   *policyCache
-	policyDone chan struct{}
+	policies *policyCache
+	// failoverConfirms: GetFailoverTarget's reads of the global shard.
+	failoverConfirms failoverConfirms
+	policyDone       chan struct{}
 	// replLag reports replication lag per region (regionlist.go).
 	replLag atomic.Pointer[ReplicationLagFunc]
 	// probes remembers remote regions' last answers (regionlist.go).

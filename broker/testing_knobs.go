@@ -1,6 +1,9 @@
 package broker
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // TestingKnobs are injection points for tests (dragonboat's ExpertConfig
 // idea). Production leaves every field zero; nothing here changes what the
@@ -23,6 +26,11 @@ type TestingKnobs struct {
 	// a non-nil error refuses the send with that error (nothing stored),
 	// as a quota would. It must not block.
 	RefuseSend func(topic string) error
+	// ReplRequestDelay, when set, is asked for each replication request a
+	// stream from source region source receives for topic; the stream
+	// waits that long before applying it (after noting the request, so the
+	// source still counts as direct): a connected but slow origin.
+	ReplRequestDelay func(topic, source string) time.Duration
 }
 
 // Freezer stops the goroutines that check it while it is frozen. The zero

@@ -40,6 +40,8 @@ type Client struct {
 	primary  string                      // the URL address that answered first (admin calls)
 	owned    map[closer]struct{}         // open producers and consumers
 	closed   bool
+	// lastTarget is the last failover group target read (controlled).
+	lastTarget *FailoverTargetStatus
 
 	stopFailover context.CancelFunc // ends the failover loop (nil: none)
 	failoverDone chan struct{}      // closed when the failover loop ends

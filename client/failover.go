@@ -233,10 +233,11 @@ func (c *Client) initialTarget(ctx context.Context) int64 {
 	if c.opts.Failover.Mode != FailoverControlled {
 		return 0
 	}
-	tgt, err := c.readTarget(ctx)
+	tgt, from, err := c.readTarget(ctx)
 	if err != nil {
 		return 0
 	}
+	c.noteTarget(tgt, from)
 	for i, r := range c.regions {
 		if r.name == tgt.GetRegion() {
 			c.mu.Lock()
@@ -338,32 +339,57 @@ func (c *Client) probe(ctx context.Context, ri int) bool {
 }
 
 // controlledLoop follows the failover group's target: every ProbeInterval
-// it reads it from the active region, else the others in order, and
-// switches when its version changes to a region other than the active one.
+// it reads it (readTarget) and switches when its version is higher than
+// the highest seen (targetTracker) and names a region other than the
+// active one. An older version (a region answering a stale copy) is
+// ignored and logged.
 func (c *Client) controlledLoop(ctx context.Context, seen int64) {
 	fo := c.opts.Failover
 	t := time.NewTicker(fo.ProbeInterval)
 	defer t.Stop()
-	warned := ""
+	tr := targetTracker{seen: seen}
+	warned, warnedOld, warnedStale := "", int64(-1), int64(-1)
 	for {
-		tgt, err := c.readTarget(ctx)
-		if err == nil && tgt.GetVersion() != seen {
-			seen = tgt.GetVersion()
-			idx := -1
-			for i, r := range c.regions {
-				if r.name == tgt.GetRegion() {
-					idx = i
+		tgt, from, err := c.readTarget(ctx)
+		if err == nil {
+			c.noteTarget(tgt, from)
+			if tgt.GetStale() && warnedStale != tgt.GetVersion() {
+				warnedStale = tgt.GetVersion()
+				c.log.Warn("client failover: group target may be stale (the region answering could not reach the global metadata)",
+					"group", fo.Group, "region_asked", from, "target", tgt.GetRegion(), "version", tgt.GetVersion(),
+					"confirmed", time.UnixMilli(tgt.GetConfirmedMs()).UTC())
+			}
+		}
+		switch {
+		case err != nil:
+			if !errors.Is(err, ErrNotFound) {
+				c.log.Debug("client failover: group target unreadable", "group", fo.Group, "err", err)
+			}
+		default:
+			switch tr.observe(tgt.GetVersion()) {
+			case targetOlder:
+				c.metrics.targetIgnored.Inc()
+				if warnedOld != tgt.GetVersion() {
+					warnedOld = tgt.GetVersion()
+					c.log.Warn("client failover: ignoring an older group target", "group", fo.Group, "region_asked", from,
+						"target", tgt.GetRegion(), "version", tgt.GetVersion(), "applied_version", tr.seen, "stale", tgt.GetStale())
+				}
+			case targetNewer:
+				idx := -1
+				for i, r := range c.regions {
+					if r.name == tgt.GetRegion() {
+						idx = i
+					}
+				}
+				switch {
+				case idx >= 0:
+					c.doSwitch(idx, fmt.Sprintf("failover group %s target set to %s (version %d)", fo.Group, tgt.GetRegion(), tgt.GetVersion()),
+						time.UnixMilli(tgt.GetUpdatedMs()))
+				case warned != tgt.GetRegion():
+					warned = tgt.GetRegion()
+					c.log.Warn("client failover: group target is not one of the client's regions; staying", "group", fo.Group, "target", tgt.GetRegion(), "regions", c.Regions())
 				}
 			}
-			switch {
-			case idx >= 0:
-				c.doSwitch(idx, fmt.Sprintf("failover group %s target set to %s", fo.Group, tgt.GetRegion()), time.UnixMilli(tgt.GetUpdatedMs()))
-			case warned != tgt.GetRegion():
-				warned = tgt.GetRegion()
-				c.log.Warn("client failover: group target is not one of the client's regions; staying", "group", fo.Group, "target", tgt.GetRegion(), "regions", c.Regions())
-			}
-		} else if err != nil && !errors.Is(err, ErrNotFound) {
-			c.log.Debug("client failover: group target unreadable", "group", fo.Group, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -373,9 +399,55 @@ func (c *Client) controlledLoop(ctx context.Context, seen int64) {
 	}
 }
 
-// readTarget reads the group's target from the first region that answers,
-// active region first.
-func (c *Client) readTarget(ctx context.Context) (*clientv1.FailoverTarget, error) {
+// FailoverTargetStatus is the last failover group target a controlled
+// client read.
+type FailoverTargetStatus struct {
+	// Group, Region and Version are the target as answered.
+	Group   string
+	Region  string
+	Version int64
+	// Stale is true when the answering broker could not read the global
+	// metadata and answered its last seen copy: a newer target may exist.
+	Stale bool
+	// ConfirmedAt is when the answering broker last read the target from
+	// the global metadata (zero: unknown).
+	ConfirmedAt time.Time
+	// From is the region whose broker answered; ReadAt is when.
+	From   string
+	ReadAt time.Time
+}
+
+// FailoverTarget returns the last failover group target the client read
+// (controlled policy); false before the first one.
+func (c *Client) FailoverTarget() (FailoverTargetStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastTarget == nil {
+		return FailoverTargetStatus{}, false
+	}
+	return *c.lastTarget, true
+}
+
+// noteTarget records tgt, read from region from, as the last target read.
+func (c *Client) noteTarget(tgt *clientv1.FailoverTarget, from string) {
+	st := &FailoverTargetStatus{Group: tgt.GetGroup(), Region: tgt.GetRegion(), Version: tgt.GetVersion(), Stale: tgt.GetStale(),
+		From: from, ReadAt: time.Now()}
+	if ms := tgt.GetConfirmedMs(); ms > 0 {
+		st.ConfirmedAt = time.UnixMilli(ms)
+	}
+	c.mu.Lock()
+	c.lastTarget = st
+	c.mu.Unlock()
+	c.metrics.targetStale.Set(boolGauge(tgt.GetStale()))
+}
+
+// readTarget reads the group's target from the first region that answers
+// with a fresh copy, active region first, and returns it with the name of
+// the region that answered. A stale answer (that broker could not read the
+// global metadata) does not end the search: the other regions are asked
+// too, and the highest version wins (a fresh one on a tie), so a client
+// whose active region is cut off still learns a newer target from another.
+func (c *Client) readTarget(ctx context.Context) (*clientv1.FailoverTarget, string, error) {
 	c.mu.Lock()
 	order := []int{c.active}
 	for i := range c.regions {
@@ -384,26 +456,51 @@ func (c *Client) readTarget(ctx context.Context) (*clientv1.FailoverTarget, erro
 		}
 	}
 	c.mu.Unlock()
+	var best *clientv1.FailoverTarget
+	bestFrom := ""
 	var last error
 	for _, ri := range order {
-		c.mu.Lock()
-		cands := append([]string(nil), c.regions[ri].known...)
-		c.mu.Unlock()
-		for _, addr := range cands[:min(len(cands), 2)] {
-			cc, err := c.conn(addr)
-			if err != nil {
-				return nil, err
+		tgt, err := c.readTargetIn(ctx, ri)
+		if err != nil {
+			last = err
+			if errors.Is(err, ErrNotFound) && best == nil {
+				return nil, "", err
 			}
-			pctx, cancel := context.WithTimeout(ctx, c.opts.Failover.ProbeTimeout)
-			tgt, err := clientv1.NewAdminClient(cc).GetFailoverTarget(pctx, &clientv1.GetFailoverTargetRequest{Group: c.opts.Failover.Group})
-			cancel()
-			if err == nil {
-				return tgt, nil
-			}
-			last = mapError(err)
-			if errors.Is(last, ErrNotFound) {
-				return nil, last
-			}
+			continue
+		}
+		if best == nil || tgt.GetVersion() > best.GetVersion() || tgt.GetVersion() == best.GetVersion() && !tgt.GetStale() {
+			best, bestFrom = tgt, c.regions[ri].name
+		}
+		if !tgt.GetStale() {
+			break
+		}
+	}
+	if best != nil {
+		return best, bestFrom, nil
+	}
+	return nil, "", last
+}
+
+// readTargetIn reads the group's target from region ri's brokers.
+func (c *Client) readTargetIn(ctx context.Context, ri int) (*clientv1.FailoverTarget, error) {
+	c.mu.Lock()
+	cands := append([]string(nil), c.regions[ri].known...)
+	c.mu.Unlock()
+	var last error
+	for _, addr := range cands[:min(len(cands), 2)] {
+		cc, err := c.conn(addr)
+		if err != nil {
+			return nil, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.opts.Failover.ProbeTimeout)
+		tgt, err := clientv1.NewAdminClient(cc).GetFailoverTarget(pctx, &clientv1.GetFailoverTargetRequest{Group: c.opts.Failover.Group})
+		cancel()
+		if err == nil {
+			return tgt, nil
+		}
+		last = mapError(err)
+		if errors.Is(last, ErrNotFound) {
+			return nil, last
 		}
 	}
 	return nil, last

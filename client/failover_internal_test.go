@@ -119,3 +119,18 @@ func TestFailoverOptionsValidate(t *testing.T) {
 		t.Errorf("mode: %v", err)
 	}
 }
+
+// TestTargetTrackerFollowsOnlyHigherVersions: the controlled policy
+// follows version N, ignores an older N-1 (a stale region's copy) and the
+// same N again, and follows N+1.
+func TestTargetTrackerFollowsOnlyHigherVersions(t *testing.T) {
+	tr := targetTracker{}
+	for _, c := range []struct {
+		v    int64
+		want targetVerdict
+	}{{5, targetNewer}, {4, targetOlder}, {5, targetSame}, {3, targetOlder}, {6, targetNewer}, {5, targetOlder}} {
+		if got := tr.observe(c.v); got != c.want {
+			t.Fatalf("version %d after %d: verdict %v, want %v", c.v, tr.seen, got, c.want)
+		}
+	}
+}

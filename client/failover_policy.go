@@ -82,3 +82,40 @@ func (p *failoverPolicy) decide(now time.Time) (failoverDecision, bool) {
 // switched records that the client now uses region i (after a decision,
 // or a controlled switch).
 func (p *failoverPolicy) switched(i int) { p.active = i }
+
+// targetTracker is the controlled policy's core: it follows a failover
+// group's target only to a version higher than the highest it has seen.
+// A region cut off from the global shard answers its last seen copy, which
+// may be older than what the client already applied; following any change
+// of version would send the client back to a target the operator replaced
+// (and, with two regions answering different copies, back and forth).
+// Versions of one group only grow (the global key's version), so the
+// highest seen is the newest.
+type targetTracker struct {
+	// seen is the highest version observed (0: none).
+	seen int64
+}
+
+// targetVerdict is what observe decided about one answer.
+type targetVerdict int
+
+const (
+	// targetSame: the version already applied.
+	targetSame targetVerdict = iota
+	// targetNewer: a higher version: follow it.
+	targetNewer
+	// targetOlder: a lower version (a stale copy): ignored.
+	targetOlder
+)
+
+// observe records an answer with version v.
+func (t *targetTracker) observe(v int64) targetVerdict {
+	switch {
+	case v > t.seen:
+		t.seen = v
+		return targetNewer
+	case v < t.seen:
+		return targetOlder
+	}
+	return targetSame
+}

@@ -25,6 +25,9 @@ type clientMetrics struct {
 	failovers     *prometheus.CounterVec
 	switchSeconds prometheus.Histogram
 	regionUp      *prometheus.GaugeVec
+	// targetStale, targetIgnored: the controlled policy (failover.go).
+	targetStale   prometheus.Gauge
+	targetIgnored prometheus.Counter
 }
 
 func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
@@ -62,6 +65,10 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
 		regionUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_client_region_up", Help: "1 when the last probe of the region succeeded (automatic failover)."}, []string{"region"}),
+		targetStale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_client_failover_target_stale", Help: "1 when the last failover group target read was a broker's last seen copy (its region could not reach the global metadata)."}),
+		targetIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_client_failover_target_ignored_total", Help: "Failover group target answers ignored because their version was lower than one already seen (a stale region)."}),
 	}
 	if reg != nil {
 		m.sent = register(reg, m.sent)
@@ -77,6 +84,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		m.failovers = register(reg, m.failovers)
 		m.switchSeconds = register(reg, m.switchSeconds)
 		m.regionUp = register(reg, m.regionUp)
+		m.targetStale = register(reg, m.targetStale)
+		m.targetIgnored = register(reg, m.targetIgnored)
 	}
 	return m
 }

@@ -99,7 +99,12 @@ func foLogger(t *testing.T) *slog.Logger {
 // creates the topic and subscription "s" in both regions, and returns
 // the cluster and the topic.
 func foSetup(t *testing.T) (*geoCluster, string) {
-	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	return foSetupWith(t, geoOptions{})
+}
+
+// foSetupWith is foSetup with the cluster's options.
+func foSetupWith(t *testing.T, opts geoOptions) (*geoCluster, string) {
+	g := startGeo(t, []string{"a", "b"}, opts)
 	g.createNamespace("public/fo", "a", "b")
 	topic := "public/fo/t"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -70,7 +70,24 @@ type item struct {
 	// entry drops its data (so that waiting entries do not hold back the
 	// others) and is read again after prev when it must be sent.
 	prev Position
+	// waitSince is when it started waiting (stateWaiting).
+	waitSince time.Time
 }
+
+// heldCost estimates the memory a waiting entry holds (its item, its
+// metadata and its strings; its data is dropped while it waits).
+func (it *item) heldCost() int64 {
+	n := int64(itemOverhead + len(it.e.Origin))
+	for _, t := range it.e.Targets {
+		n += int64(len(t)) + 16
+	}
+	return n
+}
+
+// itemOverhead is the fixed part of heldCost: the item and Entry structs
+// and the queue and waiting slice slots pointing at them (measured about
+// 170 bytes per entry on amd64).
+const itemOverhead = 176
 
 // request is one ReplicateEntries in flight.
 type request struct {
@@ -92,7 +109,27 @@ type Limits struct {
 	// and 512 entries; a request always carries at least one entry).
 	RequestBytes   int64
 	RequestEntries int
+	// MaxRelayWait bounds how long a relayed entry waits while its origin
+	// has a live direct stream to the remote (default 5 s). An origin can
+	// be connected but slow (a slow link, a rate limit, a receiver that
+	// holds its stream): past the bound the relay sends the entry itself,
+	// in origin order; whatever the origin delivered meanwhile is answered
+	// DUPLICATE (the receiver's per-origin in-sequence check keeps it
+	// exact).
+	MaxRelayWait time.Duration
+	// MaxHeldBytes bounds the memory of the waiting entries (heldCost:
+	// their metadata, about 170 bytes each; default 16 MiB, some 95 000
+	// entries). Past it the oldest waiting entries of the origin that has
+	// waited longest are sent, so the read-ahead never stops on waiting
+	// entries.
+	MaxHeldBytes int64
 }
+
+// Defaults of the relay wait bounds.
+const (
+	DefaultMaxRelayWait = 5 * time.Second
+	DefaultMaxHeldBytes = 16 << 20
+)
 
 func (l Limits) withDefaults() Limits {
 	if l.MinWindow <= 0 {
@@ -109,6 +146,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.RequestEntries <= 0 {
 		l.RequestEntries = 512
+	}
+	if l.MaxRelayWait <= 0 {
+		l.MaxRelayWait = DefaultMaxRelayWait
+	}
+	if l.MaxHeldBytes <= 0 {
+		l.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	return l
 }
@@ -150,8 +193,14 @@ type pipeline struct {
 	// queue behind them so that its order is kept.
 	waiting map[string][]*item
 	// release holds entries to send before the unsent part of the queue:
-	// waiting entries whose origin the remote no longer reaches directly.
+	// waiting entries whose origin the remote no longer reaches directly,
+	// or that waited past MaxRelayWait or MaxHeldBytes.
 	release []*item
+	// heldBytes sums heldCost over the entries in stateWaiting (at most
+	// MaxHeldBytes). relayedByTime and relayedByBytes count the waiting
+	// entries sent because of MaxRelayWait and MaxHeldBytes.
+	heldBytes                     int64
+	relayedByTime, relayedByBytes int64
 
 	reqs          []*request
 	nextID        int64
@@ -219,8 +268,9 @@ func (p *pipeline) classify(e *Entry) verdict {
 func (p *pipeline) needsSending(e *Entry) bool { return p.classify(e) == verdictSend }
 
 // resolveWaiting marks waiting entries the remote has applied done, and
-// releases for sending those whose origin it no longer reaches directly.
-func (p *pipeline) resolveWaiting() {
+// releases for sending those whose origin it no longer reaches directly
+// or that have waited MaxRelayWait by now.
+func (p *pipeline) resolveWaiting(now time.Time) {
 	for origin, its := range p.waiting {
 		n := 0
 		for n < len(its) {
@@ -228,10 +278,17 @@ func (p *pipeline) resolveWaiting() {
 			if it.state == stateWaiting {
 				switch p.classify(&it.e) {
 				case verdictSkip:
-					it.state = stateDone
+					p.unhold(it, stateDone)
 				case verdictSend:
-					it.state = stateUnsent
+					p.unhold(it, stateUnsent)
 					p.release = append(p.release, it)
+				default:
+					if now.Sub(it.waitSince) >= p.lim.MaxRelayWait {
+						// The origin is connected but slow: relay.
+						p.unhold(it, stateUnsent)
+						p.release = append(p.release, it)
+						p.relayedByTime++
+					}
 				}
 			}
 			if it.state == stateWaiting {
@@ -246,6 +303,51 @@ func (p *pipeline) resolveWaiting() {
 			p.waiting[origin] = its[n:]
 		}
 	}
+}
+
+// unhold takes a waiting entry out of stateWaiting.
+func (p *pipeline) unhold(it *item, to itemState) {
+	p.heldBytes -= it.heldCost()
+	it.state = to
+}
+
+// hold makes it wait (its data dropped), first sending the oldest waiting
+// entries while holding it would pass MaxHeldBytes.
+func (p *pipeline) hold(it *item, origin string, now time.Time) {
+	cost := it.heldCost()
+	for p.heldBytes+cost > p.lim.MaxHeldBytes && p.releaseOldest() {
+	}
+	it.state, it.waitSince = stateWaiting, now
+	p.heldBytes += cost
+	p.waiting[origin] = append(p.waiting[origin], it)
+	// Keep only its metadata: waiting entries must not fill the read-ahead
+	// and hold back the entries behind them.
+	p.queueBytes -= int64(len(it.e.Data))
+	it.e.Data = nil
+}
+
+// releaseOldest releases for sending the first waiting entry of the
+// origin whose first waiting entry is the oldest (false: none waits).
+// Releasing an origin's entries in order keeps that origin's order.
+func (p *pipeline) releaseOldest() bool {
+	var best *item
+	for _, its := range p.waiting {
+		for _, it := range its {
+			if it.state == stateWaiting {
+				if best == nil || it.waitSince.Before(best.waitSince) {
+					best = it
+				}
+				break
+			}
+		}
+	}
+	if best == nil {
+		return false
+	}
+	p.unhold(best, stateUnsent)
+	p.release = append(p.release, best)
+	p.relayedByBytes++
+	return true
 }
 
 // hasWaiting reports entries waiting on the remote's applied positions.
@@ -279,7 +381,7 @@ func (p *pipeline) next(now time.Time) *request {
 	if !p.canSend() {
 		return nil
 	}
-	p.resolveWaiting()
+	p.resolveWaiting(now)
 	var r *request
 	add := func(it *item) bool {
 		n := int64(len(it.e.Data))
@@ -317,12 +419,12 @@ func (p *pipeline) next(now time.Time) *request {
 		case verdictSkip:
 			it.state = stateDone
 		case verdictWait:
-			it.state = stateWaiting
-			p.waiting[origin] = append(p.waiting[origin], it)
-			// Keep only its metadata: waiting entries must not fill the
-			// read-ahead and hold back the entries behind them.
-			p.queueBytes -= int64(len(it.e.Data))
-			it.e.Data = nil
+			p.hold(it, origin, now)
+			if len(p.release) > 0 {
+				// Holding it released older entries: they go first.
+				p.unsent++
+				goto done
+			}
 		case verdictSend:
 			if !add(it) {
 				goto done

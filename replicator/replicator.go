@@ -100,6 +100,13 @@ type Status struct {
 	// Progress is the share of the retained log the cursor has passed
 	// (backfill progress, 0..1).
 	Progress float64
+	// HeldBytes is the memory held by relayed entries waiting for their
+	// origin's own stream (at most Limits.MaxHeldBytes); RelayedEarly
+	// counts, this session, the waiting entries relayed because they waited
+	// Limits.MaxRelayWait or passed Limits.MaxHeldBytes (their origin
+	// connected but slow).
+	HeldBytes    int64
+	RelayedEarly int64
 }
 
 // Replicator ships one topic to one remote region. Start it once; Stop
@@ -373,7 +380,7 @@ func (r *Replicator) fill(ctx context.Context, p *pipeline, sendCh chan<- *reque
 			// MaxRequests are in flight.
 			sendCh <- req
 		}
-		if req == nil && !read {
+		if req == nil && !read && (len(p.missingData()) == 0 || !p.canSend()) {
 			return false, nil
 		}
 	}
@@ -400,6 +407,7 @@ func (r *Replicator) advance(p *pipeline) bool {
 		r.status.LastError = ""
 	}
 	r.status.Window, r.status.RTT = p.win.size, p.win.RTT()
+	r.status.HeldBytes, r.status.RelayedEarly = p.heldBytes, p.relayedByTime+p.relayedByBytes
 	r.mu.Unlock()
 	if !ok {
 		return false

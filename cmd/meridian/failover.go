@@ -119,4 +119,11 @@ func printFailoverTarget(out *adminOut, t *client.FailoverTarget) {
 	}
 	fmt.Fprintf(out.w, "failover group %s: region %s (version %d, set %s)\n", t.GetGroup(), t.GetRegion(), t.GetVersion(),
 		strings.TrimSpace(time.UnixMilli(t.GetUpdatedMs()).UTC().Format(time.RFC3339)))
+	if t.GetStale() {
+		confirmed := "never"
+		if ms := t.GetConfirmedMs(); ms > 0 {
+			confirmed = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(out.w, "  STALE: this broker could not read the global metadata; a newer target may exist (last confirmed %s)\n", confirmed)
+	}
 }

@@ -6771,8 +6771,18 @@ type FailoverTarget struct {
 	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	Region string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	// version grows with every change (the global metadata key's version).
-	Version       int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
-	UpdatedMs     int64 `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// A client follows only a version higher than the one it applied: a
+	// region cut off from the global shard may answer an older one.
+	Version   int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedMs int64 `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// stale is true when the answering broker could not read the global
+	// shard just now and answered its last seen copy: a newer target may
+	// exist (a region cut off from the global quorum).
+	Stale bool `protobuf:"varint,79,opt,name=stale,proto3" json:"stale,omitempty"`
+	// confirmed_ms is when (unix ms) the answering broker last read this
+	// target from the global shard; 0 when it never did (the copy came from
+	// its watch only).
+	ConfirmedMs   int64 `protobuf:"varint,78,opt,name=confirmed_ms,json=confirmedMs,proto3" json:"confirmed_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6831,6 +6841,20 @@ func (x *FailoverTarget) GetVersion() int64 {
 func (x *FailoverTarget) GetUpdatedMs() int64 {
 	if x != nil {
 		return x.UpdatedMs
+	}
+	return 0
+}
+
+func (x *FailoverTarget) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *FailoverTarget) GetConfirmedMs() int64 {
+	if x != nil {
+		return x.ConfirmedMs
 	}
 	return 0
 }
@@ -8814,13 +8838,15 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\"0\n" +
 	"\x18GetFailoverTargetRequest\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\xb0\x01\n" +
 	"\x0eFailoverTarget\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\x8a\x01\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\x12\x14\n" +
+	"\x05stale\x18O \x01(\bR\x05stale\x12!\n" +
+	"\fconfirmed_ms\x18N \x01(\x03R\vconfirmedMs\"\x8a\x01\n" +
 	"\x17SetTopicPoliciesRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12A\n" +
 	"\bpolicies\x18\x02 \x01(\v2%.meridian.client.v1.NamespacePoliciesR\bpolicies\x12\x16\n" +
