@@ -234,7 +234,7 @@ const maxVectorRanges = 1 << 20
 func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) {
 	v := ackVector{}
 	for origin, o := range p.GetOrigins() {
-		if err := ValidateName(field+".origins key", origin); err != nil {
+		if err := validateOriginStream(field+".origins key", origin); err != nil {
 			return nil, err
 		}
 		if o.GetMarkDeleteSeq() < 0 {

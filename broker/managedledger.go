@@ -173,7 +173,7 @@ type managedLedger struct {
 }
 
 func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
-	return &managedLedger{cacheTotal: cacheTotal,
+	ml := &managedLedger{cacheTotal: cacheTotal,
 		cfg: cfg, key: managedLedgerPrefix + topic, topic: topic, log: log, store: cfg.Ledgers,
 		opts: opts, notify: notify, onFail: onFail,
 		pendingSlots: make(chan struct{}, cfg.MaxPendingSends), appendWake: make(chan struct{}, 1),
@@ -181,6 +181,8 @@ func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *
 		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
 		dedup: newDedupTable(cfg.DedupMaxProducers),
 	}
+	ml.dedup.maxStreams = cfg.MaxOriginIncarnations
+	return ml
 }
 
 // load reads (or creates) the ledger list, recovers the previous owner's
@@ -214,6 +216,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		version = kv.Version
 	}
 	dedup := newDedupTable(ml.cfg.DedupMaxProducers)
+	dedup.maxStreams = ml.cfg.MaxOriginIncarnations
 	localSeq := rec.LocalSeq
 	// scanned: the message counts of the entries the scan reads (msgcount.go).
 	var scanned map[int64]*ledgerMsgs
@@ -315,7 +318,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
 	for _, r := range dedup.replRegions() {
-		dedup.pruneIncarnations(r, ml.cfg.MaxOriginIncarnations)
+		dedup.pruneIncarnations(r)
 	}
 	dedup.order()
 	// Everything before the new ledger has been seen.

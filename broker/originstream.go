@@ -116,8 +116,9 @@ func allocIncarnation(ctx context.Context, global metadata.Store, region string)
 // stream's entries), but beyond max streams of one region the lowest
 // incarnations are forgotten (a resend of those could then be stored
 // again: a duplicate, never a loss). The legacy stream (incarnation 0)
-// counts as the lowest.
-func (d *dedupTable) pruneIncarnations(region string, maxStreams int) {
+// counts as the lowest. The bound is d.maxStreams (0: none).
+func (d *dedupTable) pruneIncarnations(region string) {
+	maxStreams := d.maxStreams
 	if maxStreams < 1 {
 		return
 	}
@@ -163,4 +164,30 @@ func (d *dedupTable) replRegions() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ownIncarnation returns the origin incarnation of this region's entries
+// of the topic.
+func (ml *managedLedger) ownIncarnation() uint64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.incarnation
+}
+
+// validateOriginStream checks an origin stream key received from another
+// region (a vector's key): a valid region name, optionally followed by
+// "@" and an incarnation >= 1 in canonical decimal.
+func validateOriginStream(field, key string) error {
+	region, rest, hasInc := strings.Cut(key, "@")
+	if err := ValidateName(field, region); err != nil {
+		return err
+	}
+	if !hasInc {
+		return nil
+	}
+	if _, inc := splitOriginStream(key); inc == 0 || originStreamKey(region, inc) != key {
+		return fmt.Errorf("%w: %s %q: the incarnation after '@' must be a decimal number >= 1 without leading zeros, got %q",
+			ErrInvalidArgument, field, key, rest)
+	}
+	return nil
 }

@@ -198,7 +198,7 @@ func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVer
 	if !isNew {
 		// A new origin stream: bound the streams kept per region.
 		region, _ := splitOriginStream(name[len(ReplDedupPrefix):])
-		ml.dedup.pruneIncarnations(region, ml.cfg.MaxOriginIncarnations)
+		ml.dedup.pruneIncarnations(region)
 	}
 	return replAppend
 }
