@@ -30,7 +30,7 @@ func entryStream(md *clientv1.EntryMetadata) string {
 func isReplName(name string) bool { return strings.HasPrefix(name, ReplDedupPrefix) }
 
 // dedupKey is the dedup state an entry feeds: its producer's batch
-// [first, highest], or for a replicated entry the pseudo-producer of its
+// [first, highest] (under its failover identity key when it has one), or for a replicated entry the pseudo-producer of its
 // origin stream with first = highest = origin_seq. ok is false when the
 // entry feeds none.
 func dedupKey(md *clientv1.EntryMetadata) (name string, first, highest int64, ok bool) {
@@ -42,6 +42,11 @@ func dedupKey(md *clientv1.EntryMetadata) (name string, first, highest int64, ok
 	}
 	if md.GetProducerName() == "" {
 		return "", 0, 0, false
+	}
+	if name, first, hs, ok := entryIdent(md); ok {
+		// A producer with a failover identity is deduplicated by its
+		// identity key (ident_dedup.go, dedupName), not by its name.
+		return name, first, hs, true
 	}
 	hs := md.GetHighestSequenceId()
 	if hs < md.GetSequenceId() {

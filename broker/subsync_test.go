@@ -245,7 +245,7 @@ func TestCoverAppliesToLaterEntries(t *testing.T) {
 	keepAll(t, adm, "public/later")
 	topic := "public/later/t"
 	p, _ := openProducer(t, cli, topic, "p")
-	p.sendOK(0) // seq 1
+	p.sendOK(0)                                      // seq 1
 	region := broker.OwnStreamForTesting(srv, topic) // the own origin stream
 	if err := broker.ApplySubUpdateForTesting(srv, topic, "x", &clientv1.SubscriptionUpdate{Subscription: "r",
 		Vector: &clientv1.AckVector{Origins: map[string]*clientv1.OriginAcks{region: {MarkDeleteSeq: 10}}}}); err != nil {
