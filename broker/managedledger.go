@@ -199,11 +199,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		}
 		// A new origin_seq counter: a new incarnation, so that its numbers
 		// never repeat an earlier list's (originstream.go).
-		ictx, cancel := context.WithTimeout(ctx, ml.cfg.OperationTimeout)
-		inc, ierr := allocIncarnation(ictx, ml.cfg.Global, ml.cfg.Region)
-		cancel()
+		inc, ierr := ml.newIncarnation(ctx)
 		if ierr != nil {
-			return fmt.Errorf("create topic %s: %w", ml.topic, ierr)
+			return ierr
 		}
 		rec = mlRecord{CreatedMs: time.Now().UnixMilli(), DedupThrough: -1, Incarnation: inc, LocalSeqKnown: true}
 		version = metadata.MustNotExist

@@ -35,11 +35,51 @@ import (
 // existed: such a list keeps numbering under 0, its stream key is the bare
 // region name, as before.
 //
-// When the global shard cannot be reached while a counter is created, the
-// topic does not load: the create fails with ErrUnavailable (retryable;
-// producers and the lookup retry it). Numbering without an incarnation
-// would repeat keys, which loses messages; refusing only delays them.
+// When the global shard does not answer within incarnationAllocWait while
+// a counter is created (the region cut off from it), the topic still loads
+// (a region keeps serving, and creating topics, without the global shard:
+// policycache.go) with a provisional incarnation, provisionalIncarnation:
+// the creation time in Unix ms with bit 62 set, so it never equals a
+// number of the global counter, and two lists of one topic created in one
+// region at different milliseconds never share it. It is unique as long as
+// the region's clock does not step back onto the exact millisecond of an
+// earlier list of the same topic; the global counter is the normal path.
 // Loading a topic whose list already exists never needs the global shard.
+
+// incarnationAllocWait bounds the wait for the global shard when a counter
+// is created, before a provisional incarnation is taken instead.
+const incarnationAllocWait = 3 * time.Second
+
+// provisionalBit marks provisional incarnations (provisionalIncarnation).
+const provisionalBit = uint64(1) << 62
+
+// provisionalIncarnation is the incarnation of a counter created while the
+// global shard does not answer: the creation time with provisionalBit set.
+func provisionalIncarnation(now time.Time) uint64 {
+	return provisionalBit | uint64(max(now.UnixMilli(), 1))
+}
+
+// newIncarnation allocates the origin incarnation of a new counter: from
+// the global counter, or a provisional one when the global shard does not
+// answer within incarnationAllocWait (logged).
+func (ml *managedLedger) newIncarnation(ctx context.Context) (uint64, error) {
+	ictx, cancel := context.WithTimeout(ctx, min(incarnationAllocWait, ml.cfg.OperationTimeout))
+	defer cancel()
+	inc, err := allocIncarnation(ictx, ml.cfg.Global, ml.cfg.Region)
+	if err == nil {
+		return inc, nil
+	}
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("%w: create topic %s: %v", ErrUnavailable, ml.topic, ctx.Err())
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		return 0, err
+	}
+	inc = provisionalIncarnation(time.Now())
+	ml.log.Warn("global metadata shard unreachable: topic created with a provisional origin incarnation",
+		"incarnation", inc, "err", err)
+	return inc, nil
+}
 
 // originIncarnationPrefix + region is the global key of a region's last
 // allocated origin incarnation (decimal).
