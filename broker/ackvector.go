@@ -234,7 +234,7 @@ const maxVectorRanges = 1 << 20
 func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) {
 	v := ackVector{}
 	for origin, o := range p.GetOrigins() {
-		if err := ValidateName(field+".origins key", origin); err != nil {
+		if err := validateOriginStream(field+".origins key", origin); err != nil {
 			return nil, err
 		}
 		if o.GetMarkDeleteSeq() < 0 {
@@ -255,7 +255,8 @@ func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) 
 }
 
 // entryOrigin returns the origin key of the stored entry e of t and its
-// decoded metadata: origin region and origin_seq as stored, or for a local
+// decoded metadata: origin stream key (originStreamKey: region and origin
+// incarnation; it goes in originKey.Region) and origin_seq as stored, or for a local
 // entry stored without a number its position-derived offset. ok is false
 // for an entry that has no origin key (undecodable, or its ledger no longer
 // retained).
@@ -268,14 +269,16 @@ func (t *topic) entryOrigin(e LedgerEntry) (originKey, *clientv1.EntryMetadata, 
 		if md.GetOriginRegion() == "" || md.GetOriginSeq() <= 0 {
 			return originKey{}, md, false
 		}
-		return originKey{md.GetOriginRegion(), md.GetOriginSeq()}, md, true
+		return originKey{entryStream(md), md.GetOriginSeq()}, md, true
 	}
-	seq := md.GetOriginSeq()
+	seq, inc := md.GetOriginSeq(), md.GetOriginIncarnation()
 	if seq <= 0 {
+		// Position-derived: the legacy stream (incarnation 0).
 		var ok bool
 		if seq, ok = t.ml.originSeq(pos{e.LedgerID, e.EntryID}); !ok {
 			return originKey{}, md, false
 		}
+		inc = 0
 	}
-	return originKey{t.b.cfg.Region, seq}, md, true
+	return originKey{originStreamKey(t.b.cfg.Region, inc), seq}, md, true
 }

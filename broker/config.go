@@ -128,6 +128,12 @@ type Config struct {
 	// ledger list; the others are found again by rescanning the ledgers
 	// that hold their last batches (see broker/dedup.go).
 	DedupMaxProducers int `yaml:"dedup_max_producers"`
+	// MaxOriginIncarnations bounds the origin streams (incarnations,
+	// broker/originstream.go) of one origin region whose dedup marks a
+	// topic keeps (default 16): the marks of old incarnations stay pinned,
+	// beyond the bound the lowest are forgotten (a resend of those could
+	// be stored again: a duplicate, never a loss).
+	MaxOriginIncarnations int `yaml:"max_origin_incarnations"`
 	// KeepaliveTime is how long a client connection may stay silent before
 	// the broker pings it (default 30s), and KeepaliveTimeout how long the
 	// broker waits for the answer before it closes the connection (default
@@ -246,6 +252,7 @@ func DefaultConfig() Config {
 		TailCacheBytes:        256 << 20,
 		MaxIndividualAcks:     100000,
 		DedupMaxProducers:     10000,
+		MaxOriginIncarnations: 16,
 		KeepaliveTime:         30 * time.Second,
 		KeepaliveTimeout:      10 * time.Second,
 		KeepaliveMinTime:      5 * time.Second,
@@ -305,6 +312,8 @@ func (c Config) Validate() error {
 		return bad("max_individual_acks %d must be >= 1", c.MaxIndividualAcks)
 	case c.DedupMaxProducers < 1 || c.DedupMaxProducers > 1000000:
 		return bad("dedup_max_producers %d must be in [1, 1000000]", c.DedupMaxProducers)
+	case c.MaxOriginIncarnations < 1 || c.MaxOriginIncarnations > 1000:
+		return bad("max_origin_incarnations %d must be in [1, 1000]", c.MaxOriginIncarnations)
 	case c.KeepaliveTime < time.Second:
 		return bad("keepalive_time %v must be >= 1s", c.KeepaliveTime)
 	case c.KeepaliveTimeout < time.Second:

@@ -124,6 +124,9 @@ type dedupTable struct {
 	// pending holds the queued, not yet stored batches of failover-identity
 	// keys (ident_dedup.go), in memory only.
 	pending map[string][]*identPending
+	// maxStreams bounds the origin streams kept per origin region
+	// (Config.MaxOriginIncarnations, originstream.go); 0 = no bound.
+	maxStreams int
 }
 
 func newDedupTable(maxNames int) *dedupTable {

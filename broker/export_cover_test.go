@@ -6,13 +6,25 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 )
 
-// coverForTesting builds a vector of this region's own entries.
-func coverForTesting(s *Server, ranges [][2]int64) ackVector {
+// coverForTesting builds a vector of this region's own entries of t (its
+// own origin stream).
+func coverForTesting(s *Server, t *topic, ranges [][2]int64) ackVector {
 	v := ackVector{}
+	key := originStreamKey(s.cfg.Region, t.ml.ownIncarnation())
 	for _, r := range ranges {
-		v.add(s.cfg.Region, r[0], r[1])
+		v.add(key, r[0], r[1])
 	}
 	return v
+}
+
+// OwnStreamForTesting returns the origin stream key (originstream.go) of
+// s's own entries of the loaded topic (the region alone if not loaded).
+func OwnStreamForTesting(s *Server, topic string) string {
+	t := loadedTopicForTesting(s, topic)
+	if t == nil {
+		return s.cfg.Region
+	}
+	return originStreamKey(s.cfg.Region, t.ml.ownIncarnation())
 }
 
 func subForTesting(s *Server, topic, sub string) (*subscription, error) {
@@ -34,7 +46,7 @@ func SeekVectorForTesting(s *Server, topic, sub string, ranges [][2]int64) error
 	x.t.ml.mu.Lock()
 	floor := x.t.ml.beforeFirstLocked()
 	x.t.ml.mu.Unlock()
-	x.seekVector(coverForTesting(s, ranges), floor)
+	x.seekVector(coverForTesting(s, x.t, ranges), floor)
 	return nil
 }
 
@@ -45,7 +57,7 @@ func JoinCoverForTesting(s *Server, topic, sub string, ranges [][2]int64) error 
 	if err != nil {
 		return err
 	}
-	x.joinCover(coverForTesting(s, ranges))
+	x.joinCover(coverForTesting(s, x.t, ranges))
 	return nil
 }
 

@@ -20,9 +20,13 @@ import (
 // (appendOne), kept in the dedup snapshot, and rebuilt by the takeover scan
 // from the stored entries, so it survives crashes and ownership moves.
 //
-// An OpenProducer with failover_from = [a] gets last_sequence_id = the
-// highest of its own key and meridian.from.a/<producer>; the producer's own
-// key is raised to it, so a send at or below it is answered duplicate.
+// An OpenProducer with failover_from = [a] and no failover identity gets
+// last_sequence_id = the highest of its own key and
+// meridian.from.a/<producer>; the producer's own key is raised to it, so a
+// send at or below it is answered duplicate. A producer with a failover
+// identity is deduplicated by its own stream only (ident_dedup.go,
+// dedupName): the name alone may be shared by other producer instances,
+// in either region, whose sequence IDs are not this one's.
 // Messages acknowledged in a and not yet replicated when the client moved
 // are not known to b: resent, they are stored in b, and arrive again from a
 // after the heal. For producers with a failover identity (every producer of
@@ -74,14 +78,27 @@ func validateFailoverFrom(regions []string) error {
 }
 
 // openSequence returns the last sequence ID to report to producer when it
-// opens in region own after writing to the regions in from: the highest
-// of its own key and its origin-qualified keys of those regions (own is
-// skipped). The own key is raised to it, so that a resend at or below it
+// opens in region own after writing to the regions in from.
+//
+// A producer with a failover identity (ident, its own dedup key, see
+// dedupName) gets the highest sequence ID stored here under that identity:
+// its own stream's, whichever region stored it first. Nothing is carried
+// into the producer name's key: another producer instance with the same
+// name (in this region, or in the one left) has its own sequence IDs, and
+// mixing them would answer this one's new sends DUPLICATE (stored nowhere)
+// or raise the other's floor over its unsent messages.
+//
+// A producer without an identity (an old client) gets the highest of its
+// own key and its origin-qualified keys of the regions in from (own is
+// skipped); the own key is raised to it, so that a resend at or below it
 // is answered duplicate (without an ID: where it is stored here is not
 // tracked).
-func (ml *managedLedger) openSequence(producer, own string, from []string) int64 {
+func (ml *managedLedger) openSequence(producer, ident, own string, from []string) int64 {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
+	if ident != "" {
+		return ml.dedup.lastSequence(ident)
+	}
 	carried := int64(-1)
 	for _, r := range from {
 		if r == own {

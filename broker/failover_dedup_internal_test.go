@@ -33,13 +33,13 @@ func TestDedupCarryOver(t *testing.T) {
 	ml.dedup.storedFrom(fromDedupName("a", "p"), 0, 9, pos{3, 1}, 1)
 	ml.dedup.storedFrom(fromDedupName("c", "p"), 0, 4, pos{3, 2}, 1)
 	ml.dedup.storedFrom(fromDedupName("b", "p"), 0, 99, pos{3, 3}, 1) // own region: ignored
-	if got := ml.openSequence("p", "b", nil); got != -1 {
+	if got := ml.openSequence("p", "", "b", nil); got != -1 {
 		t.Fatalf("without failover_from: %d, want -1", got)
 	}
-	if got := ml.openSequence("p", "b", []string{"b", "c"}); got != 4 {
+	if got := ml.openSequence("p", "", "b", []string{"b", "c"}); got != 4 {
 		t.Fatalf("from [b c]: %d, want 4", got)
 	}
-	if got := ml.openSequence("p", "b", []string{"a", "c"}); got != 9 {
+	if got := ml.openSequence("p", "", "b", []string{"a", "c"}); got != 9 {
 		t.Fatalf("from [a c]: %d, want 9", got)
 	}
 	dup, stored, _, _, known := ml.dedup.check("p", 7, 7, 2)

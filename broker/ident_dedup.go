@@ -251,6 +251,9 @@ func waitAll(ctx context.Context, chs []<-chan struct{}) error {
 // caller must refuse it and every later send of the stream (storing it
 // after the stream ended would race the client's resend elsewhere).
 func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident string, seq, highest int64) (dup bool, r dupResult, err error) {
+	if ident != "" && producer == ident {
+		return ml.checkDupOwnIdent(ctx, ident, seq, highest)
+	}
 	ml.mu.Lock()
 	d := ml.dedup
 	prevPushed, prevStored := int64(-1), int64(-1)
@@ -294,6 +297,55 @@ func (ml *managedLedger) checkDupIdent(ctx context.Context, producer, ident stri
 		p.pushed = max(p.pushed, p.stored)
 	}
 	return true, dupResult{stored: true}, nil
+}
+
+// dedupName is the dedup key of a producer's own sends: its failover
+// identity key when it gave an identity, else its name. The name alone is
+// not the producer's stream: two producer instances may use one name, in
+// one region one after the other, or in two regions at once (each writes
+// where it is, one fails over into the other's region), and a high-water
+// mark shared between them would answer one's new sends DUPLICATE of the
+// other's: stored nowhere while the client counts them acknowledged.
+func (p *producer) dedupName() string {
+	if p.ident != "" {
+		return p.ident
+	}
+	return p.name
+}
+
+// checkDupOwnIdent is checkDupIdent for a producer deduplicated by its
+// identity key alone (dedupName): a batch is a duplicate exactly when
+// every sequence ID of it is stored here under the identity (the exact
+// ranges, whichever region stored it first), or will be once the
+// identity's queued batches are stored (it waits for them, ctx and
+// identWaitLimit; when the wait ends first it returns an error: the caller
+// refuses the batch and every later send of the stream). No high-water
+// mark is kept, so nothing is answered duplicate that was not stored:
+// forgetting (LRU, the interval bound) only lets a duplicate through.
+func (ml *managedLedger) checkDupOwnIdent(ctx context.Context, ident string, seq, highest int64) (bool, dupResult, error) {
+	ml.mu.Lock()
+	covered, waits := ml.dedup.identCoverLocked(ident, seq, highest)
+	if !covered && len(waits) == 0 {
+		ml.mu.Unlock()
+		return false, dupResult{}, nil
+	}
+	ml.mu.Unlock()
+	if len(waits) > 0 {
+		if err := waitAll(ctx, waits); err != nil {
+			return false, dupResult{}, err
+		}
+	}
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if !ml.dedup.identCovers(ident, seq, highest) {
+		return false, dupResult{}, nil
+	}
+	r := dupResult{stored: true}
+	if p, ok := ml.dedup.byName[ident]; ok {
+		ml.dedup.touch(p, time.Now().UnixMilli())
+		r.id, r.batchIndex, r.known = p.find(seq)
+	}
+	return true, r, nil
 }
 
 // identCovered reports whether every message of a replicated entry is

@@ -61,6 +61,10 @@ type mlRecord struct {
 	// (replication_seq.go); LocalSeqKnown is false in lists written before.
 	LocalSeq      int64 `json:"local_seq,omitempty"`
 	LocalSeqKnown bool  `json:"local_seq_known,omitempty"`
+	// Incarnation is the origin incarnation of the LocalSeq counter,
+	// allocated in the global shard when the list was created
+	// (originstream.go); 0 in lists written before incarnations.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 	// TrimmedEntries counts the entries of the ledgers retention deleted
 	// from the head of the list: with it an entry's origin_seq (see
 	// originSeq) does not change when earlier ledgers go.
@@ -156,8 +160,10 @@ type managedLedger struct {
 	cacheTotal *atomic.Int64
 	dedup      *dedupTable
 	lastWrite  time.Time
-	// localSeq is the last local origin_seq given (replication_seq.go).
-	localSeq int64
+	// localSeq is the last local origin_seq given (replication_seq.go),
+	// under origin incarnation incarnation (originstream.go).
+	localSeq    int64
+	incarnation uint64
 	// msgs holds the known message counts per ledger (msgcount.go).
 	msgs map[int64]*ledgerMsgs
 
@@ -167,7 +173,7 @@ type managedLedger struct {
 }
 
 func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *slog.Logger, opts func() LedgerOptions, notify func(), onFail func(error)) *managedLedger {
-	return &managedLedger{cacheTotal: cacheTotal,
+	ml := &managedLedger{cacheTotal: cacheTotal,
 		cfg: cfg, key: managedLedgerPrefix + topic, topic: topic, log: log, store: cfg.Ledgers,
 		opts: opts, notify: notify, onFail: onFail,
 		pendingSlots: make(chan struct{}, cfg.MaxPendingSends), appendWake: make(chan struct{}, 1),
@@ -175,6 +181,8 @@ func newManagedLedger(cfg *Config, cacheTotal *atomic.Int64, topic string, log *
 		seqOf: map[int64]int64{}, readers: map[int64]LedgerReader{}, cache: map[pos][]byte{},
 		dedup: newDedupTable(cfg.DedupMaxProducers),
 	}
+	ml.dedup.maxStreams = cfg.MaxOriginIncarnations
+	return ml
 }
 
 // load reads (or creates) the ledger list, recovers the previous owner's
@@ -189,7 +197,13 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		if !create {
 			return fmt.Errorf("%w: topic %s", ErrNotFound, ml.topic)
 		}
-		rec = mlRecord{CreatedMs: time.Now().UnixMilli(), DedupThrough: -1}
+		// A new origin_seq counter: a new incarnation, so that its numbers
+		// never repeat an earlier list's (originstream.go).
+		inc, ierr := ml.newIncarnation(ctx)
+		if ierr != nil {
+			return ierr
+		}
+		rec = mlRecord{CreatedMs: time.Now().UnixMilli(), DedupThrough: -1, Incarnation: inc, LocalSeqKnown: true}
 		version = metadata.MustNotExist
 	case err != nil:
 		return fmt.Errorf("%w: read ledger list of %s: %v", ErrUnavailable, ml.topic, err)
@@ -200,6 +214,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 		version = kv.Version
 	}
 	dedup := newDedupTable(ml.cfg.DedupMaxProducers)
+	dedup.maxStreams = ml.cfg.MaxOriginIncarnations
 	localSeq := rec.LocalSeq
 	// scanned: the message counts of the entries the scan reads (msgcount.go).
 	var scanned map[int64]*ledgerMsgs
@@ -264,7 +279,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 				// (meridian.repl.<origin>, origin_seq): see dedupKey.
 				if md, _, err := wire.DecodeEntry(e.Data); err == nil {
 					scanned = noteCount(scanned, pos{li.ID, e.EntryID}, max(md.GetNumMessages(), 1))
-					localSeq = observeLocalSeq(localSeq, md)
+					localSeq = observeLocalSeq(localSeq, rec.Incarnation, md)
 					if name, first, hs, ok := dedupKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
 					}
@@ -300,6 +315,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	now := time.Now()
 	rec.Ledgers = append(rec.Ledgers, ledgerInfo{ID: w.ID(), Seq: rec.NextSeq, Entries: -1, CreatedMs: now.UnixMilli()})
 	rec.NextSeq++
+	for _, r := range dedup.replRegions() {
+		dedup.pruneIncarnations(r)
+	}
 	dedup.order()
 	// Everything before the new ledger has been seen.
 	rec.Producers, rec.DedupThrough = dedup.snapshot(rec.Ledgers, rec.NextSeq-2)
@@ -330,6 +348,7 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 	ml.curOpened = now
 	ml.dedup = dedup
 	ml.localSeq = localSeq
+	ml.incarnation = rec.Incarnation
 	ml.msgs = scanned
 	ml.rebuildSeqLocked()
 	ml.mu.Unlock()

@@ -215,7 +215,13 @@ func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVer
 func (ml *managedLedger) replRecord(name string, seq int64) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
+	_, known := ml.dedup.byName[name]
 	ml.dedup.check(name, seq, seq, time.Now().UnixMilli())
+	if !known {
+		// A new origin stream: bound the streams kept per region.
+		region, _ := splitOriginStream(name[len(ReplDedupPrefix):])
+		ml.dedup.pruneIncarnations(region)
+	}
 }
 
 // replUnpush forgets a queued replicated entry that will not be stored:
@@ -257,7 +263,8 @@ func (ml *managedLedger) replProgress(name string) (stored, pushed int64) {
 	return -1, -1
 }
 
-// replApplied returns the highest persisted origin_seq per origin region.
+// replApplied returns the highest persisted origin_seq per origin stream
+// key (originStreamKey).
 func (ml *managedLedger) replApplied() map[string]int64 {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
@@ -601,14 +608,16 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED
 		a.errs[i] = err
 		rejected = err
-		if a.origins[i] != own {
+		if r, _ := splitOriginStream(a.origins[i]); r != own {
 			guard.set(a.origins[i], a.seqs[i])
 		}
 	}
 	var st replApplyState
 	for i, e := range ents {
-		origin := e.md.GetOriginRegion()
-		a.origins[i], a.seqs[i] = origin, e.md.GetOriginSeq()
+		// origin is the region (compared with region names), stream the
+		// origin stream key (keys every per-origin state, originstream.go).
+		origin, stream := e.md.GetOriginRegion(), entryStream(e.md)
+		a.origins[i], a.seqs[i] = stream, e.md.GetOriginSeq()
 		if rejected != nil {
 			reject(i, rejected)
 			continue
@@ -668,15 +677,18 @@ func (rs *replicationService) applyWait(ctx context.Context, t *topic, need repl
 func (rs *replicationService) applyOne(ctx context.Context, t *topic, source string, guard *replGuard, a *replAck, i int, e replEntry, st *replApplyState) (replNeed, error) {
 	t.repl.applyMu.Lock()
 	defer t.repl.applyMu.Unlock()
-	origin := a.origins[i]
-	name, seq := replDedupName(origin), e.md.GetOriginSeq()
+	// stream keys every per-origin state (originstream.go); origin, its
+	// region, is what is compared with region names.
+	stream := a.origins[i]
+	origin, _ := splitOriginStream(stream)
+	name, seq := replDedupName(stream), e.md.GetOriginSeq()
 	filled := func(b int64) bool {
 		_, pushed := t.ml.replProgress(name)
 		return pushed >= b
 	}
-	if b, barred := guard.check(origin, seq, filled); barred {
+	if b, barred := guard.check(stream, seq, filled); barred {
 		return replNeedNone, fmt.Errorf("%w: origin_seq %d of %s follows origin_seq %d, rejected earlier on this stream; resend from %d",
-			ErrUnavailable, seq, origin, b, b)
+			ErrUnavailable, seq, stream, b, b)
 	}
 	if err := ctx.Err(); err != nil {
 		return replNeedNone, fmt.Errorf("%w: replication stream ended: %v", ErrUnavailable, err)
@@ -804,10 +816,11 @@ func (rs *replicationService) resolve(ctx context.Context, t *topic, guard *repl
 				first = fmt.Errorf("%w: entry %d not stored", ErrUnavailable, i)
 			}
 		}
-		if a.results[i] == clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED && a.origins[i] != rs.b.cfg.Region {
+		region, _ := splitOriginStream(a.origins[i])
+		if a.results[i] == clientv1.ReplicateResult_REPLICATE_RESULT_REJECTED && region != rs.b.cfg.Region {
 			guard.set(a.origins[i], a.seqs[i])
 		}
-		rs.received.WithLabelValues(a.origins[i], replResultLabel(a.results[i])).Inc()
+		rs.received.WithLabelValues(region, replResultLabel(a.results[i])).Inc()
 	}
 	ack.Error = ToError(first)
 	ack.Applied = t.ml.replApplied()

@@ -9,32 +9,44 @@ import (
 )
 
 // ReplDedupPrefix starts the dedup pseudo-producer names of replicated
-// entries: "meridian.repl.<origin region>", with sequence = origin_seq. The
+// entries: "meridian.repl.<origin stream>" (originStreamKey: the region,
+// or region@incarnation), with sequence = origin_seq. The
 // names are pinned in the dedup table (never evicted, always in the
 // snapshot) and refused as producer names. The replicators' cursors use
 // the same prefix ("meridian.repl.<remote region>").
 const ReplDedupPrefix = "meridian.repl."
 
-// replDedupName is the dedup pseudo-producer of origin region origin.
-func replDedupName(origin string) string { return ReplDedupPrefix + origin }
+// replDedupName is the dedup pseudo-producer of origin stream key stream
+// (originStreamKey).
+func replDedupName(stream string) string { return ReplDedupPrefix + stream }
+
+// entryStream is the origin stream key of an entry's origin fields.
+func entryStream(md *clientv1.EntryMetadata) string {
+	return originStreamKey(md.GetOriginRegion(), md.GetOriginIncarnation())
+}
 
 // isReplName reports whether name is a replication pseudo-producer (or a
 // replicator cursor) name.
 func isReplName(name string) bool { return strings.HasPrefix(name, ReplDedupPrefix) }
 
 // dedupKey is the dedup state an entry feeds: its producer's batch
-// [first, highest], or for a replicated entry the pseudo-producer of its
-// origin region with first = highest = origin_seq. ok is false when the
+// [first, highest] (under its failover identity key when it has one), or for a replicated entry the pseudo-producer of its
+// origin stream with first = highest = origin_seq. ok is false when the
 // entry feeds none.
 func dedupKey(md *clientv1.EntryMetadata) (name string, first, highest int64, ok bool) {
 	if md.GetReplicated() {
 		if md.GetOriginRegion() == "" || md.GetOriginSeq() <= 0 {
 			return "", 0, 0, false
 		}
-		return replDedupName(md.GetOriginRegion()), md.GetOriginSeq(), md.GetOriginSeq(), true
+		return replDedupName(entryStream(md)), md.GetOriginSeq(), md.GetOriginSeq(), true
 	}
 	if md.GetProducerName() == "" {
 		return "", 0, 0, false
+	}
+	if name, first, hs, ok := entryIdent(md); ok {
+		// A producer with a failover identity is deduplicated by its
+		// identity key (ident_dedup.go, dedupName), not by its name.
+		return name, first, hs, true
 	}
 	hs := md.GetHighestSequenceId()
 	if hs < md.GetSequenceId() {
@@ -100,6 +112,8 @@ func (t *topic) shipForm(e LedgerEntry) ([]byte, *clientv1.EntryMetadata, error)
 			return nil, nil, fmt.Errorf("%w: ledger %d of %s is no longer retained", ErrNotFound, e.LedgerID, t.name)
 		}
 		md.OriginSeq = seq
+		// Position-derived numbers are the legacy stream's.
+		md.OriginIncarnation = 0
 	}
 	md.OriginRegion = t.b.cfg.Region
 	md.OriginLedgerId, md.OriginEntryId = p.L, p.E

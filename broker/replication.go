@@ -490,7 +490,7 @@ func (s *replSource) shipForm(p pos, data []byte) replicator.Entry {
 		return replicator.Entry{Pos: fromPos(p), NoReplicate: true}
 	}
 	return replicator.Entry{Pos: fromPos(p), Data: out, Origin: md.GetOriginRegion(), OriginSeq: md.GetOriginSeq(),
-		Targets: md.GetReplicateTo(), NoReplicate: md.GetDisableReplication(), Messages: int(md.GetNumMessages()),
+		Stream: entryStream(md), Targets: md.GetReplicateTo(), NoReplicate: md.GetDisableReplication(), Messages: int(md.GetNumMessages()),
 		PublishMs: md.GetBrokerPublishTimeMs()}
 }
 

@@ -23,6 +23,10 @@ import (
 // the later ledgers finds the rest. Topics written before local numbers
 // existed start numbering after their entry count, so that a new number is
 // above every position-derived one shipped before.
+//
+// The numbers are per origin incarnation (originstream.go): a new ledger
+// list takes a new incarnation from the global shard and numbers from 1
+// again, and the pair never repeats.
 
 // initLocalSeq returns the last local number as of the ledger list's
 // snapshot (before the takeover scan of later ledgers).
@@ -37,9 +41,10 @@ func initLocalSeq(rec *mlRecord) int64 {
 	return n
 }
 
-// observeLocalSeq raises cur to a scanned local entry's number.
-func observeLocalSeq(cur int64, md *clientv1.EntryMetadata) int64 {
-	if !md.GetReplicated() && md.GetOriginSeq() > cur {
+// observeLocalSeq raises cur to a scanned local entry's number (only
+// numbers of the list's own incarnation inc count).
+func observeLocalSeq(cur int64, inc uint64, md *clientv1.EntryMetadata) int64 {
+	if !md.GetReplicated() && md.GetOriginIncarnation() == inc && md.GetOriginSeq() > cur {
 		return md.GetOriginSeq()
 	}
 	return cur
@@ -59,9 +64,9 @@ func (ml *managedLedger) assignLocalSeq(r *appendReq) error {
 		}
 	}
 	ml.mu.Lock()
-	seq := ml.localSeq + 1
+	seq, inc := ml.localSeq+1, ml.incarnation
 	ml.mu.Unlock()
-	md.OriginSeq = seq
+	md.OriginSeq, md.OriginIncarnation = seq, inc
 	data, err := wire.EncodeEntry(md, payload)
 	if err != nil {
 		return fmt.Errorf("%w: re-encode entry: %v", ErrInvalidArgument, err)

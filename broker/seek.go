@@ -211,7 +211,7 @@ func (t *topic) findOrigin(ctx context.Context, o *clientv1.OriginPosition) (ori
 			return originKey{}, 0, err
 		}
 		key, md, ok := t.entryOrigin(e)
-		if !ok || key.Region != o.GetRegion() {
+		if region, _ := splitOriginStream(key.Region); !ok || region != o.GetRegion() {
 			return originKey{}, 0, notFound()
 		}
 		return key, originTime(md), nil
@@ -220,7 +220,7 @@ func (t *topic) findOrigin(ctx context.Context, o *clientv1.OriginPosition) (ori
 	var ms int64
 	err := t.scanLog(ctx, func(e LedgerEntry) bool {
 		key, md, ok := t.entryOrigin(e)
-		if ok && md.GetReplicated() && key.Region == o.GetRegion() &&
+		if ok && md.GetReplicated() && md.GetOriginRegion() == o.GetRegion() &&
 			md.GetOriginLedgerId() == o.GetLedgerId() && md.GetOriginEntryId() == o.GetEntryId() {
 			found, ms = key, originTime(md)
 			return false

@@ -105,7 +105,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		t.mu.Unlock()
 	}()
 	if err := stream.Send(&clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Opened{Opened: &clientv1.ProducerOpened{
-		ProducerName: pname, LastSequenceId: t.ml.openSequence(pname, b.cfg.Region, open.GetFailoverFrom()), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
+		ProducerName: pname, LastSequenceId: t.ml.openSequence(pname, p.ident, b.cfg.Region, open.GetFailoverFrom()), MaxMessageBytes: int64(b.cfg.MaxMessageBytes),
 		Region: b.cfg.Region, SchemaVersion: p.schemaVersion,
 	}}}); err != nil {
 		return err
@@ -245,7 +245,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	var d dupResult
 	var err error
 	if t.dedupEnabled() { // the effective deduplication_enabled (policies.go)
-		dup, d, err = t.ml.checkDupIdent(ctx, p.name, p.ident, sd.GetSequenceId(), highest)
+		dup, d, err = t.ml.checkDupIdent(ctx, p.dedupName(), p.ident, sd.GetSequenceId(), highest)
 	}
 	if err != nil {
 		// Refused like a quota refusal: a later batch stored first would
@@ -293,10 +293,10 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	ns := t.name.NamespaceName()
 	nbytes := len(sd.GetPayload())
 	nmsgs := int(sd.GetNumMessages())
-	req := &appendReq{md: md, payload: sd.GetPayload(), producer: p.name, firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
+	req := &appendReq{md: md, payload: sd.GetPayload(), producer: p.dedupName(), firstSeq: sd.GetSequenceId(), lastSeq: highest, local: true,
 		ident: p.ident, identFirst: sd.GetSequenceId(), identLast: highest, done: func(ps pos, err error) {
 			if err != nil {
-				t.ml.unpush(p.name, highest)
+				t.ml.unpush(p.dedupName(), highest)
 				fail(err)
 				return
 			}
@@ -317,7 +317,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		// both ready), and a later batch stored before this one's resend
 		// makes the resend look like a stored duplicate: acknowledged,
 		// never stored.
-		t.ml.unpush(p.name, highest)
+		t.ml.unpush(p.dedupName(), highest)
 		p.refuse(err)
 		fail(err)
 	}

@@ -721,7 +721,7 @@ func internRegion(r string) string {
 func (ml *managedLedger) latestVectorLocked(self string) ackVector {
 	v := ackVector{}
 	if ml.localSeq > 0 {
-		v.setMD(self, ml.localSeq)
+		v.setMD(originStreamKey(self, ml.incarnation), ml.localSeq)
 	}
 	for name, p := range ml.dedup.byName {
 		if isReplName(name) && p.stored > 0 {

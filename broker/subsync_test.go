@@ -51,7 +51,7 @@ func keepAll(t *testing.T, adm clientv1.AdminClient, ns string) {
 // region is want (mark-delete, then range bounds).
 func vectorIs(t *testing.T, srv *broker.Server, topic, sub string, want []int64) {
 	t.Helper()
-	region := broker.RegionForTesting(srv)
+	region := broker.OwnStreamForTesting(srv, topic)
 	var last any
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -156,13 +156,13 @@ func TestReplicateSubscriptionsPolicy(t *testing.T) {
 func TestSubscriptionUpdateEpochRules(t *testing.T) {
 	cli, adm, rc := oneBroker(t, nil)
 	srv := rc.Broker(0)
-	region := broker.RegionForTesting(srv)
 	keepAll(t, adm, "public/epochs")
 	topic := "public/epochs/t"
 	p, _ := openProducer(t, cli, topic, "p")
 	for i := range int64(10) {
 		p.sendOK(i) // local origin_seq 1..10
 	}
+	region := broker.OwnStreamForTesting(srv, topic) // the own origin stream
 	vec := func(md int64, ranges ...int64) *clientv1.AckVector {
 		o := &clientv1.OriginAcks{MarkDeleteSeq: md}
 		for i := 0; i+1 < len(ranges); i += 2 {
@@ -242,11 +242,11 @@ func TestSubscriptionUpdateEpochRules(t *testing.T) {
 func TestCoverAppliesToLaterEntries(t *testing.T) {
 	cli, adm, rc := oneBroker(t, nil)
 	srv := rc.Broker(0)
-	region := broker.RegionForTesting(srv)
 	keepAll(t, adm, "public/later")
 	topic := "public/later/t"
 	p, _ := openProducer(t, cli, topic, "p")
-	p.sendOK(0) // seq 1
+	p.sendOK(0)                                      // seq 1
+	region := broker.OwnStreamForTesting(srv, topic) // the own origin stream
 	if err := broker.ApplySubUpdateForTesting(srv, topic, "x", &clientv1.SubscriptionUpdate{Subscription: "r",
 		Vector: &clientv1.AckVector{Origins: map[string]*clientv1.OriginAcks{region: {MarkDeleteSeq: 10}}}}); err != nil {
 		t.Fatal(err)

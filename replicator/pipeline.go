@@ -27,6 +27,10 @@ type Entry struct {
 	// offset in the origin's copy of the topic.
 	Origin    string
 	OriginSeq int64
+	// Stream is the entry's origin stream key (the origin region and its
+	// origin incarnation, "region" or "region@incarnation"): the key of
+	// the remote's applied positions. "" means Origin (incarnation 0).
+	Stream string
 	// Targets restricts the regions the entry goes to (empty: all).
 	Targets []string
 	// NoReplicate is set for entries produced with replication disabled.
@@ -174,6 +178,8 @@ type pipeline struct {
 	self, remote string
 	lim          Limits
 
+	// applied is the remote's highest applied origin_seq per origin
+	// stream key (Entry.Stream).
 	applied map[string]int64
 	direct  map[string]bool
 
@@ -254,7 +260,11 @@ func (p *pipeline) classify(e *Entry) verdict {
 	case len(e.Targets) > 0 && !slices.Contains(e.Targets, p.remote):
 		return verdictSkip
 	}
-	if a, ok := p.applied[origin]; ok && e.OriginSeq <= a {
+	stream := e.Stream
+	if stream == "" {
+		stream = origin
+	}
+	if a, ok := p.applied[stream]; ok && e.OriginSeq <= a {
 		return verdictSkip
 	}
 	if origin != p.self && p.direct[origin] {

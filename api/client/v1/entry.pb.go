@@ -213,8 +213,17 @@ type EntryMetadata struct {
 	// schema_version is the version, in the topic's schema registry, of the
 	// schema the batch was written with (0 = none).
 	SchemaVersion int32 `protobuf:"varint,19,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// origin_incarnation is the incarnation of the origin's per-topic
+	// origin_seq counter: allocated in the global metadata shard each time
+	// the origin creates the topic's counter (a new ledger list: first
+	// creation, re-creation after a delete, a rebuilt region), so that
+	// (origin_region, origin_incarnation, origin_seq) never repeats. 0 =
+	// written before incarnations existed. Set by the append loop with
+	// origin_seq; receivers key dedup and ack vectors by the origin stream
+	// key "region" (0) or "region@incarnation" (broker/originstream.go).
+	OriginIncarnation uint64 `protobuf:"varint,49,opt,name=origin_incarnation,json=originIncarnation,proto3" json:"origin_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -380,6 +389,13 @@ func (x *EntryMetadata) GetSchemaVersion() int32 {
 	return 0
 }
 
+func (x *EntryMetadata) GetOriginIncarnation() uint64 {
+	if x != nil {
+		return x.OriginIncarnation
+	}
+	return 0
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -506,7 +522,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\x98\x06\n" +
+	"batchIndex\"\xc7\x06\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -531,7 +547,8 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\x11producer_identity\x18\x10 \x01(\tR\x10producerIdentity\x12\"\n" +
 	"\rdeliver_at_ms\x18\x11 \x01(\x03R\vdeliverAtMs\x12\x1b\n" +
 	"\tbatch_key\x18\x12 \x01(\tR\bbatchKey\x12%\n" +
-	"\x0eschema_version\x18\x13 \x01(\x05R\rschemaVersion\"\xf1\x01\n" +
+	"\x0eschema_version\x18\x13 \x01(\x05R\rschemaVersion\x12-\n" +
+	"\x12origin_incarnation\x181 \x01(\x04R\x11originIncarnation\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +

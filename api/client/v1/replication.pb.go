@@ -378,7 +378,9 @@ func (*ReplicateResponse_Ack) isReplicateResponse_Kind() {}
 type ReplicateOpened struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// applied is the highest origin_seq persisted in the receiver's copy of
-	// the topic, per origin region.
+	// the topic, per origin stream: the key is the origin region for
+	// origin_incarnation 0 and "region@incarnation" after
+	// (EntryMetadata.origin_incarnation).
 	Applied map[string]int64 `protobuf:"bytes,1,rep,name=applied,proto3" json:"applied,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// direct lists the origin regions that currently have a replication
 	// stream open to this topic on the receiver (a relay may skip entries of
