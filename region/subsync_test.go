@@ -559,3 +559,87 @@ func TestReplicatedSubscriptionReceiverCrash(t *testing.T) {
 	defer cb.Close(context.Background())
 	receiveN(t, cb, rest)
 }
+
+// TestReplicatedSubscriptionCreatedInPartition (issue 20 item 2): while
+// a-b is cut, a consumes part of a replicated subscription from the
+// earliest, and b creates the same subscription at the LATEST position —
+// once by a consumer (as a failed-over client does), once by hand (admin)
+// for a second subscription. A creation position is never an
+// acknowledgement elsewhere: after the heal, a still delivers every
+// message its consumer did not acknowledge.
+func TestReplicatedSubscriptionCreatedInPartition(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/partition-create"
+	const count, part = 200, 80
+	repSubProduce(t, g, "a", topic, count)
+	waitCond(t, 60*time.Second, "b holds every entry", func() bool {
+		st, err := g.stats("b", topic)
+		return err == nil && st.GetEntries() >= count
+	})
+	g.net.Cut("a", "b", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	cla, clb := repSubClient(t, g, "a"), repSubClient(t, g, "b")
+	// In a: both subscriptions from the earliest; the first acknowledges
+	// messages 0..part-1, the second acknowledges nothing.
+	consumeA := func(sub string, ack int) *client.Consumer {
+		co, err := cla.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range ack {
+			m, err := co.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := co.Ack(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return co
+	}
+	ca := consumeA("billing", part)
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cm := consumeA("manual", 0)
+	if err := cm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// In b: billing created at LATEST by a consumer, manual by hand.
+	cb, err := clb.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "billing", Type: client.Failover, InitialPosition: client.Latest, Replicated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	if m, err := cb.Receive(rctx); err == nil {
+		t.Fatalf("b's subscription created at latest delivered %v", m.Properties)
+	}
+	rcancel()
+	if err := cb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := repSubAdmin(t, g, "b").CreateReplicatedSubscription(ctx, topic, "manual", client.Latest); err != nil {
+		t.Fatal(err)
+	}
+	g.net.Heal("a", "b")
+	for _, sub := range []string{"billing", "manual"} {
+		for _, r := range [][2]string{{"a", "b"}, {"b", "a"}} {
+			waitCond(t, 90*time.Second, fmt.Sprintf("%s's vector from %s reached %s", sub, r[0], r[1]), func() bool {
+				a := ackRepl(g.subStats(r[0], topic, sub), r[1])
+				return a != nil && a.GetConnected() && a.GetPendingAcks() == 0 && a.GetLagSeconds() == 0
+			})
+		}
+	}
+	for sub, want := range map[string][]int{"billing": nums(part, count), "manual": nums(0, count)} {
+		t.Run(sub, func(t *testing.T) {
+			co, err := cla.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close(context.Background())
+			receiveN(t, co, want)
+		})
+	}
+}
