@@ -643,3 +643,75 @@ func TestReplicatedSubscriptionCreatedInPartition(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicatedSubscriptionBatchIndexAcks (issue 20 item 3): 1000
+// messages in two entries (message 0 alone, 1-999 in one batch); a
+// consumer in a acknowledges 500 of them one by one (0, and 1-499 by
+// batch index); once that is replicated, the subscription moves to b,
+// which delivers exactly the 500 others: the batch-index acknowledgements
+// replicated with the vector.
+func TestReplicatedSubscriptionBatchIndexAcks(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/batch-acks"
+	const count, sub = 1000, "rs"
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	p, err := repSubClient(t, g, "a").NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: count,
+		BatchingMaxDelay: time.Second, BatchingHoldOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(i int) *client.Message {
+		return &client.Message{Payload: fmt.Appendf(nil, "m%d", i), Properties: map[string]string{"n": strconv.Itoa(i)}}
+	}
+	if _, err := p.Send(ctx, msg(0)); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, count)
+	for i := 1; i < count; i++ {
+		p.SendAsync(ctx, msg(i), func(_ client.MessageID, _ *client.Message, err error) { errs <- err })
+	}
+	for i := 1; i < count; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	waitCond(t, 60*time.Second, "b holds both entries", func() bool {
+		st, err := g.stats("b", topic)
+		return err == nil && st.GetEntries() >= 2
+	})
+	if st, _ := g.stats("a", topic); st.GetEntries() != 2 {
+		t.Fatalf("a holds %d entries, want 2 (message 0, then one batch)", st.GetEntries())
+	}
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(m.Properties["n"]); n < count/2 {
+			if err := ca.Ack(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitCond(t, 60*time.Second, "a's acknowledgements replicated to b", func() bool {
+		s := g.subStats("a", topic, sub)
+		a := ackRepl(s, "b")
+		return s.GetBacklogEntries() == 1 && a != nil && a.GetConnected() && a.GetPendingAcks() == 0 && a.GetLagSeconds() == 0
+	})
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close(context.Background())
+	receiveN(t, cb, nums(count/2, count))
+}
