@@ -29,9 +29,118 @@ type seqRange struct{ First, Last int64 }
 
 // originAcks is one origin's acknowledged origin_seq values: every value
 // <= MD, plus Ranges (sorted, disjoint, not adjacent, all above MD+1).
+//
+// Batch holds batch-index acknowledgements: per origin_seq not otherwise
+// acknowledged, the bitset words of its acknowledged message indexes (a
+// partially acknowledged batch entry). A value covered by MD or Ranges has
+// no Batch entry (pruneBatch).
 type originAcks struct {
 	MD     int64
 	Ranges []seqRange
+	Batch  map[int64][]uint64
+	// batchWords counts the words of Batch (bounded by
+	// maxVectorBatchWords).
+	batchWords int
+}
+
+// maxBatchWords bounds the words of one entry's batch bitset
+// (maxBatchIndex indexes).
+const maxBatchWords = maxBatchIndex / 64
+
+// maxVectorBatchSeqs bounds the partially acknowledged entries a vector
+// keeps per origin, and maxVectorBatchWords their bitset words (256 KiB).
+// Beyond them new batch acks are not recorded in the vector (addBatch
+// refuses them): those messages are delivered again after a move, never
+// skipped; an ack of the whole entry still replicates.
+const (
+	maxVectorBatchSeqs  = 10000
+	maxVectorBatchWords = 1 << 15
+)
+
+// addBatch acknowledges the batch indexes words (bitset) of entry (origin,
+// seq); it reports whether v changed. An entry acknowledged as a whole
+// already, or one beyond the per-origin bound, is left as it is.
+func (v ackVector) addBatch(origin string, seq int64, words []uint64) bool {
+	if seq <= 0 || v.covers(origin, seq) {
+		return false
+	}
+	o := v[origin]
+	if o == nil {
+		o = &originAcks{}
+		v[origin] = o
+	}
+	cur, ok := o.Batch[seq]
+	if !ok && len(o.Batch) >= maxVectorBatchSeqs {
+		return false
+	}
+	words = words[:min(len(words), maxBatchWords)]
+	for len(words) > 0 && words[len(words)-1] == 0 {
+		words = words[:len(words)-1]
+	}
+	if grow := len(words) - len(cur); grow > 0 && o.batchWords+grow > maxVectorBatchWords {
+		return false
+	}
+	changed := false
+	for i, w := range words {
+		if i >= len(cur) {
+			o.batchWords += i + 1 - len(cur)
+			cur = append(cur, make([]uint64, i+1-len(cur))...)
+		}
+		if cur[i]|w != cur[i] {
+			cur[i] |= w
+			changed = true
+		}
+	}
+	if !changed {
+		return false
+	}
+	if o.Batch == nil {
+		o.Batch = map[int64][]uint64{}
+	}
+	o.Batch[seq] = cur
+	return true
+}
+
+// batchOf returns the acknowledged batch indexes of entry (origin, seq)
+// as bitset words (nil: none, or acknowledged as a whole).
+func (v ackVector) batchOf(origin string, seq int64) []uint64 {
+	if o := v[origin]; o != nil {
+		return o.Batch[seq]
+	}
+	return nil
+}
+
+// pruneBatch drops the batch entries that MD or Ranges cover.
+func (o *originAcks) pruneBatch() {
+	for seq := range o.Batch {
+		if seq <= o.MD || (ackVector{"": o}).covers("", seq) {
+			o.batchWords -= len(o.Batch[seq])
+			delete(o.Batch, seq)
+		}
+	}
+}
+
+// batchContains reports whether v's batch acks (or whole acks) include
+// every batch ack of w.
+func (v ackVector) batchContains(w ackVector) bool {
+	for origin, o := range w {
+		for seq, ws := range o.Batch {
+			if v.covers(origin, seq) {
+				continue
+			}
+			have := v.batchOf(origin, seq)
+			for i, x := range ws {
+				var h uint64
+				if i < len(have) {
+					h = have[i]
+				}
+				if x&^h != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // ackVector maps origin region to its acknowledged origin_seq values. The
@@ -94,6 +203,9 @@ func (v ackVector) add(origin string, first, last int64) bool {
 		o.MD = max(o.MD, o.Ranges[0].Last)
 		o.Ranges = o.Ranges[1:]
 	}
+	if len(o.Batch) > 0 {
+		o.pruneBatch()
+	}
 	return true
 }
 
@@ -113,7 +225,7 @@ func (v ackVector) setMD(origin string, md int64) bool {
 func (v ackVector) join(w ackVector) bool {
 	changed := false
 	for origin, o := range w {
-		if o == nil || o.MD <= 0 && len(o.Ranges) == 0 {
+		if o == nil || o.MD <= 0 && len(o.Ranges) == 0 && len(o.Batch) == 0 {
 			continue
 		}
 		cur := v[origin]
@@ -121,9 +233,18 @@ func (v ackVector) join(w ackVector) bool {
 			cur = &originAcks{}
 		}
 		merged := mergeOriginAcks(cur, o)
+		merged.Batch, merged.batchWords = cur.Batch, cur.batchWords
 		if merged.MD != cur.MD || !slices.Equal(merged.Ranges, cur.Ranges) || v[origin] == nil {
 			v[origin] = merged
 			changed = true
+			if len(merged.Batch) > 0 {
+				merged.pruneBatch()
+			}
+		}
+		for seq, ws := range o.Batch {
+			if v.addBatch(origin, seq, ws) {
+				changed = true
+			}
 		}
 	}
 	return changed
@@ -162,8 +283,12 @@ func mergeOriginAcks(a, b *originAcks) *originAcks {
 	return out
 }
 
-// contains reports whether v acknowledges everything w does.
+// contains reports whether v acknowledges everything w does (batch
+// indexes included).
 func (v ackVector) contains(w ackVector) bool {
+	if !v.batchContains(w) {
+		return false
+	}
 	for origin, o := range w {
 		if !v.coversRange(origin, 1, o.MD) {
 			return false
@@ -195,7 +320,14 @@ func (v ackVector) coversRange(origin string, first, last int64) bool {
 func (v ackVector) clone() ackVector {
 	c := make(ackVector, len(v))
 	for origin, o := range v {
-		c[origin] = &originAcks{MD: o.MD, Ranges: append([]seqRange(nil), o.Ranges...)}
+		co := &originAcks{MD: o.MD, Ranges: append([]seqRange(nil), o.Ranges...), batchWords: o.batchWords}
+		if len(o.Batch) > 0 {
+			co.Batch = make(map[int64][]uint64, len(o.Batch))
+			for seq, ws := range o.Batch {
+				co.Batch[seq] = append([]uint64(nil), ws...)
+			}
+		}
+		c[origin] = co
 	}
 	return c
 }
@@ -219,6 +351,16 @@ func (v ackVector) toProto() *clientv1.AckVector {
 		p := &clientv1.OriginAcks{MarkDeleteSeq: o.MD}
 		for _, r := range o.Ranges {
 			p.Acked = append(p.Acked, &clientv1.SeqRange{First: r.First, Last: r.Last})
+		}
+		if len(o.Batch) > 0 {
+			seqs := make([]int64, 0, len(o.Batch))
+			for seq := range o.Batch {
+				seqs = append(seqs, seq)
+			}
+			slices.Sort(seqs)
+			for _, seq := range seqs {
+				p.BatchAcks = append(p.BatchAcks, &clientv1.BatchSeqAcks{Seq: seq, Words: o.Batch[seq]})
+			}
 		}
 		out.Origins[origin] = p
 	}
@@ -249,6 +391,18 @@ func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) 
 				return nil, fmt.Errorf("%w: %s.origins[%s].acked[%d] = [%d, %d]: need 1 <= first <= last", ErrInvalidArgument, field, origin, i, r.GetFirst(), r.GetLast())
 			}
 			v.add(origin, r.GetFirst(), r.GetLast())
+		}
+		if len(o.GetBatchAcks()) > maxVectorBatchSeqs {
+			return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks has %d entries, limit %d", ErrInvalidArgument, field, origin, len(o.GetBatchAcks()), maxVectorBatchSeqs)
+		}
+		for i, b := range o.GetBatchAcks() {
+			if b.GetSeq() < 1 {
+				return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks[%d].seq %d must be >= 1", ErrInvalidArgument, field, origin, i, b.GetSeq())
+			}
+			if len(b.GetWords()) > maxBatchWords {
+				return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks[%d] has %d words, limit %d (%d batch indexes)", ErrInvalidArgument, field, origin, i, len(b.GetWords()), maxBatchWords, maxBatchIndex)
+			}
+			v.addBatch(origin, b.GetSeq(), b.GetWords())
 		}
 	}
 	return v, nil

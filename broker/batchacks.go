@@ -246,6 +246,7 @@ func (s *subscription) ackBatchIndexes(acks []*clientv1.BatchIndexAck) error {
 				s.dirty = true
 			}
 		}
+		s.cov.noteBatch(a.p)
 		if a.exact && int64(b.count) >= a.n {
 			whole = append(whole, a.p)
 		}
@@ -255,7 +256,9 @@ func (s *subscription) ackBatchIndexes(acks []*clientv1.BatchIndexAck) error {
 	}
 	if len(whole) > 0 {
 		s.compactLocked()
-		s.afterAckLocked()
+	}
+	if len(whole) > 0 || len(todo) > 0 && s.cov.replicated {
+		s.afterAckLocked() // translates the batch indexes for the vector
 	}
 	return nil
 }

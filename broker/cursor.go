@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -45,6 +46,8 @@ type cursorExt struct {
 type coverOrigin struct {
 	MD     int64      `json:"md"`
 	Ranges [][2]int64 `json:"r,omitempty"`
+	// Batch: batch-index acknowledgements, seq -> bitset words.
+	Batch map[int64][]uint64 `json:"b,omitempty"`
 }
 
 // vectorToRecord converts v for a cursor record, keeping at most maxRanges
@@ -64,6 +67,22 @@ func vectorToRecord(v ackVector, maxRanges int) map[string]coverOrigin {
 			}
 			c.Ranges = append(c.Ranges, [2]int64{r.First, r.Last})
 		}
+		if len(o.Batch) > 0 {
+			// The lowest seqs, at most maxRanges entries (dropped ones are
+			// redelivered after a restart, never lost).
+			seqs := make([]int64, 0, len(o.Batch))
+			for seq := range o.Batch {
+				seqs = append(seqs, seq)
+			}
+			slices.Sort(seqs)
+			c.Batch = make(map[int64][]uint64, min(len(seqs), maxRanges))
+			for i, seq := range seqs {
+				if i >= maxRanges {
+					break
+				}
+				c.Batch[seq] = o.Batch[seq]
+			}
+		}
 		out[origin] = c
 	}
 	return out
@@ -82,6 +101,9 @@ func vectorFromRecord(m map[string]coverOrigin) ackVector {
 		}
 		for _, r := range c.Ranges {
 			v.add(origin, r[0], r[1])
+		}
+		for seq, ws := range c.Batch {
+			v.addBatch(origin, seq, ws)
 		}
 	}
 	return v

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,8 +82,11 @@ type coverState struct {
 	// vfront: the entries up to it have been translated into v (replicated)
 	// or pruned.
 	vfront pos
-	// newAcks are individual acknowledgements not yet translated.
-	newAcks []pos
+	// newAcks are individual acknowledgements not yet translated, and
+	// newBatch entries with batch-index acknowledgements not yet
+	// translated (their bits are read from subscription.batchAcked).
+	newAcks  []pos
+	newBatch []pos
 
 	// replicated marks a replicated subscription (subsync.go).
 	replicated bool
@@ -104,6 +108,14 @@ func (c *coverState) on() bool { return c.v != nil }
 func (c *coverState) noteAck(p pos) {
 	if c.replicated {
 		c.newAcks = append(c.newAcks, p)
+	}
+}
+
+// noteBatch records batch-index acknowledgements of entry p for
+// translation.
+func (c *coverState) noteBatch(p pos) {
+	if c.replicated {
+		c.newBatch = append(c.newBatch, p)
 	}
 }
 
@@ -165,6 +177,7 @@ func lagSince(marks []verMark, conf int64) time.Time {
 // it through seekVector).
 func (c *coverState) resetLocked(md pos) {
 	c.newAcks = nil
+	c.newBatch = nil
 	c.vfront = md
 	c.scanValid = false
 	if !c.replicated {
@@ -201,7 +214,11 @@ func (s *subscription) coverEntryLocked(e LedgerEntry) bool {
 		return false
 	}
 	k := s.originOfLocked(e)
-	if k.Region == "" || !s.cov.v.covers(k.Region, k.Seq) {
+	if k.Region == "" {
+		return false
+	}
+	if !s.cov.v.covers(k.Region, k.Seq) {
+		s.coverBatchLocked(pos{e.LedgerID, e.EntryID}, k)
 		return false
 	}
 	ml := s.t.ml
@@ -211,6 +228,41 @@ func (s *subscription) coverEntryLocked(e LedgerEntry) bool {
 	s.afterAckLocked()
 	ml.mu.Unlock()
 	return true
+}
+
+// coverBatchLocked applies the cover's batch-index acknowledgements of
+// entry p (origin key k) through the batch-index ack path: the indexes
+// join the entry's acknowledged set, so the delivery names them
+// (Message.acked_batch_indexes) and an entry whose every message is now
+// acknowledged is acknowledged as a whole by deliverLocked. Needs s.mu.
+func (s *subscription) coverBatchLocked(p pos, k originKey) {
+	ws := s.cov.v.batchOf(k.Region, k.Seq)
+	if len(ws) == 0 {
+		return
+	}
+	ml := s.t.ml
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if !ml.lessLocked(s.markDelete, p) {
+		return
+	}
+	if _, done := s.acked[p]; done {
+		return
+	}
+	b := s.batchAcked[p]
+	if b == nil {
+		b = &batchBits{}
+		s.batchAcked[p] = b
+	}
+	for w, x := range ws {
+		for x != 0 {
+			i := bits.TrailingZeros64(x)
+			x &= x - 1
+			if b.set(int32(w*64 + i)) {
+				s.dirty = true
+			}
+		}
+	}
 }
 
 // afterAckLocked follows acknowledgements (by a consumer or the cover):
@@ -394,6 +446,27 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transSta
 		missing = append(missing, p)
 	}
 	c.newAcks = keep
+	keepB := c.newBatch[:0]
+	for _, p := range c.newBatch {
+		b := s.batchAcked[p]
+		if b == nil {
+			continue // acknowledged as a whole (newAcks has it), or passed
+		}
+		if k, known := c.origins[p]; known {
+			if c.replicated && k.Region != "" && c.v.addBatch(k.Region, k.Seq, b.words) {
+				*changed = true
+				c.changed()
+				s.dirty = true
+			}
+			continue
+		}
+		if _, retained := ml.seqOf[p.L]; !retained || !ml.lessLocked(s.markDelete, p) {
+			continue
+		}
+		keepB = append(keepB, p)
+		missing = append(missing, p)
+	}
+	c.newBatch = keepB
 	if _, retained := ml.seqOf[s.markDelete.L]; !retained {
 		c.vfront = s.markDelete // nothing retained to translate up to it
 	}
@@ -574,6 +647,7 @@ func (s *subscription) seekVectorEpoch(v ackVector, floor pos, epoch int64, regi
 	c := &s.cov
 	c.v = v.clone()
 	c.newAcks = nil
+	c.newBatch = nil
 	c.vfront = floor
 	c.epoch, c.region = epoch, region
 	c.gen++
@@ -685,6 +759,9 @@ func (s *subscription) restoreCover(ext cursorExt) {
 	}
 	for p := range s.acked {
 		c.noteAck(p)
+	}
+	for p := range s.batchAcked {
+		c.noteBatch(p)
 	}
 	c.gen++
 	c.due = true

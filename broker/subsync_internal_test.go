@@ -88,3 +88,38 @@ func TestChangeMarks(t *testing.T) {
 		t.Fatalf("pruned to %+v", c.marks[0])
 	}
 }
+
+// TestVectorBatchAcks: batch-index acks join, are pruned by whole acks,
+// round-trip through the wire and stop at the per-origin bound (never
+// claiming more).
+func TestVectorBatchAcks(t *testing.T) {
+	v := ackVector{}
+	if !v.addBatch("a", 5, []uint64{0b101}) || v.addBatch("a", 5, []uint64{0b001}) {
+		t.Fatal("addBatch: want changed, then unchanged")
+	}
+	w := ackVector{}
+	w.addBatch("a", 5, []uint64{0b010})
+	if v.contains(w) || !v.join(w) || !v.contains(w) {
+		t.Fatal("join of batch acks")
+	}
+	if got := v.batchOf("a", 5); len(got) != 1 || got[0] != 0b111 {
+		t.Fatalf("batchOf = %v, want [7]", got)
+	}
+	p, err := ackVectorFromProto("v", v.toProto())
+	if err != nil || p.batchOf("a", 5)[0] != 0b111 {
+		t.Fatalf("round trip: %v %v", p, err)
+	}
+	v.setMD("a", 5)
+	if v.batchOf("a", 5) != nil {
+		t.Fatal("a whole ack did not prune the batch acks")
+	}
+	for seq := int64(10); seq < 10+maxVectorBatchSeqs+5; seq++ {
+		v.addBatch("a", seq, []uint64{1})
+	}
+	if n := len(v["a"].Batch); n != maxVectorBatchSeqs {
+		t.Fatalf("%d batch entries kept, bound %d", n, maxVectorBatchSeqs)
+	}
+	if v.batchOf("a", 10+maxVectorBatchSeqs) != nil {
+		t.Fatal("an entry past the bound was recorded")
+	}
+}

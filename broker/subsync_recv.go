@@ -159,6 +159,9 @@ func (s *subscription) applyRemote(v ackVector, epoch int64, region string, typ 
 		for p := range s.acked {
 			s.cov.noteAck(p)
 		}
+		for p := range s.batchAcked {
+			s.cov.noteBatch(p)
+		}
 		s.cov.due = true
 		s.dirty = true
 	}

@@ -423,7 +423,11 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 	default:
 		md = t.ml.lastPosLocked()
 		if replicated {
-			cov = t.ml.latestVectorLocked(t.b.cfg.Region)
+			// The start position is local: the entries before it are
+			// skipped here, never acknowledged in the vector (which other
+			// regions join), so the vector starts empty and the
+			// translation frontier at the start (issue 20 item 2).
+			cov = ackVector{}
 		}
 	}
 	t.ml.mu.Unlock()

@@ -559,3 +559,159 @@ func TestReplicatedSubscriptionReceiverCrash(t *testing.T) {
 	defer cb.Close(context.Background())
 	receiveN(t, cb, rest)
 }
+
+// TestReplicatedSubscriptionCreatedInPartition (issue 20 item 2): while
+// a-b is cut, a consumes part of a replicated subscription from the
+// earliest, and b creates the same subscription at the LATEST position —
+// once by a consumer (as a failed-over client does), once by hand (admin)
+// for a second subscription. A creation position is never an
+// acknowledgement elsewhere: after the heal, a still delivers every
+// message its consumer did not acknowledge.
+func TestReplicatedSubscriptionCreatedInPartition(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/partition-create"
+	const count, part = 200, 80
+	repSubProduce(t, g, "a", topic, count)
+	waitCond(t, 60*time.Second, "b holds every entry", func() bool {
+		st, err := g.stats("b", topic)
+		return err == nil && st.GetEntries() >= count
+	})
+	g.net.Cut("a", "b", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	cla, clb := repSubClient(t, g, "a"), repSubClient(t, g, "b")
+	// In a: both subscriptions from the earliest; the first acknowledges
+	// messages 0..part-1, the second acknowledges nothing.
+	consumeA := func(sub string, ack int) *client.Consumer {
+		co, err := cla.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range ack {
+			m, err := co.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := co.Ack(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return co
+	}
+	ca := consumeA("billing", part)
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cm := consumeA("manual", 0)
+	if err := cm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// In b: billing created at LATEST by a consumer, manual by hand.
+	cb, err := clb.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: "billing", Type: client.Failover, InitialPosition: client.Latest, Replicated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	if m, err := cb.Receive(rctx); err == nil {
+		t.Fatalf("b's subscription created at latest delivered %v", m.Properties)
+	}
+	rcancel()
+	if err := cb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := repSubAdmin(t, g, "b").CreateReplicatedSubscription(ctx, topic, "manual", client.Latest); err != nil {
+		t.Fatal(err)
+	}
+	g.net.Heal("a", "b")
+	for _, sub := range []string{"billing", "manual"} {
+		for _, r := range [][2]string{{"a", "b"}, {"b", "a"}} {
+			waitCond(t, 90*time.Second, fmt.Sprintf("%s's vector from %s reached %s", sub, r[0], r[1]), func() bool {
+				a := ackRepl(g.subStats(r[0], topic, sub), r[1])
+				return a != nil && a.GetConnected() && a.GetPendingAcks() == 0 && a.GetLagSeconds() == 0
+			})
+		}
+	}
+	for sub, want := range map[string][]int{"billing": nums(part, count), "manual": nums(0, count)} {
+		t.Run(sub, func(t *testing.T) {
+			co, err := cla.Subscribe(ctx, client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close(context.Background())
+			receiveN(t, co, want)
+		})
+	}
+}
+
+// TestReplicatedSubscriptionBatchIndexAcks (issue 20 item 3): 1000
+// messages in two entries (message 0 alone, 1-999 in one batch); a
+// consumer in a acknowledges 500 of them one by one (0, and 1-499 by
+// batch index); once that is replicated, the subscription moves to b,
+// which delivers exactly the 500 others: the batch-index acknowledgements
+// replicated with the vector.
+func TestReplicatedSubscriptionBatchIndexAcks(t *testing.T) {
+	g := startGeo(t, []string{"a", "b"}, geoOptions{})
+	g.createNamespace(repSubNamespace, "a", "b")
+	topic := repSubNamespace + "/batch-acks"
+	const count, sub = 1000, "rs"
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	p, err := repSubClient(t, g, "a").NewProducer(ctx, client.ProducerOptions{Topic: topic, BatchingMaxMessages: count,
+		BatchingMaxDelay: time.Second, BatchingHoldOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(i int) *client.Message {
+		return &client.Message{Payload: fmt.Appendf(nil, "m%d", i), Properties: map[string]string{"n": strconv.Itoa(i)}}
+	}
+	if _, err := p.Send(ctx, msg(0)); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, count)
+	for i := 1; i < count; i++ {
+		p.SendAsync(ctx, msg(i), func(_ client.MessageID, _ *client.Message, err error) { errs <- err })
+	}
+	for i := 1; i < count; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	waitCond(t, 60*time.Second, "b holds both entries", func() bool {
+		st, err := g.stats("b", topic)
+		return err == nil && st.GetEntries() >= 2
+	})
+	if st, _ := g.stats("a", topic); st.GetEntries() != 2 {
+		t.Fatalf("a holds %d entries, want 2 (message 0, then one batch)", st.GetEntries())
+	}
+	opts := client.ConsumerOptions{Topic: topic, Subscription: sub, Type: client.Failover, InitialPosition: client.Earliest, Replicated: true}
+	ca, err := repSubClient(t, g, "a").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range count {
+		m, err := ca.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(m.Properties["n"]); n < count/2 {
+			if err := ca.Ack(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitCond(t, 60*time.Second, "a's acknowledgements replicated to b", func() bool {
+		s := g.subStats("a", topic, sub)
+		a := ackRepl(s, "b")
+		return s.GetBacklogEntries() == 1 && a != nil && a.GetConnected() && a.GetPendingAcks() == 0 && a.GetLagSeconds() == 0
+	})
+	if err := ca.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := repSubClient(t, g, "b").Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close(context.Background())
+	receiveN(t, cb, nums(count/2, count))
+}

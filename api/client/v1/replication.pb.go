@@ -853,6 +853,10 @@ type OriginAcks struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MarkDeleteSeq int64                  `protobuf:"varint,1,opt,name=mark_delete_seq,json=markDeleteSeq,proto3" json:"mark_delete_seq,omitempty"`
 	Acked         []*SeqRange            `protobuf:"bytes,2,rep,name=acked,proto3" json:"acked,omitempty"`
+	// Batch-index acknowledgements: per entry (origin_seq) not acknowledged
+	// as a whole, the acknowledged indexes of its messages (sorted by seq;
+	// at most 65536 indexes per entry; issue 20 item 3).
+	BatchAcks     []*BatchSeqAcks `protobuf:"bytes,59,rep,name=batch_acks,json=batchAcks,proto3" json:"batch_acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -901,6 +905,67 @@ func (x *OriginAcks) GetAcked() []*SeqRange {
 	return nil
 }
 
+func (x *OriginAcks) GetBatchAcks() []*BatchSeqAcks {
+	if x != nil {
+		return x.BatchAcks
+	}
+	return nil
+}
+
+// BatchSeqAcks is the acknowledged batch indexes of one entry: bit i of
+// words[i/64] set = message i acknowledged.
+type BatchSeqAcks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Words         []uint64               `protobuf:"varint,2,rep,packed,name=words,proto3" json:"words,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchSeqAcks) Reset() {
+	*x = BatchSeqAcks{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchSeqAcks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchSeqAcks) ProtoMessage() {}
+
+func (x *BatchSeqAcks) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchSeqAcks.ProtoReflect.Descriptor instead.
+func (*BatchSeqAcks) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchSeqAcks) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *BatchSeqAcks) GetWords() []uint64 {
+	if x != nil {
+		return x.Words
+	}
+	return nil
+}
+
 // SeqRange is an inclusive range of origin_seq values.
 type SeqRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -912,7 +977,7 @@ type SeqRange struct {
 
 func (x *SeqRange) Reset() {
 	*x = SeqRange{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +989,7 @@ func (x *SeqRange) String() string {
 func (*SeqRange) ProtoMessage() {}
 
 func (x *SeqRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1002,7 @@ func (x *SeqRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqRange.ProtoReflect.Descriptor instead.
 func (*SeqRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{12}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SeqRange) GetFirst() int64 {
@@ -967,7 +1032,7 @@ type SubscriptionSyncResponse struct {
 
 func (x *SubscriptionSyncResponse) Reset() {
 	*x = SubscriptionSyncResponse{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1044,7 @@ func (x *SubscriptionSyncResponse) String() string {
 func (*SubscriptionSyncResponse) ProtoMessage() {}
 
 func (x *SubscriptionSyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1057,7 @@ func (x *SubscriptionSyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncResponse.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{13}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubscriptionSyncResponse) GetKind() isSubscriptionSyncResponse_Kind {
@@ -1044,7 +1109,7 @@ type SubscriptionSyncOpened struct {
 
 func (x *SubscriptionSyncOpened) Reset() {
 	*x = SubscriptionSyncOpened{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1121,7 @@ func (x *SubscriptionSyncOpened) String() string {
 func (*SubscriptionSyncOpened) ProtoMessage() {}
 
 func (x *SubscriptionSyncOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1134,7 @@ func (x *SubscriptionSyncOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncOpened.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncOpened) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{14}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{15}
 }
 
 type SubscriptionSyncAck struct {
@@ -1083,7 +1148,7 @@ type SubscriptionSyncAck struct {
 
 func (x *SubscriptionSyncAck) Reset() {
 	*x = SubscriptionSyncAck{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	mi := &file_api_client_v1_replication_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1160,7 @@ func (x *SubscriptionSyncAck) String() string {
 func (*SubscriptionSyncAck) ProtoMessage() {}
 
 func (x *SubscriptionSyncAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	mi := &file_api_client_v1_replication_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1173,7 @@ func (x *SubscriptionSyncAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncAck.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncAck) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{15}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubscriptionSyncAck) GetRequestId() int64 {
@@ -1186,11 +1251,16 @@ const file_api_client_v1_replication_proto_rawDesc = "" +
 	"\aorigins\x18\x01 \x03(\v2*.meridian.client.v1.AckVector.OriginsEntryR\aorigins\x1aZ\n" +
 	"\fOriginsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
-	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.OriginAcksR\x05value:\x028\x01\"h\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.OriginAcksR\x05value:\x028\x01\"\xa9\x01\n" +
 	"\n" +
 	"OriginAcks\x12&\n" +
 	"\x0fmark_delete_seq\x18\x01 \x01(\x03R\rmarkDeleteSeq\x122\n" +
-	"\x05acked\x18\x02 \x03(\v2\x1c.meridian.client.v1.SeqRangeR\x05acked\"4\n" +
+	"\x05acked\x18\x02 \x03(\v2\x1c.meridian.client.v1.SeqRangeR\x05acked\x12?\n" +
+	"\n" +
+	"batch_acks\x18; \x03(\v2 .meridian.client.v1.BatchSeqAcksR\tbatchAcks\"6\n" +
+	"\fBatchSeqAcks\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x14\n" +
+	"\x05words\x18\x02 \x03(\x04R\x05words\"4\n" +
 	"\bSeqRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x12\n" +
 	"\x04last\x18\x02 \x01(\x03R\x04last\"\xa5\x01\n" +
@@ -1226,7 +1296,7 @@ func file_api_client_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_client_v1_replication_proto_goTypes = []any{
 	(ReplicateResult)(0),             // 0: meridian.client.v1.ReplicateResult
 	(*ReplicateRequest)(nil),         // 1: meridian.client.v1.ReplicateRequest
@@ -1241,45 +1311,47 @@ var file_api_client_v1_replication_proto_goTypes = []any{
 	(*SubscriptionUpdate)(nil),       // 10: meridian.client.v1.SubscriptionUpdate
 	(*AckVector)(nil),                // 11: meridian.client.v1.AckVector
 	(*OriginAcks)(nil),               // 12: meridian.client.v1.OriginAcks
-	(*SeqRange)(nil),                 // 13: meridian.client.v1.SeqRange
-	(*SubscriptionSyncResponse)(nil), // 14: meridian.client.v1.SubscriptionSyncResponse
-	(*SubscriptionSyncOpened)(nil),   // 15: meridian.client.v1.SubscriptionSyncOpened
-	(*SubscriptionSyncAck)(nil),      // 16: meridian.client.v1.SubscriptionSyncAck
-	nil,                              // 17: meridian.client.v1.ReplicateOpened.AppliedEntry
-	nil,                              // 18: meridian.client.v1.ReplicateAck.AppliedEntry
-	nil,                              // 19: meridian.client.v1.AckVector.OriginsEntry
-	(*Error)(nil),                    // 20: meridian.client.v1.Error
-	(SubscriptionType)(0),            // 21: meridian.client.v1.SubscriptionType
+	(*BatchSeqAcks)(nil),             // 13: meridian.client.v1.BatchSeqAcks
+	(*SeqRange)(nil),                 // 14: meridian.client.v1.SeqRange
+	(*SubscriptionSyncResponse)(nil), // 15: meridian.client.v1.SubscriptionSyncResponse
+	(*SubscriptionSyncOpened)(nil),   // 16: meridian.client.v1.SubscriptionSyncOpened
+	(*SubscriptionSyncAck)(nil),      // 17: meridian.client.v1.SubscriptionSyncAck
+	nil,                              // 18: meridian.client.v1.ReplicateOpened.AppliedEntry
+	nil,                              // 19: meridian.client.v1.ReplicateAck.AppliedEntry
+	nil,                              // 20: meridian.client.v1.AckVector.OriginsEntry
+	(*Error)(nil),                    // 21: meridian.client.v1.Error
+	(SubscriptionType)(0),            // 22: meridian.client.v1.SubscriptionType
 }
 var file_api_client_v1_replication_proto_depIdxs = []int32{
 	2,  // 0: meridian.client.v1.ReplicateRequest.open:type_name -> meridian.client.v1.ReplicateOpen
 	3,  // 1: meridian.client.v1.ReplicateRequest.entries:type_name -> meridian.client.v1.ReplicateEntries
 	5,  // 2: meridian.client.v1.ReplicateResponse.opened:type_name -> meridian.client.v1.ReplicateOpened
 	6,  // 3: meridian.client.v1.ReplicateResponse.ack:type_name -> meridian.client.v1.ReplicateAck
-	17, // 4: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
+	18, // 4: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
 	0,  // 5: meridian.client.v1.ReplicateAck.results:type_name -> meridian.client.v1.ReplicateResult
-	20, // 6: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
-	18, // 7: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
+	21, // 6: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
+	19, // 7: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
 	8,  // 8: meridian.client.v1.SubscriptionSyncRequest.open:type_name -> meridian.client.v1.SubscriptionSyncOpen
 	9,  // 9: meridian.client.v1.SubscriptionSyncRequest.updates:type_name -> meridian.client.v1.SubscriptionUpdates
 	10, // 10: meridian.client.v1.SubscriptionUpdates.updates:type_name -> meridian.client.v1.SubscriptionUpdate
-	21, // 11: meridian.client.v1.SubscriptionUpdate.type:type_name -> meridian.client.v1.SubscriptionType
+	22, // 11: meridian.client.v1.SubscriptionUpdate.type:type_name -> meridian.client.v1.SubscriptionType
 	11, // 12: meridian.client.v1.SubscriptionUpdate.vector:type_name -> meridian.client.v1.AckVector
-	19, // 13: meridian.client.v1.AckVector.origins:type_name -> meridian.client.v1.AckVector.OriginsEntry
-	13, // 14: meridian.client.v1.OriginAcks.acked:type_name -> meridian.client.v1.SeqRange
-	15, // 15: meridian.client.v1.SubscriptionSyncResponse.opened:type_name -> meridian.client.v1.SubscriptionSyncOpened
-	16, // 16: meridian.client.v1.SubscriptionSyncResponse.ack:type_name -> meridian.client.v1.SubscriptionSyncAck
-	20, // 17: meridian.client.v1.SubscriptionSyncAck.error:type_name -> meridian.client.v1.Error
-	12, // 18: meridian.client.v1.AckVector.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
-	1,  // 19: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
-	7,  // 20: meridian.client.v1.Replication.ReplicateSubscriptions:input_type -> meridian.client.v1.SubscriptionSyncRequest
-	4,  // 21: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
-	14, // 22: meridian.client.v1.Replication.ReplicateSubscriptions:output_type -> meridian.client.v1.SubscriptionSyncResponse
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 13: meridian.client.v1.AckVector.origins:type_name -> meridian.client.v1.AckVector.OriginsEntry
+	14, // 14: meridian.client.v1.OriginAcks.acked:type_name -> meridian.client.v1.SeqRange
+	13, // 15: meridian.client.v1.OriginAcks.batch_acks:type_name -> meridian.client.v1.BatchSeqAcks
+	16, // 16: meridian.client.v1.SubscriptionSyncResponse.opened:type_name -> meridian.client.v1.SubscriptionSyncOpened
+	17, // 17: meridian.client.v1.SubscriptionSyncResponse.ack:type_name -> meridian.client.v1.SubscriptionSyncAck
+	21, // 18: meridian.client.v1.SubscriptionSyncAck.error:type_name -> meridian.client.v1.Error
+	12, // 19: meridian.client.v1.AckVector.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
+	1,  // 20: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
+	7,  // 21: meridian.client.v1.Replication.ReplicateSubscriptions:input_type -> meridian.client.v1.SubscriptionSyncRequest
+	4,  // 22: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
+	15, // 23: meridian.client.v1.Replication.ReplicateSubscriptions:output_type -> meridian.client.v1.SubscriptionSyncResponse
+	22, // [22:24] is the sub-list for method output_type
+	20, // [20:22] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_replication_proto_init() }
@@ -1300,7 +1372,7 @@ func file_api_client_v1_replication_proto_init() {
 		(*SubscriptionSyncRequest_Open)(nil),
 		(*SubscriptionSyncRequest_Updates)(nil),
 	}
-	file_api_client_v1_replication_proto_msgTypes[13].OneofWrappers = []any{
+	file_api_client_v1_replication_proto_msgTypes[14].OneofWrappers = []any{
 		(*SubscriptionSyncResponse_Opened)(nil),
 		(*SubscriptionSyncResponse_Ack)(nil),
 	}
@@ -1310,7 +1382,7 @@ func file_api_client_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_replication_proto_rawDesc), len(file_api_client_v1_replication_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
