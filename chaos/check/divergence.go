@@ -32,6 +32,9 @@ func checkDivergence(x *hindex, _ Options) Result {
 	for _, k := range sortedKeys(all) {
 		var missing, holding []string
 		for _, r := range x.regions {
+			if s := x.sends[k]; x.readCount[r][k] == 0 && s != nil && x.deletedIn(s, r) {
+				continue // deleted there by an operator action
+			}
 			if x.readCount[r][k] == 0 {
 				missing = append(missing, r)
 				lacks[r]++
