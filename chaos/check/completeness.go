@@ -101,6 +101,25 @@ func (x *hindex) deletedBefore(s *sendInfo) bool {
 	return false
 }
 
+// deletedElsewhere reports whether topic was deleted by an operator
+// action in a region other than region.
+func (x *hindex) deletedElsewhere(topic, region string) bool {
+	return slices.ContainsFunc(x.deleteWindows(), func(w deleteWindow) bool { return w.topic == topic && w.region != region })
+}
+
+// skippedFor reports whether an explicit request (a reset to latest, a
+// skip) of subscription sub on topic, in any region, completed after the
+// message was sent.
+func (x *hindex) skippedFor(topic, sub string, s *sendInfo) bool {
+	for _, r := range x.ops {
+		op := r.Op
+		if op.Topic == topic && op.Sub == sub && (op.Action == OpSkip || (op.Action == OpSeek && op.Position != "earliest")) && s.sendT.Before(r.T) {
+			return true
+		}
+	}
+	return false
+}
+
 // repSub is one replicated subscription, whatever region its deliveries
 // happen in: a topic and a name.
 type repSub struct{ topic, name string }
@@ -114,9 +133,6 @@ type repSubInfo struct {
 	// latestAt is the completion of its first creation at latest.
 	earliest bool
 	latestAt time.Time
-	// skips are the completions of the explicit requests that may skip
-	// what was sent before them (a reset to latest, a skip).
-	skips []time.Time
 }
 
 // checkCompleteness is subscription completeness: every acknowledged
@@ -158,27 +174,16 @@ func checkCompleteness(x *hindex, _ Options) Result {
 	}
 	for _, r := range x.ops {
 		op := r.Op
-		if op.Err != "" && op.Action != OpSeek && op.Action != OpSkip {
+		if op.Err != "" || op.Action != OpCreateSubscription || !op.Replicated {
 			continue
 		}
 		k := repSub{op.Topic, op.Sub}
-		switch op.Action {
-		case OpCreateSubscription:
-			if !op.Replicated {
-				continue
-			}
+		{
 			s := get(k)
 			if op.Position == "earliest" {
 				s.earliest = true
 			} else if s.latestAt.IsZero() || r.T.Before(s.latestAt) {
 				s.latestAt = r.T
-			}
-		case OpSeek, OpSkip:
-			// A failed request may still have moved the cursor.
-			if op.Action == OpSkip || op.Position != "earliest" {
-				if s, ok := subs[k]; ok {
-					s.skips = append(s.skips, r.T)
-				}
 			}
 		}
 	}
@@ -218,7 +223,9 @@ func checkCompleteness(x *hindex, _ Options) Result {
 			if delivered[k][m] {
 				continue
 			}
-			if x.deletedBefore(s) || slices.ContainsFunc(info.skips, func(t time.Time) bool { return s.sendT.Before(t) }) {
+			// A failed reset or skip may still have moved the cursor:
+			// skippedFor counts it.
+			if x.deletedBefore(s) || x.skippedFor(k.topic, k.name, s) {
 				excused++
 				continue
 			}

@@ -131,3 +131,32 @@ func TestCheckLostTopicDeleted(t *testing.T) {
 	}
 	wantResult(t, run(t, b, CheckDivergence, Options{}), false, 1)
 }
+
+func TestCheckStuckAndDivergenceAfterOperatorActions(t *testing.T) {
+	// A copy of a/p1#1 is read back in b only: a lost it with its delete,
+	// by request; not divergence.
+	b := deleted().readCopy("b", "p1", 1, "a", "0:1:0").read("a", "p1", 3).read("b", "p1", 3)
+	wantResult(t, run(t, b, CheckDivergence, Options{}), true, 0)
+	// A subscription at backlog 0 whose undelivered messages a reset to
+	// latest skipped is not stuck; without the reset it is.
+	b = newHB(repSubs...).sendAck("a", "p1", 1, 2).
+		op(Op{Action: OpSeek, Region: "a", Topic: "t", Sub: "s", Position: "latest"}).
+		add(Record{Kind: KindPhase, Phase: "heal"}).
+		sample("a", SeriesSubBacklog, map[string]string{"sub": "s", "topic": "t"}, 0)
+	wantResult(t, run(t, b, CheckStuck, Options{}), true, 0)
+	b = newHB(repSubs...).sendAck("a", "p1", 1, 2).
+		add(Record{Kind: KindPhase, Phase: "heal"}).
+		sample("a", SeriesSubBacklog, map[string]string{"sub": "s", "topic": "t"}, 0)
+	wantResult(t, run(t, b, CheckStuck, Options{}), false, 1)
+	// A subscription backlog left in b by a's delete of the topic is not
+	// stuck; the same backlog without a delete is.
+	stuckIn := func(b *hb) *hb {
+		b.add(Record{Kind: KindPhase, Phase: "heal"})
+		for range 5 {
+			b.sample("b", SeriesSubBacklog, map[string]string{"sub": "s", "topic": "t"}, 3)
+		}
+		return b
+	}
+	wantResult(t, run(t, stuckIn(deleted()), CheckStuck, Options{}), true, 0)
+	wantResult(t, run(t, stuckIn(newHB().sendAck("a", "p1", 1)), CheckStuck, Options{}), false, 1)
+}

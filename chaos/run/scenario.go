@@ -128,7 +128,7 @@ var scenarios = []Scenario{
 			return []Step{
 				{At: 5 * time.Second, Kind: "topic-recreate", Targets: []string{a}, For: 5 * time.Second, Param: "t0"},
 				{At: 12 * time.Second, Kind: "unload", Targets: []string{b}, For: 2 * time.Second, Param: "t1"},
-				{At: 16 * time.Second, Kind: "repsub-partitioned", Targets: []string{b, a}, For: 15 * time.Second, Param: "t0"},
+				{At: 16 * time.Second, Kind: "repsub-partitioned", Targets: []string{b, a}, For: 15 * time.Second, Param: "t1"},
 				{At: 34 * time.Second, Kind: "seek-partitioned", Targets: []string{a}, For: 8 * time.Second, Param: "t1 latest"},
 				{At: 45 * time.Second, Kind: "failover-switch", Targets: []string{a, b}, For: 12 * time.Second, Param: "t1"},
 				{At: 60 * time.Second, Kind: "topic-replication", Targets: []string{a}, For: 5 * time.Second, Param: "t0"},
