@@ -94,6 +94,10 @@ func retryOp(ctx context.Context, d time.Duration, f func(context.Context) error
 	}
 }
 
+// repsubFirstRead is how many messages repsub-partitioned's first
+// consumer reads before it goes away.
+const repsubFirstRead = 400
+
 // opSubName names the subscription an action of step st creates (the
 // step's time makes it unique in the run and the same at inject and heal).
 func opSubName(prefix string, st Step) string {
@@ -106,7 +110,16 @@ func opSubName(prefix string, st Step) string {
 // ("" when c fails over). The subscription is Shared: consumers in two
 // regions at once promise no order.
 func (o *operator) openConsumer(ctx context.Context, c *client.Client, home, topic, sub string, pos client.InitialPosition) error {
+	return o.openConsumerN(ctx, c, home, topic, sub, pos, 0)
+}
+
+// openConsumerN is openConsumer for a consumer that goes away after
+// limit deliveries (0: none).
+func (o *operator) openConsumerN(ctx context.Context, c *client.Client, home, topic, sub string, pos client.InitialPosition, limit int) error {
 	name := fmt.Sprintf("%s-%s-c0", sub, home)
+	if limit > 0 {
+		name = fmt.Sprintf("%s-%s-first%d", sub, home, limit)
+	}
 	if home == "" {
 		name = sub + "-controlled-c0"
 	}
@@ -121,7 +134,7 @@ func (o *operator) openConsumer(ctx context.Context, c *client.Client, home, top
 		return fmt.Errorf("subscribe %s on %s: %w", sub, topic, err)
 	}
 	spec := subSpec{Subscription: check.Subscription{Region: home, Topic: topic, Name: sub, Type: "shared", Replicated: true}, typ: client.Shared, consumers: 1}
-	cc := &cons{co: co, c: c, home: home, name: name, sub: spec, region: c.ActiveRegion}
+	cc := &cons{co: co, c: c, home: home, name: name, sub: spec, region: c.ActiveRegion, limit: limit}
 	if home != "" {
 		cc.region = func() string { return home }
 	}
@@ -305,7 +318,7 @@ var operatorKinds = []Kind{
 	},
 	{
 		Name: "repsub-partitioned", Family: FamilyOperator, MinRegions: 2,
-		Description: "cut region A from every other; create a new replicated subscription at earliest in B (admin, no consumer yet) and in A a consumer creates it at latest, as a failed-over client does; after the heal a consumer in B reads it from its position",
+		Description: "cut region A from every other; in B a consumer creates a new replicated subscription at earliest, reads and acknowledges 400 messages and goes away; in A a consumer creates it at latest, as a failed-over client does; after the heal a consumer in B reads the rest",
 		Heal:        "heal A's links, then start B's consumer",
 		pickFn:      opTwoRegions,
 		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
@@ -318,14 +331,14 @@ var operatorKinds = []Kind{
 			if err := cutRegion(ctx, c, cut); err != nil {
 				return "cut " + cut, err
 			}
+			// In other, a consumer creates it at earliest, reads (and
+			// acknowledges) part of the backlog and goes away.
+			ocl, err := o.w.regionClient(ctx, other)
+			if err != nil {
+				return "", err
+			}
 			started := time.Now()
-			err = retryOp(ctx, time.Minute, func(ctx context.Context) error {
-				err := o.admins[other].CreateReplicatedSubscription(ctx, t, sub, client.Earliest)
-				if errors.Is(err, client.ErrAlreadyExists) {
-					return nil
-				}
-				return err
-			})
+			err = o.openConsumerN(ctx, ocl, other, t, sub, client.Earliest, repsubFirstRead)
 			o.record(ctx, started, check.Op{Action: check.OpCreateSubscription, Region: other, Topic: t, Sub: sub, Replicated: true, Position: "earliest"}, err)
 			if err != nil {
 				return "create " + sub + " in " + other, err
@@ -337,7 +350,7 @@ var operatorKinds = []Kind{
 			started = time.Now()
 			err = o.openConsumer(ctx, cl, cut, t, sub, client.Latest)
 			o.record(ctx, started, check.Op{Action: check.OpCreateSubscription, Region: cut, Topic: t, Sub: sub, Replicated: true, Position: "latest"}, err)
-			return fmt.Sprintf("%s cut; %s created at earliest in %s, at latest in %s", cut, sub, other, cut), err
+			return fmt.Sprintf("%s cut; %s created at earliest in %s (%d read), at latest in %s", cut, sub, other, repsubFirstRead, cut), err
 		},
 		healFn: func(ctx context.Context, c *cluster, st Step) error {
 			o, err := opsOf(c)

@@ -137,6 +137,10 @@ type cons struct {
 	name   string
 	sub    subSpec
 	region func() string
+	// limit, when > 0, ends the consumer after that many deliveries
+	// (each acknowledged first): a consumer that read part of a backlog
+	// and went away.
+	limit int
 }
 
 func joinAddrs(a []string) string { return strings.Join(a, ",") }
@@ -341,6 +345,14 @@ func (w *workload) produce(p *prod, rate float64) {
 const ackers = 8
 
 func (w *workload) consume(c *cons) {
+	if c.limit > 0 {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.co.Close(ctx)
+		}()
+	}
+	delivered := 0
 	// Ack waits for the broker to apply each acknowledgement (one round
 	// trip): several acknowledgers keep up with the deliveries, so that a
 	// topic move redelivers only what was really in flight.
@@ -383,6 +395,9 @@ func (w *workload) consume(c *cons) {
 		select {
 		case acks <- m.ID:
 		case <-w.runCtx.Done():
+		}
+		if delivered++; c.limit > 0 && delivered >= c.limit {
+			return
 		}
 	}
 }
