@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 10m
 
 CHAOS_SEEDS ?= 1 2 3
 CHAOS_DURATION ?= 5m
-CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump
+CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump operator-actions
 
 .PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo clean
 
@@ -109,7 +109,8 @@ bench-geo:
 	done; done
 
 ## chaos: the long randomized chaos suite: `meridian chaos run --dev a,b,c` for each of CHAOS_SEEDS, every fault
-## family, CHAOS_DURATION of faults each, then every named scenario on --dev a,b (reports in chaos-reports/);
+## family but operator, CHAOS_DURATION of faults each, then every named scenario on --dev a,b, operator-actions included
+## (reports in chaos-reports/; one scenario alone: make chaos CHAOS_SEEDS= CHAOS_SCENARIOS=operator-actions);
 ## runs them all and fails if any verdict was invalid (or a run could not complete).
 chaos:
 	$(GO) build -o .bin/meridian ./cmd/meridian

@@ -16,10 +16,12 @@ const (
 	CheckOrder      = "order"
 	CheckDivergence = "divergence"
 	CheckStuck      = "stuck"
+	// CheckCompleteness is subscription completeness (completeness.go).
+	CheckCompleteness = "completeness"
 )
 
 // Checkers lists every checker, in report order.
-var Checkers = []string{CheckLost, CheckUnexpected, CheckDuplicated, CheckOrder, CheckDivergence, CheckStuck}
+var Checkers = []string{CheckLost, CheckUnexpected, CheckDuplicated, CheckOrder, CheckDivergence, CheckStuck, CheckCompleteness}
 
 // MaxExamples bounds Result.Examples.
 const MaxExamples = 10
@@ -148,6 +150,7 @@ func Check(h History, opt Options) Verdict {
 		{CheckOrder, checkOrder},
 		{CheckDivergence, checkDivergence},
 		{CheckStuck, checkStuck},
+		{CheckCompleteness, checkCompleteness},
 	} {
 		if !opt.enabled(c.name) {
 			continue
@@ -189,6 +192,8 @@ type sendInfo struct {
 	outcome   Kind
 	ackRegion string
 	ackT      time.Time
+	// sendT is the time of the send invocation.
+	sendT time.Time
 }
 
 // subKey identifies a subscription as the deliveries name it: the
@@ -232,9 +237,12 @@ type hindex struct {
 	orphanCompletions []Record
 	unparsed          []Record
 	faults            []faultSpan
-	samples           []Record
-	phases            []Record
-	first, last       time.Time
+	// ops are the operator actions in history order.
+	ops         []Record
+	delWins     *[]deleteWindow // deleteWindows, computed once
+	samples     []Record
+	phases      []Record
+	first, last time.Time
 }
 
 // faultSpan is one fault from its start to its end record (end zero: it
@@ -284,7 +292,7 @@ func index(h History) *hindex {
 		case KindSend:
 			k := keyOf(r)
 			if _, ok := x.sends[k]; !ok {
-				x.sends[k] = &sendInfo{topic: r.Topic, key: r.Key, dedup: r.Dedup}
+				x.sends[k] = &sendInfo{topic: r.Topic, key: r.Key, dedup: r.Dedup, sendT: r.T}
 				x.sendOrder = append(x.sendOrder, k)
 			}
 		case KindAck, KindFail, KindTimeout:
@@ -365,6 +373,10 @@ func index(h History) *hindex {
 						x.faults[i].Err = r.Fault.Err
 					}
 				}
+			}
+		case KindOp:
+			if r.Op != nil {
+				x.ops = append(x.ops, r)
 			}
 		case KindSample:
 			if r.Sample != nil {

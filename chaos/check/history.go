@@ -1,6 +1,6 @@
 // Package check holds the history a chaos run records and the checkers
-// that judge it: lost, unexpected, duplicated, order, divergence and
-// stuck. Checkers are pure functions of a History, so a failing run can be
+// that judge it: lost, unexpected, duplicated, order, divergence, stuck
+// and completeness. Checkers are pure functions of a History, so a failing run can be
 // re-checked offline from its history.jsonl (`meridian chaos check`).
 package check
 
@@ -41,7 +41,62 @@ const (
 	// read-back in one region (PhaseReadBackComplete, Region and Topic
 	// set).
 	KindPhase Kind = "phase"
+	// KindOp is an operator action the runner performed through the
+	// admin API (Op set), recorded when it completed: what the checkers
+	// must know of it (a topic deleted in a region, a subscription created
+	// at a position, a cursor moved on request).
+	KindOp Kind = "op"
 )
+
+// Operator actions (Op.Action).
+const (
+	// OpDeleteTopic: the topic was deleted (--force) in Op.Region: its
+	// log and subscriptions there are gone.
+	OpDeleteTopic = "delete-topic"
+	// OpCreateTopic: the topic was created (again) in Op.Region.
+	OpCreateTopic = "create-topic"
+	// OpUnload: the topic was unloaded in Op.Region.
+	OpUnload = "unload"
+	// OpSetReplication: the namespace's (Op.Topic empty) or the topic's
+	// replication regions were set to Op.Regions.
+	OpSetReplication = "set-replication"
+	// OpCreateSubscription: subscription Op.Sub (Op.Replicated) was
+	// created in Op.Region at Op.Position ("earliest" or "latest"), by
+	// the admin API or by a consumer's subscribe.
+	OpCreateSubscription = "create-subscription"
+	// OpSeek: subscription Op.Sub was reset in Op.Region to Op.Position
+	// ("earliest", "latest"): an explicit request; a reset to latest
+	// skips what was sent before it.
+	OpSeek = "seek"
+	// OpSkip: messages of subscription Op.Sub were skipped on request
+	// (skip, clear-backlog) in Op.Region: what was sent before it may be
+	// skipped.
+	OpSkip = "skip"
+	// OpFailoverTarget: failover group Op.Group's target was set to
+	// Op.Region.
+	OpFailoverTarget = "failover-target"
+)
+
+// Op is one operator action of a KindOp record.
+type Op struct {
+	Action string `json:"action"`
+	// Region is where it was done (for a failover target: the target).
+	Region     string   `json:"region,omitempty"`
+	Topic      string   `json:"topic,omitempty"`
+	Sub        string   `json:"sub,omitempty"`
+	Replicated bool     `json:"replicated,omitempty"`
+	Position   string   `json:"position,omitempty"`
+	Regions    []string `json:"regions,omitempty"`
+	Group      string   `json:"group,omitempty"`
+	// Fault is the ID of the fault that did it (0: the runner's setup).
+	Fault int `json:"fault,omitempty"`
+	// Started is when the action was requested (the record's T is when it
+	// completed).
+	Started time.Time `json:"started"`
+	// Err is set when the action failed (then it did nothing the
+	// checkers count on, except a delete, which may have happened).
+	Err string `json:"err,omitempty"`
+}
 
 // PhaseReadBackComplete is the phase record that ends a complete
 // read-back: every entry the topic had stored in Region when the read
@@ -89,6 +144,7 @@ type Record struct {
 	Sample *Sample `json:"sample,omitempty"`
 	Phase  string  `json:"phase,omitempty"`
 	Run    *Run    `json:"run,omitempty"`
+	Op     *Op     `json:"op,omitempty"`
 
 	// StoredOrigin and OriginID (deliver, read; optional) name the stored
 	// copy: the region whose log stored it first (the client's

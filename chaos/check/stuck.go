@@ -60,6 +60,12 @@ func checkStuck(x *hindex, opt Options) Result {
 		if len(w) < 2 || w[len(w)-1] <= 0 || w[len(w)-1] < w[0] {
 			continue
 		}
+		if se.name == SeriesSubBacklog && x.deletedElsewhere(se.labels["topic"], se.region) {
+			// The topic was deleted in another region: the copies here of
+			// that region's subscriptions keep what its deleted copies
+			// had not acknowledged, and nothing will (completeness.go).
+			continue
+		}
 		stuck++
 		ex.add("%s: %g at the end, %g %d samples before (no progress)", id, w[len(w)-1], w[0], len(w)-1)
 	}
@@ -74,7 +80,7 @@ func checkStuck(x *hindex, opt Options) Result {
 			missing, first := 0, msgKey{}
 			for _, k := range x.sendOrder {
 				s := x.sends[k]
-				if s.outcome != KindAck || s.topic != sub.Topic || x.deliveredTo(sub, k) {
+				if s.outcome != KindAck || s.topic != sub.Topic || x.deliveredTo(sub, k) || x.deletedBefore(s) || x.skippedFor(sub.Topic, sub.Name, s) {
 					continue
 				}
 				if missing == 0 {

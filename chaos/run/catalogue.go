@@ -23,7 +23,12 @@ const (
 )
 
 // Families lists the families in catalogue order.
-var Families = []string{FamilyKill, FamilyPause, FamilyRestart, FamilyPartition, FamilyNet, FamilyDisk, FamilyClock}
+var Families = []string{FamilyKill, FamilyPause, FamilyRestart, FamilyPartition, FamilyNet, FamilyDisk, FamilyClock, FamilyOperator}
+
+// DefaultFamilies are the families of a run without --faults: every one
+// but the operator actions (FamilyOperator), which a run asks for by name
+// (`--faults operator`, scenario operator-actions).
+var DefaultFamilies = []string{FamilyKill, FamilyPause, FamilyRestart, FamilyPartition, FamilyNet, FamilyDisk, FamilyClock}
 
 // Kind is one entry of the fault catalogue: how it picks its targets
 // from a cluster's shape (seeded), how it is injected and how it is
@@ -140,7 +145,11 @@ func pickOtherRegion(rng *rand.Rand, s Shape, not string) string {
 	return others[rng.IntN(len(others))]
 }
 
-var catalogue = []Kind{
+// catalogue is every fault kind: the process, network, disk and clock
+// faults, then the operator actions (operator.go).
+var catalogue = append(baseKinds, operatorKinds...)
+
+var baseKinds = []Kind{
 	{
 		Name: "kill", Family: FamilyKill, Description: "kill -9 one process (meta, bookie or broker)", Heal: "start it again with its data",
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) {

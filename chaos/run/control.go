@@ -35,6 +35,9 @@ type cluster struct {
 	base map[string][2]time.Duration
 	// note adds a line to the run's notes (may be nil).
 	notes func(string)
+	// ops are the operator actions' handle on the run (nil until the
+	// workload is open).
+	ops *operator
 }
 
 func (c *cluster) note(format string, args ...any) {

@@ -161,6 +161,7 @@ type runner struct {
 	outs    []FaultOutcome
 	active  map[int]string
 	backlog map[string]float64 // last sample of each backlog series
+	opSubs  []string           // subscriptions operator actions created
 }
 
 func (r *runner) note(format string, args ...any) {
@@ -266,6 +267,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err := w.open(ctx, r.topics, r.subs); err != nil {
 		return nil, err
 	}
+	cl.ops = &operator{admins: r.admins, rec: r.rec, w: w, id: cfg.ID, ns: cfg.Namespace, topics: r.topics, regions: cl.shape.Regions,
+		addSub: func(name string) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.opSubs = append(r.opSubs, name)
+		}}
 	r.start = time.Now()
 	w.start()
 	sctx, stopSampling := context.WithCancel(context.Background())
@@ -371,7 +378,7 @@ func (r *runner) step(ctx context.Context, t0 time.Time, id int, s Step) {
 	}
 	k, _ := KindByName(s.Kind)
 	out := FaultOutcome{Step: s, Started: time.Now()}
-	ictx, cancel := context.WithTimeout(context.Background(), faultTimeout)
+	ictx, cancel := context.WithTimeout(context.WithValue(context.Background(), faultIDKey{}, id), faultTimeout)
 	detail, err := k.injectFn(ictx, r.cl, s)
 	cancel()
 	out.Detail = detail
@@ -391,7 +398,7 @@ func (r *runner) step(ctx context.Context, t0 time.Time, id int, s Step) {
 	r.mu.Unlock()
 	r.progress("fault %d: %s on %v (%s) for %v", id, s.Kind, s.Targets, f.Detail, s.For)
 	_ = sleepUntil(ctx, out.Started.Add(s.For))
-	hctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
+	hctx, cancel := context.WithTimeout(context.WithValue(context.Background(), faultIDKey{}, id), faultTimeout)
 	herr := k.healFn(hctx, r.cl, s)
 	cancel()
 	out.Ended = time.Now()

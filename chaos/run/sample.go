@@ -91,7 +91,10 @@ func (r *runner) sampleBacklogs(ctx context.Context) {
 }
 
 func (r *runner) isRunSub(name string) bool {
-	return slices.ContainsFunc(r.subs, func(s subSpec) bool { return s.Name == name })
+	r.mu.Lock()
+	op := slices.Contains(r.opSubs, name)
+	r.mu.Unlock()
+	return op || slices.ContainsFunc(r.subs, func(s subSpec) bool { return s.Name == name })
 }
 
 func (r *runner) setBacklog(key string, v float64) {

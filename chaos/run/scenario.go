@@ -120,6 +120,22 @@ var scenarios = []Scenario{
 				{At: 20 * time.Second, Kind: "clock-skew", Targets: t, For: 10 * time.Second, Param: "-8s"}}
 		},
 	},
+	{
+		Name: "operator-actions", Families: []string{FamilyOperator},
+		Description: "operator actions as faults (issue 20): a topic deleted --force and re-created in one region, an unload, a replicated subscription created at earliest in one region and at latest in the other while it is cut off, a reset to latest during a partition, a controlled failover switch of a replicated subscription's consumer, a topic-level set-replication, a region removed from replication and added again; everything acknowledged after each action must reach every region and every replicated subscription (completeness)",
+		steps: func(s Shape) []Step {
+			a, b := first(s), second(s)
+			return []Step{
+				{At: 5 * time.Second, Kind: "topic-recreate", Targets: []string{a}, For: 5 * time.Second, Param: "t0"},
+				{At: 12 * time.Second, Kind: "unload", Targets: []string{b}, For: 2 * time.Second, Param: "t1"},
+				{At: 16 * time.Second, Kind: "repsub-partitioned", Targets: []string{b, a}, For: 15 * time.Second, Param: "t1"},
+				{At: 34 * time.Second, Kind: "seek-partitioned", Targets: []string{a}, For: 8 * time.Second, Param: "t1 latest"},
+				{At: 45 * time.Second, Kind: "failover-switch", Targets: []string{a, b}, For: 12 * time.Second, Param: "t1"},
+				{At: 60 * time.Second, Kind: "topic-replication", Targets: []string{a}, For: 5 * time.Second, Param: "t0"},
+				{At: 68 * time.Second, Kind: "region-readd", Targets: []string{b}, For: 10 * time.Second},
+			}
+		},
+	},
 }
 
 // Scenarios returns the named scenarios.

@@ -178,3 +178,33 @@ func TestPlanDamagesOneBookiePerRegion(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorFamilyNotDefault: the operator actions run only when asked
+// for (a run without --faults injects what it did before them).
+func TestOperatorFamilyNotDefault(t *testing.T) {
+	def, err := KindsOf(DefaultFamilies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := KindsOf([]string{FamilyOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 7 {
+		t.Fatalf("operator kinds %v, want 7", ops)
+	}
+	for _, k := range ops {
+		if slices.Contains(def, k) {
+			t.Fatalf("operator kind %s is in the default families", k)
+		}
+	}
+	sc, err := ScenarioByName("operator-actions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ops {
+		if !slices.ContainsFunc(sc.Steps(testShape), func(s Step) bool { return s.Kind == k }) {
+			t.Fatalf("scenario operator-actions lacks %s", k)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,7 @@ type workload struct {
 	regions []string
 	brokers map[string][]string
 
+	mu      sync.Mutex // guards clients and cons once the workload runs
 	clients []*client.Client
 	prods   []*prod
 	cons    []*cons
@@ -135,6 +137,10 @@ type cons struct {
 	name   string
 	sub    subSpec
 	region func() string
+	// limit, when > 0, ends the consumer after that many deliveries
+	// (each acknowledged first): a consumer that read part of a backlog
+	// and went away.
+	limit int
 }
 
 func joinAddrs(a []string) string { return strings.Join(a, ",") }
@@ -161,8 +167,46 @@ func (w *workload) failoverClient(ctx context.Context, home string) (*client.Cli
 	if err != nil {
 		return nil, fmt.Errorf("client of region %s: %w", home, err)
 	}
-	w.clients = append(w.clients, c)
+	w.addClient(c)
 	return c, nil
+}
+
+func (w *workload) addClient(c *client.Client) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clients = append(w.clients, c)
+}
+
+// controlledClient opens a client of every region with the controlled
+// failover policy: it follows failover group group's target (first
+// home).
+func (w *workload) controlledClient(ctx context.Context, group, home string) (*client.Client, error) {
+	regs := []client.RegionURL{{Name: home, URL: joinAddrs(w.brokers[home])}}
+	for _, r := range w.regions {
+		if r != home {
+			regs = append(regs, client.RegionURL{Name: r, URL: joinAddrs(w.brokers[r])})
+		}
+	}
+	c, err := client.New(ctx, client.Options{Regions: regs, ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second,
+		Logger:   w.log.With("component", "client", "group", group),
+		Failover: client.FailoverOptions{Mode: client.FailoverControlled, Group: group, ProbeInterval: 500 * time.Millisecond},
+		OnFailover: func(ev client.FailoverEvent) {
+			w.log.Info("chaos: controlled failover", "group", group, "from", ev.From, "to", ev.To, "reason", ev.Reason)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("controlled client of group %s: %w", group, err)
+	}
+	w.addClient(c)
+	return c, nil
+}
+
+// addConsumer starts consuming c (an operator action's consumer) until
+// the workload closes.
+func (w *workload) addConsumer(c *cons) {
+	w.mu.Lock()
+	w.cons = append(w.cons, c)
+	w.mu.Unlock()
+	w.consuming.Go(func() { w.consume(c) })
 }
 
 // regionClient opens a client of region r only.
@@ -172,7 +216,7 @@ func (w *workload) regionClient(ctx context.Context, r string) (*client.Client, 
 	if err != nil {
 		return nil, fmt.Errorf("client of region %s: %w", r, err)
 	}
-	w.clients = append(w.clients, c)
+	w.addClient(c)
 	return c, nil
 }
 
@@ -301,6 +345,14 @@ func (w *workload) produce(p *prod, rate float64) {
 const ackers = 8
 
 func (w *workload) consume(c *cons) {
+	if c.limit > 0 {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.co.Close(ctx)
+		}()
+	}
+	delivered := 0
 	// Ack waits for the broker to apply each acknowledgement (one round
 	// trip): several acknowledgers keep up with the deliveries, so that a
 	// topic move redelivers only what was really in flight.
@@ -344,6 +396,9 @@ func (w *workload) consume(c *cons) {
 		case acks <- m.ID:
 		case <-w.runCtx.Done():
 		}
+		if delivered++; c.limit > 0 && delivered >= c.limit {
+			return
+		}
 	}
 }
 
@@ -361,7 +416,10 @@ func (w *workload) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, c := range w.clients {
+	w.mu.Lock()
+	clients := slices.Clone(w.clients)
+	w.mu.Unlock()
+	for _, c := range clients {
 		_ = c.Close(ctx)
 	}
 	w.sending.Wait()

@@ -33,6 +33,9 @@ checkers (all of them unless --checkers names some):
   divergence  the regions' read-backs hold different messages
   stuck       a replication or subscription backlog that does not go down after
               the heal, or a subscription at backlog 0 with undelivered messages
+  completeness  every acknowledged message delivered at least once to every
+              replicated subscription, in some region, unless an explicit
+              reset to latest or skip, or a topic delete, excused it
 
 Prints the verdict table (or one JSON line with --output json); with --report
 writes report.html (timeline of faults, throughput, replication lag, errors),
@@ -77,7 +80,7 @@ failed, 2 when the history cannot be read.`,
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "text", "text or json (one line)")
 	f.StringVar(&reportDir, "report", "", "directory for report.html, verdict.json and verdict.txt (default: none)")
-	f.StringSliceVar(&opt.Checkers, "checkers", nil, "checkers to run (default: all): lost, unexpected, duplicated, order, divergence, stuck")
+	f.StringSliceVar(&opt.Checkers, "checkers", nil, "checkers to run (default: all): lost, unexpected, duplicated, order, divergence, stuck, completeness")
 	f.IntVar(&opt.MaxDuplicates, "max-duplicates", 0, "fail duplicated when a subscription has more duplicate deliveries than this (default: no bound)")
 	f.IntVar(&opt.StuckSamples, "stuck-samples", check.DefaultStuckSamples, "last samples over which a backlog must go down after the heal (>= 2)")
 	chaosCmd.AddCommand(cmd)

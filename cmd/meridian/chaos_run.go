@@ -44,7 +44,7 @@ type chaosRunOpts struct {
 func chaosRunCmd() *cobra.Command {
 	var o chaosRunOpts
 	cmd := &cobra.Command{
-		Use:   "run --cluster DIR/cluster.json|--dev a,b,c [--faults kill,pause,restart,partition,net,disk,clock] [--seed N] [--duration 5m] [--rate 2000] [--scenario NAME] [--report DIR] [--output text|json]",
+		Use:   "run --cluster DIR/cluster.json|--dev a,b,c [--faults kill,pause,restart,partition,net,disk,clock,operator] [--seed N] [--duration 5m] [--rate 2000] [--scenario NAME] [--report DIR] [--output text|json]",
 		Short: "Run a workload under a seeded fault schedule (or a named scenario) and check the history",
 		Long: `Runs producers in every region (unique payloads: run, origin, producer,
 sequence; half of them with deduplication names) and consumers on replicated
@@ -74,7 +74,7 @@ Exit 0 valid, 1 a checker failed, 2 the run could not be completed.`,
 	f.StringVar(&o.dataDir, "data-dir", "", "--dev: the cluster's data directory (default: a temporary one)")
 	f.IntVar(&o.bookies, "bookies", 3, "--dev: bookies per region")
 	f.IntVar(&o.brokers, "brokers", 2, "--dev: brokers per region")
-	f.StringVar(&o.faults, "faults", strings.Join(run.Families, ","), "fault families or kinds (meridian chaos list)")
+	f.StringVar(&o.faults, "faults", strings.Join(run.DefaultFamilies, ","), "fault families or kinds (meridian chaos list; the operator family only when named)")
 	f.Int64Var(&o.cfg.Seed, "seed", 1, "schedule seed")
 	f.DurationVar(&o.cfg.Duration, "duration", 5*time.Minute, "length of the fault phase")
 	f.Float64Var(&o.cfg.Rate, "rate", 2000, "messages per second over all producers")
