@@ -368,7 +368,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		MsgsInTotal: t.msgsIn.Load(), BytesInTotal: t.bytesIn.Load(), StorageSizeBytes: size, Entries: entries}
 	t.mu.Lock()
 	for _, p := range t.producers {
-		st.Producers = append(st.Producers, &clientv1.ProducerStats{ProducerName: p.name, Address: p.addr, LastSequenceId: t.ml.lastSequence(p.name)})
+		st.Producers = append(st.Producers, &clientv1.ProducerStats{ProducerName: p.name, Address: p.addr, LastSequenceId: t.ml.lastSequence(p.dedupName())})
 	}
 	t.mu.Unlock()
 	for _, s := range t.subList() {
