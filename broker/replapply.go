@@ -201,15 +201,6 @@ func (ml *managedLedger) replPeek(name string, seq int64, relayed bool) replVerd
 	return replAppend
 }
 
-// replCheck is replPeek then, for an append, replRecord.
-func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVerdict {
-	v := ml.replPeek(name, seq, relayed)
-	if v == replAppend {
-		ml.replRecord(name, seq)
-	}
-	return v
-}
-
 // replRecord records origin_seq seq of dedup name as queued (the highest
 // queued), after replPeek answered replAppend.
 func (ml *managedLedger) replRecord(name string, seq int64) {

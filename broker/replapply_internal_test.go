@@ -83,3 +83,12 @@ func TestReplGuardBarrier(t *testing.T) {
 		t.Fatal("barrier not lifted once its entry is queued elsewhere")
 	}
 }
+
+// replCheck (tests only) is replPeek then, for an append, replRecord.
+func (ml *managedLedger) replCheck(name string, seq int64, relayed bool) replVerdict {
+	v := ml.replPeek(name, seq, relayed)
+	if v == replAppend {
+		ml.replRecord(name, seq)
+	}
+	return v
+}
