@@ -80,19 +80,20 @@ func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
 	for i, sm := range b.Messages {
 		out[i] = &all[i]
 		all[i] = ReceivedMessage{
-			ID:              MessageID{LedgerID: base.LedgerID, EntryID: base.EntryID, BatchIndex: int32(i)},
-			Key:             sm.GetKey(),
-			Payload:         sm.GetPayload(),
-			Properties:      sm.GetProperties(),
-			EventTime:       msTime(sm.GetEventTimeMs()),
-			PublishTime:     pub,
-			ProducerName:    md.GetProducerName(),
-			SequenceID:      md.GetSequenceId() + int64(i),
-			OriginRegion:    md.GetOriginRegion(),
-			OriginID:        originID(md, base, i),
-			RedeliveryCount: m.GetRedeliveryCount(),
-			OriginSeq:       md.GetOriginSeq(),
-			SchemaVersion:   md.GetSchemaVersion(),
+			ID:                MessageID{LedgerID: base.LedgerID, EntryID: base.EntryID, BatchIndex: int32(i)},
+			Key:               sm.GetKey(),
+			Payload:           sm.GetPayload(),
+			Properties:        sm.GetProperties(),
+			EventTime:         msTime(sm.GetEventTimeMs()),
+			PublishTime:       pub,
+			ProducerName:      md.GetProducerName(),
+			SequenceID:        md.GetSequenceId() + int64(i),
+			OriginRegion:      md.GetOriginRegion(),
+			OriginID:          originID(md, base, i),
+			RedeliveryCount:   m.GetRedeliveryCount(),
+			OriginSeq:         md.GetOriginSeq(),
+			OriginIncarnation: md.GetOriginIncarnation(),
+			SchemaVersion:     md.GetSchemaVersion(),
 		}
 	}
 	return out, nil

@@ -216,7 +216,13 @@ type ReceivedMessage struct {
 	// OriginSeq numbers the message's entry among those produced in
 	// OriginRegion (1, 2, 3, ...; the same in every region; 0 when the
 	// broker did not store one). The messages of one batch share it.
+	// The numbers start again at 1 when the topic is deleted and written
+	// again in OriginRegion, under a new OriginIncarnation: only the
+	// triple (OriginRegion, OriginIncarnation, OriginSeq) never repeats.
 	OriginSeq int64
+	// OriginIncarnation is the origin stream OriginSeq counts in (0 for
+	// entries written before incarnations existed).
+	OriginIncarnation uint64
 	// SchemaVersion is the topic's schema registry version the message was
 	// written with (0 = none); typed consumers decode with it.
 	SchemaVersion int32

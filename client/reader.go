@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -69,7 +70,8 @@ func (r *Reader) Close(ctx context.Context) error { return r.co.Close(ctx) }
 // readerState is a reader's resume state; guarded by Consumer.mu.
 type readerState struct {
 	start StartPosition
-	// seen: per origin region, the highest origin_seq fully returned.
+	// seen: per origin stream (originStream), the highest origin_seq
+	// fully returned.
 	seen map[string]int64
 	// gen grows with every Seek: deliveries queued before it do not
 	// update seen.
@@ -101,7 +103,7 @@ func (co *Consumer) startLocked() *clientv1.StartPosition {
 // its permit given back.
 func (co *Consumer) readerSkip(stream clientv1.Meridian_ConsumeClient, m *clientv1.Message, d *delivery) bool {
 	md := m.GetMetadata()
-	d.origin, d.oseq = md.GetOriginRegion(), md.GetOriginSeq()
+	d.origin, d.oseq = originStream(md), md.GetOriginSeq()
 	co.mu.Lock()
 	d.gen = co.reader.gen
 	skip := d.oseq > 0 && d.oseq <= co.reader.seen[d.origin]
@@ -112,6 +114,18 @@ func (co *Consumer) readerSkip(stream clientv1.Meridian_ConsumeClient, m *client
 	_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Ack{Ack: &clientv1.Ack{MessageIds: []*clientv1.MessageId{m.GetMessageId()}}}})
 	_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
 	return true
+}
+
+// originStream names the origin stream an entry's origin_seq counts in:
+// its origin region and origin incarnation. A topic deleted and written
+// again in a region numbers its entries from 1 again under a new
+// incarnation, so origin_seq values repeat across incarnations and only
+// the pair orders a stream.
+func originStream(md *clientv1.EntryMetadata) string {
+	if inc := md.GetOriginIncarnation(); inc != 0 {
+		return md.GetOriginRegion() + "@" + strconv.FormatUint(inc, 10)
+	}
+	return md.GetOriginRegion()
 }
 
 // readerEntryDone records that a reader returned every message of d and

@@ -57,6 +57,47 @@ func TestGeoDeleteRecreateReplicates(t *testing.T) {
 	g.converge(geoConverge, []*geoReader{rb}, []*geoProducer{pa, pa2})
 	ra := g.reader("a", topic)
 	g.converge(geoConverge, []*geoReader{ra}, []*geoProducer{pa2})
+	// A reader in b from the earliest message returns both streams' entries:
+	// the new stream's origin_seq values repeat the old one's.
+	readAll(t, g.url("b"), topic, 150)
+}
+
+// readAll reads topic at url with a reader from the earliest message and
+// fails unless it returns want messages, each once, and no more within a
+// short wait after the last.
+func readAll(t *testing.T, url, topic string, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, client.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	rd, err := cl.NewReader(ctx, client.ReaderOptions{Topic: topic, Start: client.StartEarliest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close(context.Background())
+	seen := map[string]int{}
+	n := 0
+	for {
+		wait := 20 * time.Second
+		if n >= want {
+			wait = time.Second // anything more than want is a failure
+		}
+		nctx, ncancel := context.WithTimeout(ctx, wait)
+		m, err := rd.Next(nctx)
+		ncancel()
+		if err != nil {
+			break
+		}
+		n++
+		seen[string(m.Payload)]++
+	}
+	if n != want || len(seen) != want {
+		t.Fatalf("reader from earliest returned %d messages (%d distinct), want %d", n, len(seen), want)
+	}
 }
 
 // TestGeoRegionMetadataWipeReplicates: region a's broker crashes and its

@@ -94,6 +94,7 @@ type consumedJSON struct {
 	OriginRegion    string            `json:"origin_region"`
 	OriginID        string            `json:"origin_id"`
 	OriginSeq       int64             `json:"origin_seq,omitempty"`
+	OriginInc       uint64            `json:"origin_incarnation,omitempty"`
 	Properties      map[string]string `json:"properties,omitempty"`
 	RedeliveryCount int32             `json:"redelivery_count,omitempty"`
 	EventTime       string            `json:"event_time,omitempty"`
@@ -104,7 +105,7 @@ type consumedJSON struct {
 func toConsumedJSON(m *client.ReceivedMessage) consumedJSON {
 	j := consumedJSON{
 		ID: m.ID.String(), Key: m.Key, Producer: m.ProducerName, Seq: m.SequenceID,
-		OriginRegion: m.OriginRegion, OriginID: m.OriginID, OriginSeq: m.OriginSeq, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
+		OriginRegion: m.OriginRegion, OriginID: m.OriginID, OriginSeq: m.OriginSeq, OriginInc: m.OriginIncarnation, Properties: m.Properties, RedeliveryCount: m.RedeliveryCount,
 	}
 	if !m.PublishTime.IsZero() {
 		j.PublishTime = m.PublishTime.UTC().Format(time.RFC3339Nano)
