@@ -134,6 +134,12 @@ type Config struct {
 	// beyond the bound the lowest are forgotten (a resend of those could
 	// be stored again: a duplicate, never a loss).
 	MaxOriginIncarnations int `yaml:"max_origin_incarnations"`
+	// MaxFailoverConfirmBytes bounds the memory of GetFailoverTarget's
+	// freshness checks (default 1 MiB): per failover group a client asks
+	// about, when the broker last read its target from the global shard
+	// (about 100 bytes a group). Past it the memory is cleared and the
+	// next polls read the global shard again.
+	MaxFailoverConfirmBytes int64 `yaml:"max_failover_confirm_bytes"`
 	// KeepaliveTime is how long a client connection may stay silent before
 	// the broker pings it (default 30s), and KeepaliveTimeout how long the
 	// broker waits for the answer before it closes the connection (default
@@ -232,31 +238,32 @@ func (c Config) grpcWindow() int32 {
 // DefaultConfig returns a Config with every limit at its default.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddress:           "127.0.0.1:6650",
-		MaxMessageBytes:       5 << 20,
-		DefaultEnsembleSize:   3,
-		DefaultWriteQuorum:    2,
-		DefaultAckQuorum:      2,
-		RolloverEntries:       50000,
-		RolloverBytes:         256 << 20,
-		RolloverAge:           4 * time.Hour,
-		CursorPersistInterval: time.Second,
-		RetentionInterval:     time.Minute,
-		BacklogPolicyInterval: 5 * time.Second,
-		FailoverSwitchDelay:   time.Second,
-		SessionTTL:            10 * time.Second,
-		OperationTimeout:      30 * time.Second,
-		MaxPendingSends:       4096,
-		MaxPermitsPerConsumer: 10000,
-		MaxUnackedPerConsumer: 50000,
-		TailCacheBytes:        256 << 20,
-		MaxIndividualAcks:     100000,
-		DedupMaxProducers:     10000,
-		MaxOriginIncarnations: 16,
-		KeepaliveTime:         30 * time.Second,
-		KeepaliveTimeout:      10 * time.Second,
-		KeepaliveMinTime:      5 * time.Second,
-		Replication:           DefaultReplicationConfig(),
+		GRPCAddress:             "127.0.0.1:6650",
+		MaxMessageBytes:         5 << 20,
+		DefaultEnsembleSize:     3,
+		DefaultWriteQuorum:      2,
+		DefaultAckQuorum:        2,
+		RolloverEntries:         50000,
+		RolloverBytes:           256 << 20,
+		RolloverAge:             4 * time.Hour,
+		CursorPersistInterval:   time.Second,
+		RetentionInterval:       time.Minute,
+		BacklogPolicyInterval:   5 * time.Second,
+		FailoverSwitchDelay:     time.Second,
+		SessionTTL:              10 * time.Second,
+		OperationTimeout:        30 * time.Second,
+		MaxPendingSends:         4096,
+		MaxPermitsPerConsumer:   10000,
+		MaxUnackedPerConsumer:   50000,
+		TailCacheBytes:          256 << 20,
+		MaxIndividualAcks:       100000,
+		DedupMaxProducers:       10000,
+		MaxOriginIncarnations:   16,
+		MaxFailoverConfirmBytes: 1 << 20,
+		KeepaliveTime:           30 * time.Second,
+		KeepaliveTimeout:        10 * time.Second,
+		KeepaliveMinTime:        5 * time.Second,
+		Replication:             DefaultReplicationConfig(),
 	}
 }
 
@@ -314,6 +321,8 @@ func (c Config) Validate() error {
 		return bad("dedup_max_producers %d must be in [1, 1000000]", c.DedupMaxProducers)
 	case c.MaxOriginIncarnations < 1 || c.MaxOriginIncarnations > 1000:
 		return bad("max_origin_incarnations %d must be in [1, 1000]", c.MaxOriginIncarnations)
+	case c.MaxFailoverConfirmBytes < 4096 || c.MaxFailoverConfirmBytes > 1<<30:
+		return bad("max_failover_confirm_bytes %d must be in [4096, 1073741824]", c.MaxFailoverConfirmBytes)
 	case c.KeepaliveTime < time.Second:
 		return bad("keepalive_time %v must be >= 1s", c.KeepaliveTime)
 	case c.KeepaliveTimeout < time.Second:

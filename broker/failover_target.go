@@ -74,18 +74,22 @@ const (
 	// timeout is about a second, and a cut region must still answer (its
 	// copy, marked stale) within it.
 	failoverConfirmTimeout = 500 * time.Millisecond
-	// maxFailoverConfirms bounds the groups whose last read is remembered
-	// (past it the memory is cleared: the next polls read again).
-	maxFailoverConfirms = 10000
+	// failoverConfirmCost is what one remembered group costs besides its
+	// name (map entry, times), counted against
+	// Config.MaxFailoverConfirmBytes.
+	failoverConfirmCost = 96
 )
 
 // failoverConfirms remembers, per failover group, when this broker last
 // read the target from the global shard and whether that read failed.
 // Safe for concurrent use.
 type failoverConfirms struct {
-	mu sync.Mutex
-	// at guards nothing else; it maps a group to its last attempt.
-	at map[string]failoverConfirm
+	// limit bounds bytes (Config.MaxFailoverConfirmBytes); set before use.
+	limit int64
+	mu    sync.Mutex
+	// at maps a group to its last attempt; bytes is its cost.
+	at    map[string]failoverConfirm
+	bytes int64
 }
 
 // failoverConfirm is one group's last read of the global shard.
@@ -105,10 +109,20 @@ func (f *failoverConfirms) get(group string) failoverConfirm {
 func (f *failoverConfirms) record(group string, now time.Time, failed bool) failoverConfirm {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.at == nil || len(f.at) >= maxFailoverConfirms {
-		f.at = map[string]failoverConfirm{}
+	c, known := f.at[group]
+	if !known {
+		cost := int64(len(group)) + failoverConfirmCost
+		limit := f.limit
+		if limit <= 0 {
+			limit = DefaultConfig().MaxFailoverConfirmBytes
+		}
+		if f.at == nil || f.bytes+cost > limit {
+			// Past the bound: forget every group (the next polls read the
+			// global shard again).
+			f.at, f.bytes = map[string]failoverConfirm{}, 0
+		}
+		f.bytes += cost
 	}
-	c := f.at[group]
 	c.tried, c.failed = now, failed
 	if !failed {
 		c.ok = now

@@ -113,7 +113,8 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger.Warn("UNSAFE TEST MODE unsafe_skip_origin_check: replicated entries resent after a reconnect are stored twice; never use it outside a chaos test")
 	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
-		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched()}
+		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(),
+		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes}}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
