@@ -27,8 +27,12 @@ func TestMain(m *testing.M) {
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
 	}
+	// A stubborn helper never asks for SIGTERM: signal.Notify would undo
+	// the Ignore and let it exit cleanly.
 	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+	if os.Getenv("CHAOS_HELPER") != "stubborn" {
+		signal.Notify(term, syscall.SIGTERM)
+	}
 	lis, err := net.Listen("tcp", os.Getenv("CHAOS_ADDR"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

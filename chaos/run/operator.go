@@ -56,6 +56,29 @@ func opsOf(c *cluster) (*operator, error) {
 	return c.ops, nil
 }
 
+// opInject adapts an operator action to a Kind's injectFn: it runs with
+// the cluster's operator.
+func opInject(f func(ctx context.Context, c *cluster, o *operator, st Step) (string, error)) func(context.Context, *cluster, Step) (string, error) {
+	return func(ctx context.Context, c *cluster, st Step) (string, error) {
+		o, err := opsOf(c)
+		if err != nil {
+			return "", err
+		}
+		return f(ctx, c, o, st)
+	}
+}
+
+// opHeal adapts an operator action's inverse to a Kind's healFn.
+func opHeal(f func(ctx context.Context, c *cluster, o *operator, st Step) error) func(context.Context, *cluster, Step) error {
+	return func(ctx context.Context, c *cluster, st Step) error {
+		o, err := opsOf(c)
+		if err != nil {
+			return err
+		}
+		return f(ctx, c, o, st)
+	}
+}
+
 // topic resolves a step's topic parameter ("t3") to one of the run's
 // topics (modulo their number: a schedule does not know how many there
 // are).
@@ -66,6 +89,15 @@ func (o *operator) topic(param string) string {
 		_, _ = fmt.Sscanf(f[0], "t%d", &i)
 	}
 	return o.topics[i%len(o.topics)]
+}
+
+// do runs an operator action f and records op with its start, end and
+// error; it returns f's error.
+func (o *operator) do(ctx context.Context, op check.Op, f func() error) error {
+	started := time.Now()
+	err := f()
+	o.record(ctx, started, op, err)
+	return err
 }
 
 // record adds an operator action's record, completed now.
@@ -176,9 +208,11 @@ func nopHeal(context.Context, *cluster, Step) error { return nil }
 // admin of region via and waits until every region of want sees exactly
 // want (a region left out is asked too: it learns it is out).
 func (o *operator) setReplication(ctx context.Context, via string, want []string) error {
-	started := time.Now()
-	err := retryOp(ctx, time.Minute, func(ctx context.Context) error { return o.admins[via].SetNamespaceReplication(ctx, o.ns, want) })
-	if err == nil {
+	return o.do(ctx, check.Op{Action: check.OpSetReplication, Region: via, Regions: want}, func() error {
+		err := retryOp(ctx, time.Minute, func(ctx context.Context) error { return o.admins[via].SetNamespaceReplication(ctx, o.ns, want) })
+		if err != nil {
+			return err
+		}
 		for _, reg := range o.regions {
 			err = errors.Join(err, retryOp(ctx, time.Minute, func(ctx context.Context) error {
 				got, _, err := o.admins[reg].GetNamespaceReplication(ctx, o.ns)
@@ -191,9 +225,8 @@ func (o *operator) setReplication(ctx context.Context, via string, want []string
 				return nil
 			}))
 		}
-	}
-	o.record(ctx, started, check.Op{Action: check.OpSetReplication, Region: via, Regions: want}, err)
-	return err
+		return err
+	})
 }
 
 func sameSet(a, b []string) bool {
@@ -210,54 +243,46 @@ var operatorKinds = []Kind{
 		Description: "admin topics delete --force a topic in one region, then create it again (producers and consumers reconnect to the new topic)",
 		Heal:        "nothing (the topic exists again)",
 		pickFn:      opRegionTopic,
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			reg, t := st.Targets[0], o.topic(st.Param)
 			a := o.admins[reg]
-			started := time.Now()
 			// A producer or consumer reconnecting may take the topic again
 			// while it is deleted ("retry the delete"): retry.
-			err = retryOp(ctx, time.Minute, func(ctx context.Context) error {
-				err := a.DeleteTopic(ctx, t, true)
-				if errors.Is(err, client.ErrNotFound) {
-					return nil // deleted by a try whose answer was lost
-				}
-				return err
+			err := o.do(ctx, check.Op{Action: check.OpDeleteTopic, Region: reg, Topic: t}, func() error {
+				return retryOp(ctx, time.Minute, func(ctx context.Context) error {
+					err := a.DeleteTopic(ctx, t, true)
+					if errors.Is(err, client.ErrNotFound) {
+						return nil // deleted by a try whose answer was lost
+					}
+					return err
+				})
 			})
-			o.record(ctx, started, check.Op{Action: check.OpDeleteTopic, Region: reg, Topic: t}, err)
 			if err != nil {
 				return "delete " + t, err
 			}
-			started = time.Now()
-			err = retryOp(ctx, time.Minute, func(ctx context.Context) error {
-				err := a.CreateTopic(ctx, t)
-				if errors.Is(err, client.ErrAlreadyExists) {
-					return nil // re-created by a reconnecting producer
-				}
-				return err
+			err = o.do(ctx, check.Op{Action: check.OpCreateTopic, Region: reg, Topic: t}, func() error {
+				return retryOp(ctx, time.Minute, func(ctx context.Context) error {
+					err := a.CreateTopic(ctx, t)
+					if errors.Is(err, client.ErrAlreadyExists) {
+						return nil // re-created by a reconnecting producer
+					}
+					return err
+				})
 			})
-			o.record(ctx, started, check.Op{Action: check.OpCreateTopic, Region: reg, Topic: t}, err)
 			return "delete --force and create " + t, err
-		},
+		}),
 		healFn: nopHeal,
 	},
 	{
 		Name: "unload", Family: FamilyOperator, Description: "admin topics unload a topic in one region (it moves or reloads)", Heal: "nothing",
 		pickFn: opRegionTopic,
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			reg, t := st.Targets[0], o.topic(st.Param)
-			started := time.Now()
-			err = retryOp(ctx, 30*time.Second, func(ctx context.Context) error { return o.admins[reg].UnloadTopic(ctx, t) })
-			o.record(ctx, started, check.Op{Action: check.OpUnload, Region: reg, Topic: t}, err)
+			err := o.do(ctx, check.Op{Action: check.OpUnload, Region: reg, Topic: t}, func() error {
+				return retryOp(ctx, 30*time.Second, func(ctx context.Context) error { return o.admins[reg].UnloadTopic(ctx, t) })
+			})
 			return "unload " + t, err
-		},
+		}),
 		healFn: nopHeal,
 	},
 	{
@@ -265,67 +290,47 @@ var operatorKinds = []Kind{
 		Description: "remove one region from the namespace's replication (set-replication without it), then add it again",
 		Heal:        "set-replication with every region again",
 		pickFn:      func(rng *rand.Rand, s Shape) ([]string, string) { return []string{pickRegion(rng, s)}, "" },
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			r := st.Targets[0]
 			rest := slices.DeleteFunc(slices.Clone(o.regions), func(x string) bool { return x == r })
 			return "replication " + strings.Join(rest, ","), o.setReplication(ctx, rest[0], rest)
-		},
-		healFn: func(ctx context.Context, c *cluster, st Step) error {
-			o, err := opsOf(c)
-			if err != nil {
-				return err
-			}
+		}),
+		healFn: opHeal(func(ctx context.Context, c *cluster, o *operator, st Step) error {
 			return o.setReplication(ctx, st.Targets[0], o.regions)
-		},
+		}),
 	},
 	{
 		Name: "topic-replication", Family: FamilyOperator, MinRegions: 2,
 		Description: "set-replication at topic level: a topic's replication set to every region explicitly (a topic policy over the namespace's)",
 		Heal:        "remove the topic's replication policy",
 		pickFn:      opRegionTopic,
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			reg, t := st.Targets[0], o.topic(st.Param)
-			started := time.Now()
-			err = retryOp(ctx, time.Minute, func(ctx context.Context) error { return o.admins[reg].SetTopicReplication(ctx, t, o.regions) })
-			o.record(ctx, started, check.Op{Action: check.OpSetReplication, Region: reg, Topic: t, Regions: o.regions}, err)
-			return "topic replication " + strings.Join(o.regions, ","), err
-		},
-		healFn: func(ctx context.Context, c *cluster, st Step) error {
-			o, err := opsOf(c)
-			if err != nil {
-				return err
-			}
-			reg, t := st.Targets[0], o.topic(st.Param)
-			started := time.Now()
-			err = retryOp(ctx, time.Minute, func(ctx context.Context) error {
-				err := o.admins[reg].RemoveTopicReplication(ctx, t)
-				if errors.Is(err, client.ErrNotFound) {
-					return nil
-				}
-				return err
+			err := o.do(ctx, check.Op{Action: check.OpSetReplication, Region: reg, Topic: t, Regions: o.regions}, func() error {
+				return retryOp(ctx, time.Minute, func(ctx context.Context) error { return o.admins[reg].SetTopicReplication(ctx, t, o.regions) })
 			})
-			o.record(ctx, started, check.Op{Action: check.OpSetReplication, Region: reg, Topic: t}, err)
+			return "topic replication " + strings.Join(o.regions, ","), err
+		}),
+		healFn: opHeal(func(ctx context.Context, c *cluster, o *operator, st Step) error {
+			reg, t := st.Targets[0], o.topic(st.Param)
+			err := o.do(ctx, check.Op{Action: check.OpSetReplication, Region: reg, Topic: t}, func() error {
+				return retryOp(ctx, time.Minute, func(ctx context.Context) error {
+					err := o.admins[reg].RemoveTopicReplication(ctx, t)
+					if errors.Is(err, client.ErrNotFound) {
+						return nil
+					}
+					return err
+				})
+			})
 			return err
-		},
+		}),
 	},
 	{
 		Name: "repsub-partitioned", Family: FamilyOperator, MinRegions: 2,
 		Description: "cut region A from every other; in B a consumer creates a new replicated subscription at earliest, reads and acknowledges 400 messages and goes away; in A a consumer creates it at latest, as a failed-over client does; after the heal a consumer in B reads the rest",
 		Heal:        "heal A's links, then start B's consumer",
 		pickFn:      opTwoRegions,
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			cut, other, t := st.Targets[0], st.Targets[1], o.topic(st.Param)
 			sub := opSubName("op-sub", st)
 			if err := cutRegion(ctx, c, cut); err != nil {
@@ -337,9 +342,9 @@ var operatorKinds = []Kind{
 			if err != nil {
 				return "", err
 			}
-			started := time.Now()
-			err = o.openConsumerN(ctx, ocl, other, t, sub, client.Earliest, repsubFirstRead)
-			o.record(ctx, started, check.Op{Action: check.OpCreateSubscription, Region: other, Topic: t, Sub: sub, Replicated: true, Position: "earliest"}, err)
+			err = o.do(ctx, check.Op{Action: check.OpCreateSubscription, Region: other, Topic: t, Sub: sub, Replicated: true, Position: "earliest"}, func() error {
+				return o.openConsumerN(ctx, ocl, other, t, sub, client.Earliest, repsubFirstRead)
+			})
 			if err != nil {
 				return "create " + sub + " in " + other, err
 			}
@@ -347,16 +352,12 @@ var operatorKinds = []Kind{
 			if err != nil {
 				return "", err
 			}
-			started = time.Now()
-			err = o.openConsumer(ctx, cl, cut, t, sub, client.Latest)
-			o.record(ctx, started, check.Op{Action: check.OpCreateSubscription, Region: cut, Topic: t, Sub: sub, Replicated: true, Position: "latest"}, err)
+			err = o.do(ctx, check.Op{Action: check.OpCreateSubscription, Region: cut, Topic: t, Sub: sub, Replicated: true, Position: "latest"}, func() error {
+				return o.openConsumer(ctx, cl, cut, t, sub, client.Latest)
+			})
 			return fmt.Sprintf("%s cut; %s created at earliest in %s (%d read), at latest in %s", cut, sub, other, repsubFirstRead, cut), err
-		},
-		healFn: func(ctx context.Context, c *cluster, st Step) error {
-			o, err := opsOf(c)
-			if err != nil {
-				return err
-			}
+		}),
+		healFn: opHeal(func(ctx context.Context, c *cluster, o *operator, st Step) error {
 			cut, other, t := st.Targets[0], st.Targets[1], o.topic(st.Param)
 			if err := healRegion(ctx, c, cut); err != nil {
 				return err
@@ -366,7 +367,7 @@ var operatorKinds = []Kind{
 				return err
 			}
 			return o.openConsumer(ctx, cl, other, t, opSubName("op-sub", st), client.Earliest)
-		},
+		}),
 	},
 	{
 		Name: "seek-partitioned", Family: FamilyOperator, MinRegions: 2,
@@ -375,11 +376,7 @@ var operatorKinds = []Kind{
 		pickFn: func(rng *rand.Rand, s Shape) ([]string, string) {
 			return []string{pickRegion(rng, s)}, fmt.Sprintf("t%d %s", rng.IntN(8), []string{"earliest", "latest"}[rng.IntN(2)])
 		},
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			reg, t := st.Targets[0], o.topic(st.Param)
 			pos := client.Earliest
 			if strings.HasSuffix(st.Param, "latest") {
@@ -389,13 +386,13 @@ var operatorKinds = []Kind{
 			if err := cutRegion(ctx, c, reg); err != nil {
 				return "cut " + reg, err
 			}
-			started := time.Now()
-			err = retryOp(ctx, 30*time.Second, func(ctx context.Context) error {
-				return o.admins[reg].ResetSubscription(ctx, t, sub, client.ResetPosition{Initial: pos})
+			err := o.do(ctx, check.Op{Action: check.OpSeek, Region: reg, Topic: t, Sub: sub, Replicated: true, Position: positionName(pos)}, func() error {
+				return retryOp(ctx, 30*time.Second, func(ctx context.Context) error {
+					return o.admins[reg].ResetSubscription(ctx, t, sub, client.ResetPosition{Initial: pos})
+				})
 			})
-			o.record(ctx, started, check.Op{Action: check.OpSeek, Region: reg, Topic: t, Sub: sub, Replicated: true, Position: positionName(pos)}, err)
 			return fmt.Sprintf("%s cut; %s reset to %s", reg, sub, positionName(pos)), err
-		},
+		}),
 		healFn: func(ctx context.Context, c *cluster, st Step) error { return healRegion(ctx, c, st.Targets[0]) },
 	},
 	{
@@ -403,11 +400,7 @@ var operatorKinds = []Kind{
 		Description: "a consumer of a new replicated subscription on a controlled-failover client (group target A); admin failover set moves the group to B",
 		Heal:        "admin failover set back to A",
 		pickFn:      opTwoRegions,
-		injectFn: func(ctx context.Context, c *cluster, st Step) (string, error) {
-			o, err := opsOf(c)
-			if err != nil {
-				return "", err
-			}
+		injectFn: opInject(func(ctx context.Context, c *cluster, o *operator, st Step) (string, error) {
 			from, to, t := st.Targets[0], st.Targets[1], o.topic(st.Param)
 			group := fmt.Sprintf("chaos-%s-%d", o.id, st.At.Milliseconds())
 			sub := opSubName("op-failover", st)
@@ -418,9 +411,9 @@ var operatorKinds = []Kind{
 			if err != nil {
 				return "", err
 			}
-			started := time.Now()
-			err = o.openConsumer(ctx, cl, "", t, sub, client.Earliest)
-			o.record(ctx, started, check.Op{Action: check.OpCreateSubscription, Region: from, Topic: t, Sub: sub, Replicated: true, Position: "earliest"}, err)
+			err = o.do(ctx, check.Op{Action: check.OpCreateSubscription, Region: from, Topic: t, Sub: sub, Replicated: true, Position: "earliest"}, func() error {
+				return o.openConsumer(ctx, cl, "", t, sub, client.Earliest)
+			})
 			if err != nil {
 				return "", err
 			}
@@ -429,25 +422,21 @@ var operatorKinds = []Kind{
 				return "", err
 			}
 			return fmt.Sprintf("group %s: %s -> %s", group, from, to), o.failoverTarget(ctx, group, to)
-		},
-		healFn: func(ctx context.Context, c *cluster, st Step) error {
-			o, err := opsOf(c)
-			if err != nil {
-				return err
-			}
+		}),
+		healFn: opHeal(func(ctx context.Context, c *cluster, o *operator, st Step) error {
 			return o.failoverTarget(ctx, fmt.Sprintf("chaos-%s-%d", o.id, st.At.Milliseconds()), st.Targets[0])
-		},
+		}),
 	},
 }
 
 // failoverTarget sets a failover group's target (through the target's
 // admin) and records it.
 func (o *operator) failoverTarget(ctx context.Context, group, region string) error {
-	started := time.Now()
-	err := retryOp(ctx, time.Minute, func(ctx context.Context) error {
-		_, err := o.admins[region].SetFailoverTarget(ctx, group, region)
-		return err
+	err := o.do(ctx, check.Op{Action: check.OpFailoverTarget, Region: region, Group: group}, func() error {
+		return retryOp(ctx, time.Minute, func(ctx context.Context) error {
+			_, err := o.admins[region].SetFailoverTarget(ctx, group, region)
+			return err
+		})
 	})
-	o.record(ctx, started, check.Op{Action: check.OpFailoverTarget, Region: region, Group: group}, err)
 	return err
 }
