@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -28,7 +29,8 @@ import (
 // so brokers and bookies see an empty regional store. The old shard's
 // Raft log stays in the node's log DB, unreferenced. A new ID is the
 // highest shard ID of the plan plus one: the highest never decreases (a
-// rebuild replaces an ID by a higher one), so no ID is given twice.
+// rebuild replaces an ID by a higher one), so no ID is given twice
+// (nextShardID).
 
 // DevRegionRequest acts on a whole region. Op "rebuild": kill the region's
 // brokers and bookies (SIGKILL) and stop its metadata node, delete the
@@ -49,15 +51,8 @@ func (d *Dev) RebuildRegion(ctx context.Context, name string) (string, error) {
 	}
 	d.rebuildMu.Lock()
 	defer d.rebuildMu.Unlock()
-	ri := -1
-	var next uint64 = 1
-	for i, r := range d.plan.Regions {
-		if r.Name == name {
-			ri = i
-		}
-		next = max(next, r.ShardID)
-	}
-	next++
+	ri := slices.IndexFunc(d.plan.Regions, func(r DevRegionPlan) bool { return r.Name == name })
+	next := nextShardID(d.plan)
 	// Stop: brokers and bookies killed (the region is lost: nothing they
 	// would flush on a graceful stop survives), brokers first so that none
 	// writes to a bookie or the regional shard meanwhile; the metadata
@@ -111,6 +106,18 @@ func (d *Dev) RebuildRegion(ctx context.Context, name string) (string, error) {
 	}
 	return fmt.Sprintf("region %s rebuilt empty: regional metadata shard %d replaced by %d (global shard kept), %d bookie(s) wiped, %d broker(s) restarted",
 		name, old, next, bookies, len(r.Brokers)), nil
+}
+
+// nextShardID is the Raft shard ID for a rebuilt region's new regional
+// shard: one above the plan's highest (the global shard is 1). Since a
+// rebuild replaces an ID by a higher one, the highest never decreases and
+// no ID, not even a retired one, is given twice.
+func nextShardID(p *DevPlan) uint64 {
+	var top uint64 = 1
+	for _, r := range p.Regions {
+		top = max(top, r.ShardID)
+	}
+	return top + 1
 }
 
 func (d *Dev) handleRegion(w http.ResponseWriter, r *http.Request) {

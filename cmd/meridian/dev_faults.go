@@ -131,11 +131,13 @@ its replica. Then every process of the region starts again with the same address
 the command returns once the region serves public/default.
 
 The other regions keep their copies of the region's old messages; the rebuilt region
-does not get its own old messages back (a message never returns to its origin). To have
-the other regions backfill their messages into the rebuilt region, take it out of the
-replication list and put it back (see docs/geo/dev.md):
+does not get its own old messages back (a message never returns to its origin). For the
+other regions to backfill theirs into it, take the region out of the replication list
+before the rebuild (that deletes their replicator cursors towards it, which stand past
+what it loses) and put it back after (see docs/geo/dev.md):
 
-  meridian admin --url B namespaces set-replication NS --regions <others> --yes
+  meridian admin --url B namespaces set-replication NS --regions <the others> --yes
+  meridian dev region-rebuild REGION
   meridian admin --url B namespaces set-replication NS --regions <all> --wait`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -90,15 +90,17 @@ func (d *devCluster) waitTagged(t *testing.T, regionName, topic string, timeout 
 
 // TestDevRegionRebuild (MERIDIAN_LONG=1, `make test-long`): two regions
 // replicating public/default; 100 produced in a and 20 in b reach the
-// other region. `meridian dev region-rebuild a` wipes a (brokers, bookie,
-// regional metadata shard; the global shard stays) and starts it empty
-// under the same name: its topic numbers entries from 1 again. The
-// operator steps of docs/geo/dev.md follow (b's replicator cursors towards
-// a deleted, a put back in the list with --wait: b backfills a). Then 50
-// more are produced in a and 20 in b: b holds everything it held plus the
+// other region. The operator steps of docs/geo/dev.md: a is taken out of
+// the replication list (b's replicator cursors towards a deleted), then
+// `meridian dev region-rebuild a` wipes a (brokers, bookie, regional
+// metadata shard; the global shard stays) and starts it empty under the
+// same name: its topic numbers entries from 1 again. b goes on producing
+// (10), a is put back in the list with --wait (b backfills a), and 50
+// more are produced in a and 20 in b. b holds everything it held plus the
 // 50 (it failed with "b misses 50 of 50 a-new" before origin
-// incarnations), a holds b's 40 and its own 50; a's first 100 survive in b
-// only (a message never returns to its origin). Duplicates are counted.
+// incarnations); a holds b's 50 and its own new 50; a's first 100 survive
+// in b only (a message never returns to its origin). Duplicates are
+// counted and logged.
 func TestDevRegionRebuild(t *testing.T) {
 	if os.Getenv("MERIDIAN_LONG") == "" {
 		t.Skip("MERIDIAN_LONG not set (make test-long)")
@@ -115,11 +117,24 @@ func TestDevRegionRebuild(t *testing.T) {
 	d.waitTagged(t, "b", topic, 60*time.Second, map[string][]string{"a-old": oldA, "b-old": oldB})
 	d.waitTagged(t, "a", topic, 60*time.Second, map[string][]string{"a-old": oldA, "b-old": oldB})
 
+	// Operator step 1: b's cursors meridian.repl.a will stand past what a
+	// loses; delete them with a out of the list, before the rebuilt a
+	// takes any newer entry of b (after which a would answer b's older
+	// ones DUPLICATE: docs/geo/dev.md).
+	out := d.cli(t, "admin", "--url", B, "namespaces", "set-replication", "public/default", "--regions", "b", "--yes")
+	if !strings.Contains(out, "region b: deleted the cursors meridian.repl.a") {
+		t.Fatalf("set-replication --regions b --yes: %q", out)
+	}
+
+	// An unknown region is refused naming it, and changes nothing.
+	if r := runCLI(t, "", "dev", "region-rebuild", "z", "--data-dir", dir); r.code == 0 || !strings.Contains(r.stderr, `region "z" is not one of a,b`) {
+		t.Fatalf("region-rebuild z: exit %d, stderr %q", r.code, r.stderr)
+	}
 	starts := map[string]int{}
 	for _, p := range d.status(t).Processes {
 		starts[p.Name] = p.Starts
 	}
-	out := d.dev(t, "region-rebuild", "a")
+	out = d.dev(t, "region-rebuild", "a")
 	t.Logf("region-rebuild a: %s", strings.TrimSpace(out))
 	if !strings.Contains(out, "region a rebuilt empty") {
 		t.Fatalf("region-rebuild a: %q", out)
@@ -139,20 +154,16 @@ func TestDevRegionRebuild(t *testing.T) {
 	if seen := d.readTagged(t, "a", topic); len(seen) != 0 {
 		t.Fatalf("rebuilt a still reads %d messages of %s", len(seen), topic)
 	}
+	midB := d.produceTagged(t, "b", topic, "b-mid", 10)
 
-	// The operator steps (docs/geo/dev.md): b's cursors meridian.repl.a
-	// stand past what a lost, so take a out of the list deleting them,
-	// and put it back: b's new replicators start at b's earliest entry.
-	out = d.cli(t, "admin", "--url", B, "namespaces", "set-replication", "public/default", "--regions", "b", "--yes")
-	if !strings.Contains(out, "region b: deleted the cursors meridian.repl.a") {
-		t.Fatalf("set-replication --regions b --yes: %q", out)
-	}
+	// Operator step 2: a back in the list; b's new replicators start at
+	// b's earliest entry and backfill a.
 	d.cli(t, "admin", "--url", B, "namespaces", "set-replication", "public/default", "--regions", "a,b", "--wait", "--wait-timeout", "60s")
 
 	newA := d.produceTagged(t, "a", topic, "a-new", 50)
 	newB := d.produceTagged(t, "b", topic, "b-new", 20)
-	seenB, dupsB := d.waitTagged(t, "b", topic, 60*time.Second, map[string][]string{"a-new": newA, "a-old": oldA, "b-old": oldB, "b-new": newB})
-	seenA, dupsA := d.waitTagged(t, "a", topic, 60*time.Second, map[string][]string{"a-new": newA, "b-old": oldB, "b-new": newB})
+	seenB, dupsB := d.waitTagged(t, "b", topic, 60*time.Second, map[string][]string{"a-new": newA, "a-old": oldA, "b-old": oldB, "b-mid": midB, "b-new": newB})
+	seenA, dupsA := d.waitTagged(t, "a", topic, 60*time.Second, map[string][]string{"a-new": newA, "b-old": oldB, "b-mid": midB, "b-new": newB})
 	oldInA := 0
 	for _, id := range oldA {
 		oldInA += min(seenA[id], 1)
