@@ -25,10 +25,10 @@ test: lint proto-check
 	$(GO) test -timeout $(TEST_TIMEOUT) -skip 'TestChaosSmoke|TestChaosCatchesAckBeforeSync' $$($(GO) list ./... | grep -vE '/(metadata|bookie|topology|broker|client|region|internal|replicator|chaos)(/|$$)')
 	$(GO) test -timeout 20m -count=1 -run 'TestChaosSmoke|TestChaosCatchesAckBeforeSync' ./cmd/meridian/
 
-## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak); ~10 minutes.
+## test-long: the long variants (kill -9 rounds, randomized model, 10 linearizability rounds, ledger soak, a region rebuilt under the same name); ~10 minutes.
 test-long:
 	MERIDIAN_LONG=1 MERIDIAN_LONG_TESTS=1 LEDGER_SOAK_ROUNDS=8 $(GO) test -timeout 30m -count=1 ./metadata/ ./bookie/ ./bookie/ledger/
-	MERIDIAN_LONG=1 $(GO) test -timeout 10m -count=1 -run 'TestDevCluster' ./cmd/meridian/
+	MERIDIAN_LONG=1 $(GO) test -timeout 10m -count=1 -run 'TestDevCluster|TestDevRegionRebuild' ./cmd/meridian/
 	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestReplicatedSubscriptionMoveWAN|TestClientFailoverLong' ./region/
 	MERIDIAN_LONG=1 $(GO) test -timeout 30m -count=1 -run 'TestDrillFailoverLong' ./cmd/meridian/
 	MERIDIAN_LONG=1 $(GO) test -race -timeout 10m -count=1 -run 'TestDeadLetterAcrossBrokerKill' ./client/

@@ -446,7 +446,10 @@ type Dev struct {
 	control *http.Server
 	ctlLis  net.Listener
 
-	stopOnce sync.Once
+	// rebuildMu serializes region rebuilds (dev_rebuild.go), which change
+	// the plan's regional shard IDs and rewrite dev.json.
+	rebuildMu sync.Mutex
+	stopOnce  sync.Once
 }
 
 // StartDev lays out (or reloads from DataDir/dev.json) and starts the
@@ -519,10 +522,31 @@ func (d *Dev) start(ctx context.Context) error {
 	defer cancel()
 	// Metadata first, all together: the global shard needs a quorum of
 	// regions before any node is ready.
+	if err := d.startRoles(ctx, ""); err != nil {
+		return err
+	}
+	info := DevClusterInfo{Control: d.ctlLis.Addr().String()}
+	for _, r := range d.plan.Regions {
+		if err := d.waitNamespace(ctx, r.Brokers[0].HTTP, "public/default"); err != nil {
+			return fmt.Errorf("dev: region %s: %w", r.Name, err)
+		}
+		info.Regions = append(info.Regions, DevClusterRegion{Name: r.Name, GRPC: r.Brokers[0].GRPC, HTTP: r.Brokers[0].HTTP})
+	}
+	b, _ := json.MarshalIndent(info, "", "  ")
+	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, DevClusterFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	return nil
+}
+
+// startRoles starts the processes of region (every region if "") role by
+// role, metadata nodes, then bookies, then brokers, and waits until each
+// role's processes are ready before starting the next.
+func (d *Dev) startRoles(ctx context.Context, region string) error {
 	for _, role := range []string{RoleMeta, RoleBookie, RoleBroker} {
 		var group []*devProc
 		for _, p := range d.procs {
-			if p.role == role {
+			if p.role == role && (region == "" || p.region == region) {
 				group = append(group, p)
 			}
 		}
@@ -540,18 +564,7 @@ func (d *Dev) start(ctx context.Context) error {
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
-		d.log.Info("processes ready", "role", role, "count", len(group))
-	}
-	info := DevClusterInfo{Control: d.ctlLis.Addr().String()}
-	for _, r := range d.plan.Regions {
-		if err := d.waitNamespace(ctx, r.Brokers[0].HTTP, "public/default"); err != nil {
-			return fmt.Errorf("dev: region %s: %w", r.Name, err)
-		}
-		info.Regions = append(info.Regions, DevClusterRegion{Name: r.Name, GRPC: r.Brokers[0].GRPC, HTTP: r.Brokers[0].HTTP})
-	}
-	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, DevClusterFile), append(b, '\n')); err != nil {
-		return fmt.Errorf("dev: %w", err)
+		d.log.Info("processes ready", "role", role, "count", len(group), "region", region)
 	}
 	return nil
 }
@@ -588,25 +601,17 @@ func (d *Dev) waitNamespace(ctx context.Context, brokerHTTP, ns string) error {
 // writeConfigs writes every process's config under DataDir/<region> and
 // creates the processes (not started).
 func (d *Dev) writeConfigs() error {
-	globalMembers := map[uint64]string{}
-	for _, r := range d.plan.Regions {
-		for _, m := range r.Meta {
-			globalMembers[m.NodeID] = m.Raft
-		}
-	}
-	// Cross-region addresses a region's brokers and metadata nodes dial
-	// go through its proxies (brokers and Raft peers of other regions).
-	rewrite := map[string]map[string]string{}     // brokers
-	raftRewrite := map[string]map[string]string{} // metadata nodes
+	// Cross-region addresses a region's brokers dial go through its
+	// proxies (brokers of other regions); metadata nodes: metaConfig.
+	rewrite := map[string]map[string]string{}
 	for _, x := range d.plan.Proxies {
-		m := rewrite
 		if x.Kind == "raft" {
-			m = raftRewrite
+			continue
 		}
-		if m[x.From] == nil {
-			m[x.From] = map[string]string{}
+		if rewrite[x.From] == nil {
+			rewrite[x.From] = map[string]string{}
 		}
-		m[x.From][x.Target] = x.Listen
+		rewrite[x.From][x.Target] = x.Listen
 	}
 	for _, r := range d.plan.Regions {
 		rdir := filepath.Join(d.cfg.DataDir, r.Name)
@@ -616,30 +621,7 @@ func (d *Dev) writeConfigs() error {
 		var metaGRPC []string
 		for i, m := range r.Meta {
 			metaGRPC = append(metaGRPC, m.GRPC)
-			regional := map[uint64]string{}
-			for _, mm := range r.Meta {
-				regional[mm.NodeID] = mm.Raft
-			}
-			cfg := map[string]any{
-				"node_id":      m.NodeID,
-				"raft_address": m.Raft,
-				"grpc_address": m.GRPC,
-				"http_address": m.HTTP,
-				"data_dir":     filepath.Join(rdir, fmt.Sprintf("meta-%d", i)),
-				"shards": []map[string]any{
-					{"name": metadata.GlobalShard, "shard_id": 1, "members": globalMembers},
-					{"name": r.Name, "shard_id": r.ShardID, "members": regional},
-				},
-				"rtt": d.raftRTT().String(),
-				// Meridian's Raft transport (metadata/transport.go) dials
-				// through raft_dial_rewrite; every node of a shard must use
-				// the same transport, so all of them do.
-				"raft_transport": metadata.RaftTransportMeridian,
-			}
-			if rw := raftRewrite[r.Name]; len(rw) > 0 {
-				cfg["raft_dial_rewrite"] = rw
-			}
-			if err := d.addProc(RoleMeta, r.Name, i, m, cfg); err != nil {
+			if err := d.addProc(RoleMeta, r.Name, i, m, d.metaConfig(r, i)); err != nil {
 				return err
 			}
 		}
@@ -713,6 +695,51 @@ func (d *Dev) writeConfigs() error {
 	return nil
 }
 
+// metaConfig is the config of metadata node i of region r: a replica of
+// the global shard (one member per region) and of r's own shard, whose
+// Raft shard ID is r.ShardID (a rebuilt region gets a new one,
+// dev_rebuild.go).
+func (d *Dev) metaConfig(r DevRegionPlan, i int) map[string]any {
+	globalMembers := map[uint64]string{}
+	for _, rr := range d.plan.Regions {
+		for _, m := range rr.Meta {
+			globalMembers[m.NodeID] = m.Raft
+		}
+	}
+	regional := map[uint64]string{}
+	for _, mm := range r.Meta {
+		regional[mm.NodeID] = mm.Raft
+	}
+	// Raft peers of other regions are dialed through r's proxies.
+	raftRewrite := map[string]string{}
+	for _, x := range d.plan.Proxies {
+		if x.Kind == "raft" && x.From == r.Name {
+			raftRewrite[x.Target] = x.Listen
+		}
+	}
+	m := r.Meta[i]
+	cfg := map[string]any{
+		"node_id":      m.NodeID,
+		"raft_address": m.Raft,
+		"grpc_address": m.GRPC,
+		"http_address": m.HTTP,
+		"data_dir":     filepath.Join(d.cfg.DataDir, r.Name, fmt.Sprintf("meta-%d", i)),
+		"shards": []map[string]any{
+			{"name": metadata.GlobalShard, "shard_id": 1, "members": globalMembers},
+			{"name": r.Name, "shard_id": r.ShardID, "members": regional},
+		},
+		"rtt": d.raftRTT().String(),
+		// Meridian's Raft transport (metadata/transport.go) dials
+		// through raft_dial_rewrite; every node of a shard must use
+		// the same transport, so all of them do.
+		"raft_transport": metadata.RaftTransportMeridian,
+	}
+	if len(raftRewrite) > 0 {
+		cfg["raft_dial_rewrite"] = raftRewrite
+	}
+	return cfg
+}
+
 // raftRTT is the metadata nodes' Raft tick: the global shard's heartbeats
 // and elections cross the WAN links, so the tick is at least a WAN round
 // trip (elections take 10 ticks); 50ms covers `dev link latency` up to
@@ -742,9 +769,8 @@ func roleOrder(role string) int {
 
 func (d *Dev) addProc(role, region string, index int, node DevNodePlan, cfg map[string]any) error {
 	base := filepath.Join(d.cfg.DataDir, region, fmt.Sprintf("%s-%d", role, index))
-	d.addFaultConfig(role, cfg)
-	if err := writeYAML(base+".yaml", cfg); err != nil {
-		return fmt.Errorf("dev: %s/%s-%d config: %w", region, role, index, err)
+	if err := d.writeProcConfig(role, region, index, cfg); err != nil {
+		return err
 	}
 	d.procs = append(d.procs, &devProc{
 		role: role, region: region, index: index, node: node,
@@ -756,6 +782,17 @@ func (d *Dev) addProc(role, region string, index int, node DevNodePlan, cfg map[
 			ReadyURL: "http://" + node.HTTP + "/readyz",
 		}, d.log),
 	})
+	return nil
+}
+
+// writeProcConfig writes the config of process role-index of region
+// (with the fault-injection keys, see addFaultConfig).
+func (d *Dev) writeProcConfig(role, region string, index int, cfg map[string]any) error {
+	base := filepath.Join(d.cfg.DataDir, region, fmt.Sprintf("%s-%d", role, index))
+	d.addFaultConfig(role, cfg)
+	if err := writeYAML(base+".yaml", cfg); err != nil {
+		return fmt.Errorf("dev: %s/%s-%d config: %w", region, role, index, err)
+	}
 	return nil
 }
 

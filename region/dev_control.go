@@ -25,6 +25,7 @@ import (
 //	POST /v1/process  DevProcessRequest → DevStatus
 //	POST /v1/disk     DevDiskRequest    → DevStatus (clusters started with FaultInjection)
 //	POST /v1/clock    DevClockRequest   → DevStatus (clusters started with FaultInjection)
+//	POST /v1/region   DevRegionRequest  → DevStatus (rebuild a region empty, dev_rebuild.go)
 //
 // Errors answer 400 (bad input, naming the field) or 409 (the process is
 // not in a state that allows the operation) with {"error": "..."}.
@@ -263,6 +264,7 @@ func (d *Dev) startControl() error {
 	})
 	mux.HandleFunc("POST /v1/disk", d.handleDisk)
 	mux.HandleFunc("POST /v1/clock", d.handleClock)
+	mux.HandleFunc("POST /v1/region", d.handleRegion)
 	d.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = d.control.Serve(lis) }()
 	d.log.Info("control server listening", "addr", lis.Addr().String())

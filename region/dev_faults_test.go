@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,5 +97,33 @@ func TestDevFaultRequests(t *testing.T) {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("error %v does not name %q", c.err, c.want)
 		}
+	}
+}
+
+// A rebuilt region's new regional shard ID is above every ID given so
+// far, retired ones included, and the metadata node's config names it
+// with the region's name, beside the unchanged global shard.
+func TestDevRebuildShardID(t *testing.T) {
+	d := devForFaults(t, false, false)
+	given := map[uint64]bool{1: true}
+	for _, r := range d.plan.Regions {
+		given[r.ShardID] = true
+	}
+	for _, name := range []string{"a", "c", "a", "b"} {
+		next := nextShardID(d.plan)
+		if given[next] {
+			t.Fatalf("rebuild of %s: shard ID %d was given before (%v)", name, next, given)
+		}
+		given[next] = true
+		ri := slices.IndexFunc(d.plan.Regions, func(r DevRegionPlan) bool { return r.Name == name })
+		d.plan.Regions[ri].ShardID = next
+		cfg := d.metaConfig(d.plan.Regions[ri], 0)
+		shards := cfg["shards"].([]map[string]any)
+		if shards[0]["name"] != "global" || shards[0]["shard_id"] != 1 || shards[1]["name"] != name || shards[1]["shard_id"] != next {
+			t.Fatalf("rebuild of %s: meta config shards %v, want global 1 and %s %d", name, shards, name, next)
+		}
+	}
+	if err := (&Dev{plan: d.plan}).checkRegion("region", "z"); err == nil || !strings.Contains(err.Error(), `region: region "z" is not one of a,b,c`) {
+		t.Fatalf("unknown region: %v", err)
 	}
 }

@@ -10,9 +10,10 @@ import (
 )
 
 // devFaultCmds are the fault subcommands of `meridian dev`: disk and clock
-// (clusters started with --fault-injection), restart and wipe.
+// (clusters started with --fault-injection), restart, wipe and
+// region-rebuild.
 func devFaultCmds(dataDir *string) []*cobra.Command {
-	return []*cobra.Command{devDiskCmd(dataDir), devClockCmd(dataDir), devRestartCmd(dataDir), devWipeCmd(dataDir)}
+	return []*cobra.Command{devDiskCmd(dataDir), devClockCmd(dataDir), devRestartCmd(dataDir), devWipeCmd(dataDir), devRegionRebuildCmd(dataDir)}
 }
 
 func devIndex(s string) (int, error) {
@@ -113,6 +114,43 @@ func devWipeCmd(dataDir *string) *cobra.Command {
 			}
 			req.Op = "wipe"
 			return devProcess(cmd, *dataDir, req)
+		},
+	}
+}
+
+func devRegionRebuildCmd(dataDir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "region-rebuild REGION",
+		Short: "Wipe a whole region (brokers, bookies, regional metadata; not the global shard) and start it again empty under the same name",
+		Long: `Rebuild REGION as after its loss: its brokers and bookies are killed, its metadata
+node is stopped, the bookies' data is deleted and the region's metadata shard (ownership,
+ledger lists, cursors, bookie cookies) is replaced by a new, empty one under the same name
+(a new Raft shard ID, recorded in dev.json). The global shard (tenants, namespaces,
+policies, region registry, origin incarnations) stays: the region's metadata node keeps
+its replica. Then every process of the region starts again with the same addresses, and
+the command returns once the region serves public/default.
+
+The other regions keep their copies of the region's old messages; the rebuilt region
+does not get its own old messages back (a message never returns to its origin). For the
+other regions to backfill theirs into it, take the region out of the replication list
+before the rebuild (that deletes their replicator cursors towards it, which stand past
+what it loses) and put it back after (see docs/geo/dev.md):
+
+  meridian admin --url B namespaces set-replication NS --regions <the others> --yes
+  meridian dev region-rebuild REGION
+  meridian admin --url B namespaces set-replication NS --regions <all> --wait`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := devControl(*dataDir)
+			if err != nil {
+				return err
+			}
+			r, err := c.Region(cmd.Context(), region.DevRegionRequest{Op: "rebuild", Region: args[0]})
+			if err != nil {
+				return fmt.Errorf("dev region-rebuild: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), r.Answer)
+			return nil
 		},
 	}
 }
