@@ -16,9 +16,9 @@ import (
 
 // Per-element costs of approxBytes, in bytes.
 const (
-	vecKeyOverhead  = 32 // "key":{"md":,"r":[],"b":{}},
-	vecBatchEntry   = 24 // "S":[],
-	vecBatchWord    = 21 // W,
+	vecKeyOverhead   = 32 // "key":{"md":,"r":[],"b":{}},
+	vecBatchEntry    = 24 // "S":[],
+	vecBatchWord     = 21 // W,
 	vecRangeOverhead = 4  // [,],
 )
 
