@@ -249,6 +249,15 @@ func (v ackVector) add(origin string, first, last int64) bool {
 	first = max(first, o.MD+1)
 	// Insert and merge with overlapping or adjacent ranges.
 	i := sort.Search(len(o.Ranges), func(i int) bool { return o.Ranges[i].Last >= first-1 })
+	if i == len(o.Ranges) && first > o.MD+1 {
+		// Above every range (acknowledgements mostly come in order): append.
+		// No two vectors share a Ranges array (clone, merge and trim copy).
+		o.Ranges = append(o.Ranges, seqRange{first, last})
+		if len(o.Batch) > 0 {
+			o.pruneBatch()
+		}
+		return true
+	}
 	j := i
 	nf, nl := first, last
 	for j < len(o.Ranges) && o.Ranges[j].First <= last+1 {
