@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,6 +14,9 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/internal/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -398,5 +402,89 @@ func TestSubscriptionsConfigBounds(t *testing.T) {
 		if !errors.Is(err, broker.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%+v: %v, want INVALID_ARGUMENT naming %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestReplicateRecordsEntriesNotForThisRegion (issue 20 item 6): skip
+// reports of a replication stream are stored with the next entry of their
+// origin stream (origin_skipped_before, this region's own count whatever
+// the shipped entry carried; unreported gaps never count), and a
+// replicated subscription acknowledging those entries holds no hole for
+// the reported values — in its scoped claim, never as an exact one.
+func TestReplicateRecordsEntriesNotForThisRegion(t *testing.T) {
+	cli, adm, rc := oneBroker(t, nil)
+	srv := rc.Broker(0)
+	keepAll(t, adm, "public/notfor")
+	topic := "public/notfor/t"
+	createTopicWithSub(t, context.Background(), adm, topic, "rs")
+	if _, err := adm.DeleteSubscription(context.Background(), &clientv1.DeleteSubscriptionRequest{Topic: topic, Subscription: "rs"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateSubscription(context.Background(), &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "rs",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST, Replicated: true}); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := mustOpenRepl(t, rc.Addrs()[0], topic, "x", broker.RegionForTesting(srv))
+	send := func(ents [][]byte, skipped ...int64) *clientv1.ReplicateAck {
+		t.Helper()
+		id := rs.nextID
+		rs.nextID++
+		var sk []*clientv1.SkippedSeqs
+		for i := 0; i+1 < len(skipped); i += 2 {
+			sk = append(sk, &clientv1.SkippedSeqs{Stream: "x", First: skipped[i], Last: skipped[i+1]})
+		}
+		if err := rs.st.Send(&clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{
+			RequestId: id, Entries: ents, Skipped: sk}}}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := rs.ack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// A relay's copy of x:8 carrying its own region's count (99).
+	relayed := func() []byte {
+		md, payload, _ := wire.DecodeEntry(replEntryBytes(t, "x", 8))
+		md.OriginSkippedBefore = 99
+		b, _ := wire.EncodeEntry(md, payload)
+		return b
+	}()
+	wantResults(t, "x:1, x:5 after 2..4", send([][]byte{replEntryBytes(t, "x", 1), replEntryBytes(t, "x", 5)}, 2, 4), rP, rP)
+	wantResults(t, "6..7 reported alone", send(nil, 6, 7))
+	wantResults(t, "x:8", send([][]byte{relayed}), rP)
+	wantResults(t, "x:10, 9 not reported", send([][]byte{replEntryBytes(t, "x", 10)}), rP)
+	c := subscribeWith(t, cli, &clientv1.Subscribe{Topic: topic, Subscription: "rs", Type: clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE,
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST, Replicated: true}, 10)
+	var ids []*clientv1.MessageId
+	got := map[int64]int64{}
+	for range 4 {
+		r, err := c.st.Recv()
+		for err == nil && r.GetMessage() == nil {
+			r, err = c.st.Recv()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := r.GetMessage()
+		got[m.Metadata.GetOriginSeq()] = m.Metadata.GetOriginSkippedBefore()
+		ids = append(ids, m.MessageId)
+	}
+	if want := map[int64]int64{1: 0, 5: 3, 8: 2, 10: 0}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("origin_skipped_before by origin_seq: %v, want %v", got, want)
+	}
+	ackAll(t, c, ids)
+	key := broker.RegionForTesting(srv) + ">x"
+	waitFor(t, "the acknowledgements in the scoped claim: 1..8, then 10", func() bool {
+		v, _, err := broker.VectorForTesting(srv, topic, "rs")
+		return err == nil && fmt.Sprint(v[key]) == "[8 10 10]" && v["x"] == nil
+	})
+	// A bad report ends the stream, naming the field.
+	if err := rs.st.Send(&clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{
+		RequestId: rs.nextID, Skipped: []*clientv1.SkippedSeqs{{Stream: "x", First: 5, Last: 4}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.ack(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "skipped[0]") {
+		t.Fatalf("bad skip report: %v, want InvalidArgument naming skipped[0]", err)
 	}
 }
