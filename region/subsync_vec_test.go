@@ -165,11 +165,19 @@ func TestReplicatedSubscriptionNoHolesForEntriesNotForRegion(t *testing.T) {
 	var last *clientv1.CursorInfo
 	check := func(what string) {
 		t.Helper()
-		waitCond(t, 30*time.Second, what, func() bool {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
 			last = g.cursorOf("b", topic, sub)
 			s := g.subStats("b", topic, sub)
-			return last != nil && last.GetAckVectorRanges() == 0 && s.GetBacklogEntries() == 0
-		})
+			if last != nil && last.GetAckVectorRanges() == 0 && s.GetBacklogEntries() == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s: vector %d ranges (%d bytes), backlog %d",
+					what, last.GetAckVectorRanges(), last.GetAckVectorBytes(), s.GetBacklogEntries())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	check("b's vector without holes and b's backlog empty")
 	t.Logf("b: vector %d ranges, %d bytes", last.GetAckVectorRanges(), last.GetAckVectorBytes())
