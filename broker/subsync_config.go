@@ -20,7 +20,10 @@ type SubscriptionsConfig struct {
 	// delivered again after a move (duplicates, never a loss), and
 	// meridian_subscription_ack_vector_dropped_total counts it. A
 	// received vector larger than it is refused (INVALID_ARGUMENT naming
-	// this field), changing nothing.
+	// this field), changing nothing: give every region the same value (a
+	// remote with a lower bound refuses the whole vector at every retry,
+	// once per replication.keepalive, so the subscription's
+	// acknowledgements stop reaching it).
 	MaxAckVectorBytes int `yaml:"max_ack_vector_bytes"`
 	// MaxVectorBatchSeqs bounds the partially acknowledged entries (batch
 	// index acknowledgements) one vector keeps per origin stream (default
