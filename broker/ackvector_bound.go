@@ -14,12 +14,16 @@ import (
 // highest origin_seq, each batch entry at the width of any int64, each
 // word at the width of any uint64. The wire form (AckVector) is smaller.
 
-// Per-element costs of approxBytes, in bytes.
+// Per-element costs of approxBytes, in bytes, each the most that element
+// takes in the record: a key's `"K":{"md":N,"r":[],"b":{}},` with N up to
+// 19 digits and the key's '>' escaped by encoding/json as \u003e (5 more);
+// a batch entry's `"S":[],` with S up to 19 digits; a word's `W,` with W up
+// to 20 digits; a range's `[F,L],` beyond its two numbers.
 const (
-	vecKeyOverhead   = 32 // "key":{"md":,"r":[],"b":{}},
-	vecBatchEntry    = 24 // "S":[],
-	vecBatchWord     = 21 // W,
-	vecRangeOverhead = 4  // [,],
+	vecKeyOverhead   = 48
+	vecBatchEntry    = 25
+	vecBatchWord     = 21
+	vecRangeOverhead = 4
 )
 
 // approxBytes is v's estimated size in a cursor record (an upper bound).

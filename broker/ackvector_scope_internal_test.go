@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/json"
 	"math/rand"
 	"testing"
 
@@ -132,6 +133,10 @@ func TestVectorDeltaAndTrim(t *testing.T) {
 		}
 		if !v.minus(v).empty() {
 			t.Fatalf("round %d: v - v is not empty", round)
+		}
+		// approxBytes bounds the cursor record's form from above.
+		if rec, _ := json.Marshal(vectorToRecord(v, 1<<30)); len(rec) > v.approxBytes()+2 {
+			t.Fatalf("round %d: the record takes %d bytes, approxBytes %d", round, len(rec), v.approxBytes())
 		}
 		limit := 64 + rng.Intn(400)
 		c := v.clone()
