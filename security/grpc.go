@@ -350,3 +350,8 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 
 // RequireTransportSecurity implements credentials.PerRPCCredentials.
 func (tokenCreds) RequireTransportSecurity() bool { return true }
+
+// ServerNameOf returns the name a server at addr (host:port) must be
+// certified for: its host. Dialers that rewrite addresses (dev link
+// proxies) pass the original address's name to DialOptions.
+func ServerNameOf(addr string) string { return hostOf(addr) }

@@ -46,9 +46,10 @@ type TokenKeys struct {
 	// taken as base64 when its whole trimmed content decodes to at least
 	// MinSecretKeyBytes bytes).
 	SecretKeyFile string `yaml:"secret_key_file"`
-	// PublicKeyFile holds a PEM public key (PKIX or PKCS#1 RSA, ECDSA,
-	// Ed25519), or a certificate: RSA gives RS256/384/512, ECDSA P-256
-	// ES256 (P-384 ES384, P-521 ES512), Ed25519 EdDSA.
+	// PublicKeyFile holds PEM public keys (PKIX or PKCS#1 RSA, ECDSA,
+	// Ed25519) or certificates: RSA gives RS256/384/512, ECDSA P-256
+	// ES256 (P-384 ES384, P-521 ES512), Ed25519 EdDSA. During a rotation
+	// it holds the old and the new key; a token verifies against any.
 	PublicKeyFile string `yaml:"public_key_file"`
 }
 
@@ -157,28 +158,56 @@ func parseSecretKey(b []byte) (*verifyKey, error) {
 	return &verifyKey{key: s, methods: []string{"HS256", "HS384", "HS512"}}, nil
 }
 
+// parsePublicKey parses every PEM public key (or certificate) of a file:
+// during a rotation it holds the old and the new key, and a token
+// verifies against any of them.
 func parsePublicKey(b []byte) (*verifyKey, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, errors.New("no PEM block")
-	}
-	var pub any
-	var err error
-	switch blk.Type {
-	case "CERTIFICATE":
-		var c *x509.Certificate
-		if c, err = x509.ParseCertificate(blk.Bytes); err == nil {
-			pub = c.PublicKey
+	set := jwt.VerificationKeySet{}
+	seen := map[string]bool{}
+	var methods []string
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
 		}
-	case "RSA PUBLIC KEY":
-		pub, err = x509.ParsePKCS1PublicKey(blk.Bytes)
-	default:
-		pub, err = x509.ParsePKIXPublicKey(blk.Bytes)
+		var pub any
+		var err error
+		switch blk.Type {
+		case "CERTIFICATE":
+			var c *x509.Certificate
+			if c, err = x509.ParseCertificate(blk.Bytes); err == nil {
+				pub = c.PublicKey
+			}
+		case "RSA PUBLIC KEY":
+			pub, err = x509.ParsePKCS1PublicKey(blk.Bytes)
+		default:
+			pub, err = x509.ParsePKIXPublicKey(blk.Bytes)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %v", len(set.Keys)+1, err)
+		}
+		k, err := publicVerifyKey(pub)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %v", len(set.Keys)+1, err)
+		}
+		set.Keys = append(set.Keys, k.key)
+		for _, m := range k.methods {
+			if !seen[m] {
+				seen[m] = true
+				methods = append(methods, m)
+			}
+		}
 	}
-	if err != nil {
-		return nil, err
+	switch len(set.Keys) {
+	case 0:
+		return nil, errors.New("no PEM public key")
+	case 1:
+		return &verifyKey{key: set.Keys[0], methods: methods}, nil
 	}
-	return publicVerifyKey(pub)
+	// Each key's Verify refuses a token of another key type, so the union
+	// of the methods lets no algorithm through that no key has.
+	return &verifyKey{key: set, methods: methods}, nil
 }
 
 // publicVerifyKey pins the algorithms to the key's type: a token signed

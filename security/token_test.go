@@ -186,3 +186,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPublicKeyRotation: a public key file holding the old and the new key
+// verifies tokens of both; once the old key leaves, its tokens are refused.
+func TestPublicKeyRotation(t *testing.T) {
+	oldPub, oldPriv := securitytest.KeyPairFiles(t, "RS256")
+	newPub, newPriv := securitytest.KeyPairFiles(t, "ES256")
+	oldPEM, _ := os.ReadFile(oldPub)
+	newPEM, _ := os.ReadFile(newPub)
+	p := filepath.Join(t.TempDir(), "pub.pem")
+	securitytest.WriteFile(t, p, oldPEM)
+	v, err := security.LoadVerifier(security.TokenKeys{PublicKeyFile: p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	oldTok, _ := security.SignToken(oldPriv, "RS256", "old", time.Hour)
+	newTok, _ := security.SignToken(newPriv, "ES256", "new", time.Hour)
+	securitytest.WriteFile(t, p, append(append([]byte{}, oldPEM...), newPEM...))
+	waitFor(t, "both keys", func() bool { _, err := v.Verify(newTok); return err == nil })
+	if _, err := v.Verify(oldTok); err != nil {
+		t.Fatalf("old key dropped while still in the file: %v", err)
+	}
+	// HS256 keyed with either public key is still refused.
+	hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x"}).SignedString(newPEM)
+	if _, err := v.Verify(hs); err == nil {
+		t.Fatal("HS256 with the public key accepted by a key set")
+	}
+	securitytest.WriteFile(t, p, newPEM)
+	waitFor(t, "old key removed", func() bool { _, err := v.Verify(oldTok); return err != nil })
+}
