@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -107,6 +108,11 @@ func (n *Node) Start(ctx context.Context) error {
 		return errors.New("metadata: node already started")
 	}
 	n.started = true
+	// The node's data (Raft logs, snapshots, sessions) is readable by its
+	// user only: Dragonboat creates what is below with its own modes.
+	if err := os.MkdirAll(n.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("metadata: data_dir: %w", err)
+	}
 	quietDragonboat()
 	expert := dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()}
 	if n.cfg.UsesMeridianTransport() {

@@ -78,7 +78,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("region: data dir: %w", err)
 	}
 	sa := &Standalone{log: log}
@@ -255,7 +255,7 @@ func stickyAddr(path string) (string, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	if err := os.WriteFile(path, []byte(addr+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return addr, nil

@@ -117,6 +117,10 @@ func (cf contextFile) save(path string) error {
 	return os.Rename(tmp, path)
 }
 
+// serverCommands are the commands that run servers and keep data: their
+// files are private (privateFiles).
+var serverCommands = map[string]bool{"standalone": true, "dev": true, "broker": true, "bookie": true, "meta": true}
+
 // contextName is the --context flag.
 var contextName string
 
@@ -125,7 +129,12 @@ func init() {
 	// context before a subcommand's checks).
 	cobra.EnableTraverseRunHooks = true
 	rootCmd.PersistentFlags().StringVar(&contextName, "context", "", "use this client context's flags (meridian context ls); default: $MERIDIAN_CONTEXT or the selected one")
-	rootCmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyContext(cmd) }
+	rootCmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if serverCommands[cmd.Name()] && cmd.Parent() == rootCmd {
+			privateFiles()
+		}
+		return applyContext(cmd)
+	}
 	rootCmd.AddCommand(newContextCmd())
 }
 
