@@ -47,13 +47,13 @@ type Node struct {
 	clock    Clock
 
 	// Set by Start, read-only afterwards.
-	nh       *dragonboat.NodeHost
-	shards   map[string]*shardStore
-	byID     map[uint64]*shardStore
-	grpcLis  net.Listener
-	grpcSrv  *grpc.Server
-	httpLis  net.Listener
-	httpSrv  *http.Server
+	nh      *dragonboat.NodeHost
+	shards  map[string]*shardStore
+	byID    map[uint64]*shardStore
+	grpcLis net.Listener
+	grpcSrv *grpc.Server
+	httpLis net.Listener
+	httpSrv *http.Server
 	// sec is the security runtime (set by Start); ownSec: built by Start,
 	// closed by Stop.
 	sec      *security.Runtime

@@ -66,7 +66,10 @@ func TestRaftTransportTLS(t *testing.T) {
 		name string
 		tr   *rewriteTransport
 	}{
-		{"plaintext", func() *rewriteTransport { tr, _ := newTestTransport(t, map[string]string{target: dst.addr()}); return tr }()},
+		{"plaintext", func() *rewriteTransport {
+			tr, _ := newTestTransport(t, map[string]string{target: dst.addr()})
+			return tr
+		}()},
 		{"other CA", func() *rewriteTransport {
 			tr, _ := newTestTransportTLS(t, map[string]string{target: dst.addr()}, loadTestTLS(t, securitytest.NewCA(t, "x").Files("metadata.a")))
 			return tr
