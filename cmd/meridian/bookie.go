@@ -68,6 +68,9 @@ type bookieFileConfig struct {
 		Seeds         []string `yaml:"seeds"`
 		// Profile is "lan" (default) or "wan".
 		Profile string `yaml:"profile"`
+		// GossipKeyFile encrypts the pool (one base64 key per line, the
+		// first the primary; reloaded on change: rotation).
+		GossipKeyFile string `yaml:"gossip_key_file"`
 	} `yaml:"gossip"`
 	Metadata struct {
 		// Endpoints of metadata nodes; empty = run without registration.
@@ -268,6 +271,7 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	if g := fc.Gossip; g != nil && g.BindAddr != "" {
 		mc := topology.DefaultMembershipConfig()
 		mc.BindAddr, mc.AdvertiseAddr, mc.Seeds = g.BindAddr, g.AdvertiseAddr, g.Seeds
+		mc.KeyFile = g.GossipKeyFile
 		if g.Profile != "" {
 			mc.Profile = topology.Profile(g.Profile)
 		}
