@@ -113,4 +113,3 @@ func mustKey(t *testing.T, k string) []byte {
 	}
 	return keys[0]
 }
-
