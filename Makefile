@@ -12,7 +12,7 @@ CHAOS_SEEDS ?= 1 2 3
 CHAOS_DURATION ?= 5m
 CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump operator-actions
 
-.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo clean
+.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo bench-security clean
 
 all: build
 
@@ -96,6 +96,10 @@ bench-storage:
 ## bench-compare: raw disk vs Meridian standalone vs embedded NATS JetStream, one run.
 bench-compare:
 	$(GO) test -run '^$$' -bench BenchmarkCompare -benchtime=1x -timeout 10m ./region/
+
+## bench-security: publish throughput and p99 with TLS and tokens against plaintext, two standalones side by side (~2 minutes a round).
+bench-security:
+	bench/security.sh 3
 
 ## bench-geo: replication lag p50/p99 (1k and 10k msg/s of 1 KiB, 0 and 40 ms one way), catch-up after a
 ## 60 s cut and reconnect after the heal, between two in-process regions behind the link proxy (~8 minutes).

@@ -10,9 +10,9 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ScrubBookie asks a registered bookie to scrub (verify the CRC of every
@@ -34,7 +34,7 @@ func (a *adminService) ScrubBookie(ctx context.Context, r *clientv1.ScrubBookieR
 	if err := json.Unmarshal(kv.Value, &bi); err != nil || bi.Address == "" {
 		return nil, GRPCError(fmt.Errorf("%w: bookie %s has a bad registry entry", ErrUnavailable, id))
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+	opts := append(a.b.sec.DialOptions(security.ServerNameOf(bi.Address)),
 		bookie.WithExpectedIdentity(func() (string, string) { return bi.ID, bi.InstanceID })...)
 	cc, err := grpc.NewClient(bi.Address, opts...)
 	if err != nil {

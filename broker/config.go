@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -213,6 +214,18 @@ type Config struct {
 	// in the ledger: the index is rebuilt by reading. 0 = 100000.
 	MaxDelayedEntries int `yaml:"max_delayed_entries"`
 
+	// Security is the broker's TLS identity and authentication (see
+	// security.Config; zero: plaintext and anonymous, as before). With TLS
+	// every listener (gRPC, HTTP) serves TLS only and every dial (peer
+	// brokers, remote regions, bookies for scrub) uses this certificate.
+	// A grpc_address or http_address that is not loopback needs TLS and
+	// auth, or security.insecure.
+	Security security.Config `yaml:"security"`
+	// SecurityRuntime, when set, is used instead of building one from
+	// Security (a process sharing one runtime between the broker and its
+	// metadata and ledger clients); the broker does not close it.
+	SecurityRuntime *security.Runtime `yaml:"-"`
+
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
 }
@@ -347,6 +360,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.WAN.validate(); err != nil {
 		return bad("%v", err)
+	}
+	if c.SecurityRuntime == nil {
+		if err := c.Security.Validate(); err != nil {
+			return fmt.Errorf("%w: config: broker.%v", ErrInvalidArgument, err)
+		}
 	}
 	if err := c.Replication.Validate(); err != nil {
 		return err

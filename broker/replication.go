@@ -158,7 +158,7 @@ func newReplManager(s *Server) (*replManager, error) {
 	cfg := s.cfg.Replication.withDefaults()
 	base, cancel := context.WithCancel(context.Background())
 	rm := &replManager{s: s, cfg: cfg, metrics: m, base: base, baseCancel: cancel, stopCh: make(chan struct{}), done: make(chan struct{}),
-		pool: &replicator.Pool{DialAddr: s.dialAddr, Keepalive: cfg.Keepalive, MaxMessageBytes: s.cfg.MaxMessageBytes + 2<<20}}
+		pool: &replicator.Pool{DialAddr: s.dialAddr, Keepalive: cfg.Keepalive, MaxMessageBytes: s.cfg.MaxMessageBytes + 2<<20, Security: s.sec}}
 	if s.cfg.Registerer != nil {
 		if err := s.cfg.Registerer.Register(&replCollector{s: s}); err != nil {
 			return nil, err

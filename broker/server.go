@@ -19,8 +19,8 @@ import (
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/grpcbuf"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -58,6 +58,10 @@ type Server struct {
 	httpSrv *http.Server
 	httpLis net.Listener
 	self    ownerRecord
+	// sec is the broker's security runtime (never nil; security off when
+	// not configured); ownSec: built by NewServer, closed by Stop/Kill.
+	sec    *security.Runtime
+	ownSec bool
 	// wan is the WAN membership pool (nil without Config.WAN); set by Start.
 	wan *WANPool
 
@@ -123,19 +127,60 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.sec = cfg.SecurityRuntime
+	if s.sec == nil {
+		if s.sec, err = security.NewRuntime(cfg.Security, cfg.Logger.With("component", "security")); err != nil {
+			return nil, fmt.Errorf("broker: security: %w", err)
+		}
+		s.ownSec = true
+	}
+	if err := s.sec.Register(cfg.Registerer, "broker"); err != nil {
+		s.closeSec()
+		return nil, err
+	}
 	pc, err := newPolicyCache(cfg.Global, cfg.Logger, cfg.Registerer, s.policyChanged)
 	if err != nil {
+		s.closeSec()
 		return nil, err
 	}
 	s.policies = pc
 	if s.repl, err = newReplManager(s); err != nil {
+		s.closeSec()
 		return nil, err
 	}
 	return s, nil
 }
 
+// closeSec closes the security runtime if the broker built it.
+func (s *Server) closeSec() {
+	if s.ownSec {
+		_ = s.sec.Close()
+	}
+}
+
+// checkExposure refuses listen addresses reachable from other hosts
+// without TLS and auth (security.CheckExposure).
+func (s *Server) checkExposure() error {
+	sc := s.sec.Config()
+	if err := security.CheckExposure("broker.grpc_address", s.cfg.GRPCAddress, sc, s.cfg.Logger); err != nil {
+		return err
+	}
+	return security.CheckExposure("broker.http_address", s.cfg.HTTPAddress, sc, s.cfg.Logger)
+}
+
 // Start listens, registers the broker in the region and serves until Stop.
 func (s *Server) Start(ctx context.Context) error {
+	err := s.start(ctx)
+	if err != nil {
+		s.closeSec() // the server is not used again after a failed start
+	}
+	return err
+}
+
+func (s *Server) start(ctx context.Context) error {
+	if err := s.checkExposure(); err != nil {
+		return err
+	}
 	lis := s.cfg.GRPCListener
 	var err error
 	if lis == nil {
@@ -190,6 +235,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if w := s.cfg.grpcWindow(); w > 0 {
 		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
 	}
+	srvOpts = append(srvOpts, s.sec.ServerOptions(security.AllowAuthenticated)...)
 	s.grpcSrv = grpc.NewServer(srvOpts...)
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})
@@ -197,8 +243,10 @@ func (s *Server) Start(ctx context.Context) error {
 	reflection.Register(s.grpcSrv)
 	go func() { _ = s.grpcSrv.Serve(lis) }()
 	if s.httpLis != nil {
-		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = s.httpSrv.Serve(s.httpLis) }()
+		// Health probes stay open: a kubelet cannot present a token.
+		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(s.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second}
+		hl := s.sec.HTTPListener(s.httpLis)
+		go func() { _ = s.httpSrv.Serve(hl) }()
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	err = s.registerRegion(rctx)
@@ -350,6 +398,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		if s.httpSrv != nil {
 			_ = s.httpSrv.Close()
 		}
+		s.closeSec()
 		s.log.Info("broker stopped")
 	})
 	return nil
@@ -391,6 +440,7 @@ func (s *Server) Kill() {
 			}
 		}
 		s.sched.close()
+		s.closeSec()
 	})
 }
 
@@ -766,7 +816,7 @@ func (s *Server) peer(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.peers[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(s.dialAddr(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(s.dialAddr(addr), s.sec.DialOptions(security.ServerNameOf(addr))...)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,9 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/grpcbuf"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 )
 
@@ -28,6 +28,8 @@ type Client struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *clientMetrics
+	// sec gives every connection its TLS and token (plaintext without).
+	sec *security.Runtime
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -71,8 +73,13 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	sec, err := opts.securityRuntime()
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
 		opts:     opts,
+		sec:      sec,
 		log:      opts.Logger,
 		conns:    map[string]*grpc.ClientConn{},
 		owned:    map[closer]struct{}{},
@@ -92,6 +99,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 			cc, err := c.conn(addr)
 			if err != nil {
 				_ = c.closeConns()
+				_ = sec.Close()
 				return nil, err
 			}
 			cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
@@ -113,6 +121,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		}
 	}
 	_ = c.closeConns()
+	_ = sec.Close()
 	return nil, fmt.Errorf("%w: cannot reach a broker at %s: %v", ErrUnavailable, opts.describeURL(), lastErr)
 }
 
@@ -170,8 +179,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	dopts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// The name checked against the broker's certificate is the address's
+	// host, before any DialRewrite.
+	dopts := append(c.sec.DialOptions(security.ServerNameOf(addr)),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxGRPCMessageBytes),
 			grpc.MaxCallSendMsgSize(maxGRPCMessageBytes),
@@ -180,7 +190,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		// Batches of 32 KiB–1 MiB would each zero a 1 MiB buffer in
 		// gRPC's default pool.
 		experimental.WithBufferPool(grpcbuf.Pool()),
-	}
+	)
 	if kp, ok := keepaliveParams(c.opts); ok {
 		dopts = append(dopts, grpc.WithKeepaliveParams(kp))
 	}
@@ -332,7 +342,9 @@ func (c *Client) Close(ctx context.Context) error {
 		stop()
 		<-done
 	}
-	return c.closeConns()
+	err := c.closeConns()
+	_ = c.sec.Close()
+	return err
 }
 
 func (c *Client) closeConns() error {

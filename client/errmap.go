@@ -132,8 +132,12 @@ func mapError(err error) error {
 		kind = ErrNotFound
 	case codes.AlreadyExists:
 		kind = ErrAlreadyExists
-	case codes.FailedPrecondition, codes.PermissionDenied:
+	case codes.FailedPrecondition:
 		kind = ErrNotAllowed
+	case codes.PermissionDenied:
+		kind = ErrPermissionDenied
+	case codes.Unauthenticated:
+		kind = ErrUnauthenticated
 	case codes.ResourceExhausted:
 		switch {
 		case strings.Contains(st.Message(), "larger than max"):

@@ -57,6 +57,13 @@ var (
 	// is 6.9s, bound 2s") and is not resent. errors.Is(err,
 	// ErrQuotaExceeded) holds for it too.
 	ErrQuotaRefused = fmt.Errorf("%w (producer_error)", ErrQuotaExceeded)
+	// ErrUnauthenticated: the broker refused the call's credentials (none
+	// presented while the broker requires them, an expired or badly signed
+	// token, a certificate of an unknown CA). Not retried.
+	ErrUnauthenticated = errors.New("client: unauthenticated")
+	// ErrPermissionDenied: the caller's role may not do this. It wraps
+	// ErrNotAllowed.
+	ErrPermissionDenied = fmt.Errorf("%w (permission denied)", ErrNotAllowed)
 	// ErrProducerFenced: another producer with the same name took over.
 	ErrProducerFenced = errors.New("client: producer fenced")
 )

@@ -1,12 +1,14 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -170,6 +172,55 @@ type Options struct {
 	// (URL addresses and the owners lookups return) to the address to
 	// connect to: tests and drills route a region through a proxy.
 	DialRewrite func(addr string) string
+
+	// TLS, when set, makes every broker connection TLS with this config,
+	// used as is (not reloaded; ServerName empty: the broker address's
+	// host). Exclusive with TLSFiles.
+	TLS *tls.Config
+	// TLSFiles, when its CAFile is set, makes every broker connection TLS
+	// against that CA bundle, presenting CertFile/KeyFile if given (mutual
+	// TLS: the certificate's CN is the role); the files are reloaded when
+	// they change. Exclusive with TLS.
+	TLSFiles security.TLSFiles
+	// Token is a JWT presented on every call as "authorization: Bearer"
+	// (its sub is the role). Requires TLS or TLSFiles. Exclusive with
+	// TokenFile.
+	Token string
+	// TokenFile is a file holding the token, read again whenever it
+	// changes (a rotated token applies to the next call). Requires TLS or
+	// TLSFiles.
+	TokenFile string
+}
+
+// securityRuntime builds the dial security the options ask for (never
+// nil: plaintext without TLS).
+func (o Options) securityRuntime() (*security.Runtime, error) {
+	var tok security.TokenSource
+	switch {
+	case o.Token != "" && o.TokenFile != "":
+		return nil, fmt.Errorf("%w: Token and TokenFile are exclusive", ErrInvalidArgument)
+	case o.Token != "":
+		tok = security.StaticToken(o.Token)
+	case o.TokenFile != "":
+		tok = security.TokenFromFile(o.TokenFile)
+		if _, err := tok.Token(); err != nil {
+			return nil, fmt.Errorf("%w: TokenFile: %v", ErrInvalidArgument, err)
+		}
+	}
+	if o.TLS != nil {
+		if !o.TLSFiles.IsZero() {
+			return nil, fmt.Errorf("%w: TLS and TLSFiles are exclusive", ErrInvalidArgument)
+		}
+		return security.ClientRuntimeTLS(o.TLS, tok)
+	}
+	if tok != nil && o.TLSFiles.IsZero() {
+		return nil, fmt.Errorf("%w: a Token or TokenFile requires TLS or TLSFiles (it would cross the network in clear)", ErrInvalidArgument)
+	}
+	rt, err := security.ClientRuntime(o.TLSFiles, tok, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: TLSFiles: %v", ErrInvalidArgument, err)
+	}
+	return rt, nil
 }
 
 // resolveRegions parses a multi-region URL into Regions.

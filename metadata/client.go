@@ -60,6 +60,13 @@ func WithClientConfig(cfg ClientConfig) ClientOption { return func(c *ClientConf
 // WithLogger sets the client's logger.
 func WithLogger(l *slog.Logger) ClientOption { return func(c *ClientConfig) { c.Logger = l } }
 
+// WithDialOptions adds dial options to every connection (after the
+// defaults, so transport credentials given here replace the plaintext
+// default).
+func WithDialOptions(opts ...grpc.DialOption) ClientOption {
+	return func(c *ClientConfig) { c.DialOptions = append(c.DialOptions, opts...) }
+}
+
 // WithRequestTimeout sets the timeout of calls without a deadline.
 func WithRequestTimeout(d time.Duration) ClientOption {
 	return func(c *ClientConfig) { c.RequestTimeout = d }

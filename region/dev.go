@@ -411,7 +411,7 @@ func writePlan(path string, p *DevPlan) error {
 
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -470,7 +470,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 		return nil, fmt.Errorf("dev: --data-dir: %w", err)
 	}
 	cfg.DataDir = dir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("dev: --data-dir: %w", err)
 	}
 	// A cluster.json left by a dev process killed with SIGKILL is stale.
@@ -615,7 +615,7 @@ func (d *Dev) writeConfigs() error {
 	}
 	for _, r := range d.plan.Regions {
 		rdir := filepath.Join(d.cfg.DataDir, r.Name)
-		if err := os.MkdirAll(rdir, 0o755); err != nil {
+		if err := os.MkdirAll(rdir, 0o700); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
 		var metaGRPC []string

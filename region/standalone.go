@@ -17,6 +17,7 @@ import (
 	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,6 +42,11 @@ type StandaloneConfig struct {
 	// Broker, if set, edits the broker config before it starts (tests use
 	// it for short intervals).
 	Broker func(*broker.Config)
+	// Secure turns on TLS (mutual between the parts) and token
+	// authentication with a CA, certificates, a token key and an admin
+	// token generated once in DataDir/security (security.Provision) and
+	// reused on every start; see SecurityFiles.
+	Secure bool
 }
 
 // Standalone is metadata (one Dragonboat replica), one bookie (E=Qw=Qa=1),
@@ -55,6 +61,36 @@ type Standalone struct {
 	worker  *autorecovery.Worker
 	broker  *broker.Server
 	log     *slog.Logger
+	// sec is what Secure provisioned (zero when off); rts the security
+	// runtimes of the parts, closed last.
+	sec security.Provisioned
+	rts []*security.Runtime
+}
+
+// SecurityFiles returns the files of a Secure standalone: the CA bundle
+// clients trust and the admin token (zero when not secure).
+func (s *Standalone) SecurityFiles() security.Provisioned { return s.sec }
+
+// runtime returns the security runtime of a part with role (nil when
+// the standalone is not secure).
+func (s *Standalone) runtime(role string) (*security.Runtime, error) {
+	if s.sec.Dir == "" {
+		return nil, nil
+	}
+	rt, err := security.NewRuntime(s.sec.Component(role), s.log.With("component", "security", "role", role))
+	if err != nil {
+		return nil, err
+	}
+	s.rts = append(s.rts, rt)
+	return rt, nil
+}
+
+// dialOptions are rt's dial options (none when rt is nil).
+func dialOptions(rt *security.Runtime) []grpc.DialOption {
+	if rt == nil {
+		return nil
+	}
+	return rt.DialOptions("")
 }
 
 // StartStandalone starts the region and returns once it can take writes.
@@ -78,7 +114,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("region: data dir: %w", err)
 	}
 	sa := &Standalone{log: log}
@@ -90,6 +126,22 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.Secure {
+		host, _, _ := net.SplitHostPort(cfg.GRPCAddr)
+		roles := []string{}
+		for _, k := range []string{"metadata", "bookie", "broker", "autorecovery"} {
+			roles = append(roles, security.ComponentRole(k, cfg.Region))
+		}
+		p, err := security.Provision(filepath.Join(cfg.DataDir, "security"), roles, []string{host})
+		if err != nil {
+			return nil, err
+		}
+		sa.sec = p
+	}
+	metaRT, err := sa.runtime(security.ComponentRole("metadata", cfg.Region))
+	if err != nil {
+		return nil, err
+	}
 
 	raftAddr, err := stickyAddr(filepath.Join(cfg.DataDir, "raft-address"))
 	if err != nil {
@@ -98,6 +150,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	mcfg := metadata.SingleNodeConfig(filepath.Join(cfg.DataDir, "metadata"), raftAddr, metadata.GlobalShard, cfg.Region)
 	mcfg.Logger = log.With("component", "metadata")
 	mcfg.Registerer = reg
+	mcfg.SecurityRuntime = metaRT
 	sa.meta, err = metadata.NewNode(mcfg)
 	if err != nil {
 		return nil, err
@@ -132,6 +185,17 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	bcfg.SessionTTL = 5 * time.Second
 	bcfg.Logger = log.With("component", "bookie")
 	bcfg.Registerer = reg
+	if bcfg.SecurityRuntime, err = sa.runtime(security.ComponentRole("bookie", cfg.Region)); err != nil {
+		return nil, err
+	}
+	brokerRT, err := sa.runtime(security.ComponentRole("broker", cfg.Region))
+	if err != nil {
+		return nil, err
+	}
+	arRT, err := sa.runtime(security.ComponentRole("autorecovery", cfg.Region))
+	if err != nil {
+		return nil, err
+	}
 	sa.bookie, err = bookie.NewServer(bcfg)
 	if err != nil {
 		return nil, err
@@ -166,6 +230,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
 	})}
+	lcfg.DialOptions = append(lcfg.DialOptions, dialOptions(brokerRT)...)
 	sa.ledgers, err = ledger.NewClient(lcfg)
 	if err != nil {
 		return nil, err
@@ -188,6 +253,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	acfg.ID = "standalone-0"
 	acfg.Logger = log
 	acfg.Registerer = reg
+	acfg.DialOptions = dialOptions(arRT)
 	if sa.auditor, err = autorecovery.NewAuditor(acfg); err != nil {
 		return nil, err
 	}
@@ -199,6 +265,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	wcfg.Logger = log
 	wcfg.Registerer = reg
 	wcfg.MaxEntryBytes = 6 << 20
+	wcfg.DialOptions = dialOptions(arRT)
 	if sa.worker, err = autorecovery.NewWorker(wcfg); err != nil {
 		return nil, err
 	}
@@ -221,6 +288,7 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	// A new user's data waits for a later `consume --from earliest`.
 	brcfg.DefaultRetentionTime = broker.StandaloneRetentionTime
 	brcfg.DefaultRetentionSizeBytes = broker.StandaloneRetentionSizeBytes
+	brcfg.SecurityRuntime = brokerRT
 	if cfg.Broker != nil {
 		cfg.Broker(&brcfg)
 	}
@@ -255,7 +323,7 @@ func stickyAddr(path string) (string, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	if err := os.WriteFile(path, []byte(addr+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return addr, nil
@@ -313,6 +381,10 @@ func (s *Standalone) shutdown(graceful bool) {
 		s.meta.Stop()
 		s.meta = nil
 	}
+	for _, rt := range s.rts {
+		_ = rt.Close()
+	}
+	s.rts = nil
 }
 
 // Auditor returns the autorecovery auditor candidate.

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
@@ -43,6 +43,10 @@ type Pool struct {
 	Keepalive time.Duration
 	// MaxMessageBytes bounds a received message (default 8 MiB).
 	MaxMessageBytes int
+	// Security gives the transport credentials and token of every dial
+	// (nil: plaintext). The server name checked is the advertised
+	// address's host, not the rewritten one.
+	Security *security.Runtime
 
 	// mu guards conns.
 	mu    sync.Mutex
@@ -66,14 +70,13 @@ func (p *Pool) Get(addr string) (*grpc.ClientConn, error) {
 	if maxMsg <= 0 {
 		maxMsg = 8 << 20
 	}
-	c, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c, err := grpc.NewClient(target, append(p.Security.DialOptions(security.ServerNameOf(addr)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: time.Second, PermitWithoutStream: false}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))...)
 	if err != nil {
 		return nil, fmt.Errorf("replicator: dial %s: %w", target, err)
 	}

@@ -148,7 +148,13 @@ func metadataStatusDirect(cmd *cobra.Command, o *adminOpts, endpoints []string) 
 	if o.verbose {
 		log = toolLogger(true)
 	}
-	cl, err := metadata.NewClient(ctx, endpoints, metadata.GlobalShard, metadata.WithLogger(log), metadata.WithRequestTimeout(o.timeout))
+	sec, err := cliRuntime()
+	if err != nil {
+		return err
+	}
+	defer sec.Close()
+	cl, err := metadata.NewClient(ctx, endpoints, metadata.GlobalShard, metadata.WithLogger(log), metadata.WithRequestTimeout(o.timeout),
+		metadata.WithDialOptions(sec.DialOptions("")...))
 	if err != nil {
 		return fmt.Errorf("--metadata: %w", err)
 	}

@@ -231,7 +231,12 @@ func eachRegion(ctx context.Context, a *client.Admin, fn func(region string, ra 
 		var lastErr error = fmt.Errorf("region %s has no registered broker", r.GetName())
 		for _, ep := range r.GetEndpoints() {
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			ra, lastErr = client.NewAdmin(actx, ep)
+			opts, err := withCLISecurity(client.Options{URL: ep})
+			if err != nil {
+				cancel()
+				return err
+			}
+			ra, lastErr = client.NewAdminWithOptions(actx, opts)
 			cancel()
 			if lastErr == nil {
 				break

@@ -13,6 +13,7 @@ import (
 	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -95,12 +96,21 @@ func init() {
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			ctx := context.Background()
-			global, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, metadata.GlobalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite))
+			// One runtime for the broker's listeners and every client it
+			// dials with (metadata, bookies): one set of file watchers.
+			sec, err := security.NewRuntime(fc.Broker.Security, log.With("component", "security"))
+			if err != nil {
+				return fmt.Errorf("%s: broker.%w", configPath, err)
+			}
+			defer sec.Close()
+			global, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, metadata.GlobalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite),
+				metadata.WithDialOptions(sec.DialOptions("")...))
 			if err != nil {
 				return err
 			}
 			defer global.Close()
-			regional, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, fc.Metadata.RegionalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite))
+			regional, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, fc.Metadata.RegionalShard, metadata.WithLogger(log), withDialRewrite(fc.Broker.DialRewrite),
+				metadata.WithDialOptions(sec.DialOptions("")...))
 			if err != nil {
 				return err
 			}
@@ -125,6 +135,7 @@ func init() {
 			lcfg.MaxInFlight = fc.Ledger.MaxInFlight
 			lcfg.MaxEntryBytes = fc.Ledger.MaxEntryBytes
 			lcfg.DialOptions = append(lcfg.DialOptions, rewriteDialer(fc.Broker.DialRewrite)...)
+			lcfg.DialOptions = append(lcfg.DialOptions, sec.DialOptions("")...)
 			lc, err := ledger.NewClient(lcfg)
 			if err != nil {
 				return fmt.Errorf("%s: ledger: %w", configPath, err)
@@ -135,6 +146,7 @@ func init() {
 			bc.Ledgers = broker.NewLedgerStore(lc)
 			bc.Logger = log.With("component", "broker")
 			bc.Registerer, bc.Gatherer = reg, reg
+			bc.SecurityRuntime = sec
 			srv, err := broker.NewServer(bc)
 			if err != nil {
 				return fmt.Errorf("%s: %w", configPath, err)

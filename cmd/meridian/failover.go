@@ -73,10 +73,14 @@ func connectFailover(ctx context.Context, url string, timeout time.Duration, ver
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Options{Regions: regions, Failover: fo, ConnectTimeout: timeout, Logger: toolLogger(verbose),
+	opts, err := withCLISecurity(client.Options{Regions: regions, Failover: fo, ConnectTimeout: timeout, Logger: toolLogger(verbose),
 		OnFailover: func(ev client.FailoverEvent) {
 			fmt.Fprintf(os.Stderr, "failover: %s -> %s (%s), reconnected %v after the cause\n", ev.From, ev.To, ev.Reason, ev.Took.Round(time.Millisecond))
 		}})
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--url %s: %w", url, err)
 	}

@@ -53,7 +53,11 @@ func connect(ctx context.Context, url string, timeout time.Duration, verbose boo
 	if url == "" {
 		return nil, errors.New("--url is required (host:port of a broker)")
 	}
-	c, err := client.New(ctx, client.Options{URL: url, ConnectTimeout: timeout, Logger: toolLogger(verbose)})
+	opts, err := withCLISecurity(client.Options{URL: url, ConnectTimeout: timeout, Logger: toolLogger(verbose)})
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--url %s: %w", url, err)
 	}

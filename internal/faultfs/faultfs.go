@@ -103,7 +103,7 @@ func (o osFile) Size() (int64, error) {
 
 // Create implements FS.
 func (OS) Create(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newn
 func (OS) Remove(name string) error { return os.Remove(name) }
 
 // MkdirAll implements FS.
-func (OS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+func (OS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o700) }
 
 // Stat implements FS.
 func (OS) Stat(name string) (os.FileInfo, error) { return os.Stat(name) }
