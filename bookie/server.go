@@ -238,7 +238,8 @@ func (s *Server) startLocked(ctx context.Context) error {
 			})
 		}
 		// Health probes stay open: a kubelet cannot present a token.
-		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(mux, "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(mux, "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 		tl := s.sec.HTTPListener(hl)
 		go func() {
 			if err := s.httpSrv.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
