@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 
@@ -23,6 +24,37 @@ import (
 // Vectors form a join semi-lattice (join = union of acknowledged sets):
 // joining is commutative, associative and idempotent, so vectors may be
 // shipped late, twice or out of order and relayed through any region.
+//
+// Exact and scoped claims (issue 20 item 6). A key of the map is either an
+// origin stream ("a@3": an exact claim, true wherever the entry is stored)
+// or a region and an origin stream ("b>a@3": a scoped claim of region b,
+// true only of the entries that are for b — entryScope). Entries kept out
+// of b by replicate_to or disable_replication never reach b; b learns
+// their origin_seq values from its senders (ReplicateEntries.skipped,
+// stored with the next entry as origin_skipped_before) and counts them
+// acknowledged in its own scoped claim, so the claim compacts into its
+// mark-delete instead of keeping a hole per such entry. The claim says
+// nothing of those entries anywhere else: a receiver applies b's claim
+// only to the entries that are for b (coversEntry), since an entry kept
+// out of b may be for c. So:
+//
+//   - a region's acknowledgements of its own origin's entries are exact
+//     (every one of them is stored there);
+//   - its acknowledgements of other origins' entries go, with the
+//     origin_seq values known not to be for it, into its scoped claim;
+//   - an exact claim about another origin received from elsewhere is
+//     folded into the own scoped claim above its mark-delete
+//     (foldForeignLocked): only its mark-delete is kept exact, so a hole
+//     the origin region keeps for its own unacknowledged local-only
+//     entries does not stay a hole in every other region. What is lost is
+//     the relay of that origin's acknowledgements of entries not for this
+//     region (a partial mesh then re-delivers them: duplicates, never a
+//     loss).
+//
+// A vector is bounded (vecLimits, SubscriptionsConfig): batch entries per
+// origin, their words, and its size as a cursor record stores it; past the
+// size it drops its highest ranges (trim), so it acknowledges less, never
+// more.
 
 // seqRange is an inclusive range of origin_seq values.
 type seqRange struct{ First, Last int64 }
@@ -39,7 +71,7 @@ type originAcks struct {
 	Ranges []seqRange
 	Batch  map[int64][]uint64
 	// batchWords counts the words of Batch (bounded by
-	// maxVectorBatchWords).
+	// vecLimits.batchWords).
 	batchWords int
 }
 
@@ -47,37 +79,59 @@ type originAcks struct {
 // (maxBatchIndex indexes).
 const maxBatchWords = maxBatchIndex / 64
 
-// maxVectorBatchSeqs bounds the partially acknowledged entries a vector
-// keeps per origin, and maxVectorBatchWords their bitset words (256 KiB).
-// Beyond them new batch acks are not recorded in the vector (addBatch
-// refuses them): those messages are delivered again after a move, never
-// skipped; an ack of the whole entry still replicates.
-const (
-	maxVectorBatchSeqs  = 10000
-	maxVectorBatchWords = 1 << 15
+// vecLimits bounds a vector (SubscriptionsConfig): maxBytes its size as a
+// cursor record stores it (approxBytes), batchSeqs the partially
+// acknowledged entries it keeps per origin and batchWords their bitset
+// words. Beyond the batch bounds new batch acks are not recorded
+// (addBatchLim refuses them): those messages are delivered again after a
+// move, never skipped; an ack of the whole entry still replicates. A nil
+// *vecLimits means the defaults.
+type vecLimits struct {
+	maxBytes, batchSeqs, batchWords int
+}
+
+var (
+	defaultVecLimits = vecLimits{maxBytes: DefaultMaxAckVectorBytes, batchSeqs: DefaultMaxVectorBatchSeqs, batchWords: DefaultMaxVectorBatchWords}
+	// noVecLimits is for bookkeeping copies (what a remote is known to
+	// hold): they must not forget what they were told.
+	noVecLimits = &vecLimits{maxBytes: math.MaxInt, batchSeqs: math.MaxInt, batchWords: math.MaxInt}
 )
 
-// addBatch acknowledges the batch indexes words (bitset) of entry (origin,
-// seq); it reports whether v changed. An entry acknowledged as a whole
-// already, or one beyond the per-origin bound, is left as it is.
+func (l *vecLimits) get() *vecLimits {
+	if l == nil {
+		return &defaultVecLimits
+	}
+	return l
+}
+
+// addBatch is addBatchLim with the default bounds.
 func (v ackVector) addBatch(origin string, seq int64, words []uint64) bool {
+	return v.addBatchLim(origin, seq, words, nil)
+}
+
+// addBatchLim acknowledges the batch indexes words (bitset) of entry
+// (origin, seq); it reports whether v changed. An entry acknowledged as a
+// whole already, or one beyond the per-origin bounds of lim, is left as
+// it is.
+func (v ackVector) addBatchLim(origin string, seq int64, words []uint64, lim *vecLimits) bool {
 	if seq <= 0 || v.covers(origin, seq) {
 		return false
 	}
+	lim = lim.get()
 	o := v[origin]
 	if o == nil {
 		o = &originAcks{}
 		v[origin] = o
 	}
 	cur, ok := o.Batch[seq]
-	if !ok && len(o.Batch) >= maxVectorBatchSeqs {
+	if !ok && len(o.Batch) >= lim.batchSeqs {
 		return false
 	}
 	words = words[:min(len(words), maxBatchWords)]
 	for len(words) > 0 && words[len(words)-1] == 0 {
 		words = words[:len(words)-1]
 	}
-	if grow := len(words) - len(cur); grow > 0 && o.batchWords+grow > maxVectorBatchWords {
+	if grow := len(words) - len(cur); grow > 0 && o.batchWords+grow > lim.batchWords {
 		return false
 	}
 	changed := false
@@ -113,7 +167,7 @@ func (v ackVector) batchOf(origin string, seq int64) []uint64 {
 // pruneBatch drops the batch entries that MD or Ranges cover.
 func (o *originAcks) pruneBatch() {
 	for seq := range o.Batch {
-		if seq <= o.MD || (ackVector{"": o}).covers("", seq) {
+		if o.covers(seq) {
 			o.batchWords -= len(o.Batch[seq])
 			delete(o.Batch, seq)
 		}
@@ -147,15 +201,26 @@ func (v ackVector) batchContains(w ackVector) bool {
 // zero value (nil) acknowledges nothing; mutate only a non-nil vector.
 type ackVector map[string]*originAcks
 
-// originKey is an entry's identity across regions.
+// originKey is an entry's identity across regions (Region: its origin
+// stream key, Seq: its origin_seq), with what this region knows of it
+// beyond that: Skip, how many origin_seq values right below Seq are not
+// for this region (EntryMetadata.origin_skipped_before), and Scope, which
+// regions the entry is for.
 type originKey struct {
 	Region string
 	Seq    int64
+	Skip   int64
+	Scope  entryScope
 }
 
-// covers reports whether (origin, seq) is acknowledged.
+// covers reports whether (origin, seq) is acknowledged (origin is a key:
+// an origin stream, or a scoped claim's key).
 func (v ackVector) covers(origin string, seq int64) bool {
-	o := v[origin]
+	return v[origin].covers(seq)
+}
+
+// covers reports whether seq is acknowledged (false on a nil o).
+func (o *originAcks) covers(seq int64) bool {
 	if o == nil {
 		return false
 	}
@@ -184,6 +249,15 @@ func (v ackVector) add(origin string, first, last int64) bool {
 	first = max(first, o.MD+1)
 	// Insert and merge with overlapping or adjacent ranges.
 	i := sort.Search(len(o.Ranges), func(i int) bool { return o.Ranges[i].Last >= first-1 })
+	if i == len(o.Ranges) && first > o.MD+1 {
+		// Above every range (acknowledgements mostly come in order): append.
+		// No two vectors share a Ranges array (clone, merge and trim copy).
+		o.Ranges = append(o.Ranges, seqRange{first, last})
+		if len(o.Batch) > 0 {
+			o.pruneBatch()
+		}
+		return true
+	}
 	j := i
 	nf, nl := first, last
 	for j < len(o.Ranges) && o.Ranges[j].First <= last+1 {
@@ -219,10 +293,15 @@ func (v ackVector) setMD(origin string, md int64) bool {
 	return v.add(origin, 1, md)
 }
 
-// join adds every acknowledgement of w to v; it reports whether v changed.
-// It merges each origin's sorted ranges in one pass (linear in the ranges
-// of both): a replicated subscription joins whole received vectors often.
-func (v ackVector) join(w ackVector) bool {
+// join is joinLim with the default bounds.
+func (v ackVector) join(w ackVector) bool { return v.joinLim(w, nil) }
+
+// joinLim adds every acknowledgement of w to v (batch acks within lim's
+// per-origin bounds); it reports whether v changed. It merges each
+// origin's sorted ranges in one pass (linear in the ranges of both): a
+// replicated subscription joins received vectors often. It does not
+// enforce lim.maxBytes (trim does).
+func (v ackVector) joinLim(w ackVector, lim *vecLimits) bool {
 	changed := false
 	for origin, o := range w {
 		if o == nil || o.MD <= 0 && len(o.Ranges) == 0 && len(o.Batch) == 0 {
@@ -242,7 +321,7 @@ func (v ackVector) join(w ackVector) bool {
 			}
 		}
 		for seq, ws := range o.Batch {
-			if v.addBatch(origin, seq, ws) {
+			if v.addBatchLim(origin, seq, ws, lim) {
 				changed = true
 			}
 		}
@@ -344,10 +423,10 @@ func (v ackVector) rangeCount() (ranges, acks int64) {
 	return ranges, acks
 }
 
-// toProto converts v for the wire.
+// toProto converts v for the wire (scoped claims in AckVector.scoped).
 func (v ackVector) toProto() *clientv1.AckVector {
 	out := &clientv1.AckVector{Origins: make(map[string]*clientv1.OriginAcks, len(v))}
-	for origin, o := range v {
+	for key, o := range v {
 		p := &clientv1.OriginAcks{MarkDeleteSeq: o.MD}
 		for _, r := range o.Ranges {
 			p.Acked = append(p.Acked, &clientv1.SeqRange{First: r.First, Last: r.Last})
@@ -362,50 +441,102 @@ func (v ackVector) toProto() *clientv1.AckVector {
 				p.BatchAcks = append(p.BatchAcks, &clientv1.BatchSeqAcks{Seq: seq, Words: o.Batch[seq]})
 			}
 		}
-		out.Origins[origin] = p
+		if claimer, stream, ok := splitScoped(key); ok {
+			if out.Scoped == nil {
+				out.Scoped = map[string]*clientv1.ScopedAcks{}
+			}
+			sa := out.Scoped[claimer]
+			if sa == nil {
+				sa = &clientv1.ScopedAcks{Origins: map[string]*clientv1.OriginAcks{}}
+				out.Scoped[claimer] = sa
+			}
+			sa.Origins[stream] = p
+			continue
+		}
+		out.Origins[key] = p
 	}
 	return out
 }
 
-// maxVectorRanges bounds the ranges one received vector may carry per
-// origin (a vector is bounded by the broker's max_individual_acks anyway).
-const maxVectorRanges = 1 << 20
-
-// ackVectorFromProto validates and converts a received vector; field names
-// the vector in errors.
+// ackVectorFromProto is ackVectorFromProtoLim with the default bounds.
 func ackVectorFromProto(field string, p *clientv1.AckVector) (ackVector, error) {
+	return ackVectorFromProtoLim(field, p, nil)
+}
+
+// ackVectorFromProtoLim validates and converts a received vector; field
+// names the vector in errors. A vector past lim (its size, or its batch
+// entries per origin) is refused whole, naming the configuration field.
+func ackVectorFromProtoLim(field string, p *clientv1.AckVector, lim *vecLimits) (ackVector, error) {
+	lim = lim.get()
+	// Refuse a vector that cannot fit before building it: a range takes at
+	// least 6 bytes of a cursor record ("[1,1],").
+	n := 0
+	for _, o := range p.GetOrigins() {
+		n += len(o.GetAcked()) + len(o.GetBatchAcks())
+	}
+	for _, sa := range p.GetScoped() {
+		for _, o := range sa.GetOrigins() {
+			n += len(o.GetAcked()) + len(o.GetBatchAcks())
+		}
+	}
+	if 6*n > lim.maxBytes {
+		return nil, fmt.Errorf("%w: %s has %d ranges and batch entries, more than fit in subscriptions.max_ack_vector_bytes %d",
+			ErrInvalidArgument, field, n, lim.maxBytes)
+	}
 	v := ackVector{}
 	for origin, o := range p.GetOrigins() {
 		if err := validateOriginStream(field+".origins key", origin); err != nil {
 			return nil, err
 		}
-		if o.GetMarkDeleteSeq() < 0 {
-			return nil, fmt.Errorf("%w: %s.origins[%s].mark_delete_seq %d must be >= 0", ErrInvalidArgument, field, origin, o.GetMarkDeleteSeq())
-		}
-		if len(o.GetAcked()) > maxVectorRanges {
-			return nil, fmt.Errorf("%w: %s.origins[%s] has %d ranges, limit %d", ErrInvalidArgument, field, origin, len(o.GetAcked()), maxVectorRanges)
-		}
-		v.setMD(origin, o.GetMarkDeleteSeq())
-		for i, r := range o.GetAcked() {
-			if r.GetFirst() < 1 || r.GetLast() < r.GetFirst() {
-				return nil, fmt.Errorf("%w: %s.origins[%s].acked[%d] = [%d, %d]: need 1 <= first <= last", ErrInvalidArgument, field, origin, i, r.GetFirst(), r.GetLast())
-			}
-			v.add(origin, r.GetFirst(), r.GetLast())
-		}
-		if len(o.GetBatchAcks()) > maxVectorBatchSeqs {
-			return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks has %d entries, limit %d", ErrInvalidArgument, field, origin, len(o.GetBatchAcks()), maxVectorBatchSeqs)
-		}
-		for i, b := range o.GetBatchAcks() {
-			if b.GetSeq() < 1 {
-				return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks[%d].seq %d must be >= 1", ErrInvalidArgument, field, origin, i, b.GetSeq())
-			}
-			if len(b.GetWords()) > maxBatchWords {
-				return nil, fmt.Errorf("%w: %s.origins[%s].batch_acks[%d] has %d words, limit %d (%d batch indexes)", ErrInvalidArgument, field, origin, i, len(b.GetWords()), maxBatchWords, maxBatchIndex)
-			}
-			v.addBatch(origin, b.GetSeq(), b.GetWords())
+		if err := v.addOriginProto(fmt.Sprintf("%s.origins[%s]", field, origin), origin, o, lim); err != nil {
+			return nil, err
 		}
 	}
+	for claimer, sa := range p.GetScoped() {
+		if err := ValidateName(field+".scoped key", claimer); err != nil {
+			return nil, err
+		}
+		for stream, o := range sa.GetOrigins() {
+			if err := validateOriginStream(fmt.Sprintf("%s.scoped[%s].origins key", field, claimer), stream); err != nil {
+				return nil, err
+			}
+			if err := v.addOriginProto(fmt.Sprintf("%s.scoped[%s].origins[%s]", field, claimer, stream), scopedKey(claimer, stream), o, lim); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if size := v.approxBytes(); size > lim.maxBytes {
+		return nil, fmt.Errorf("%w: %s is about %d bytes, limit %d (subscriptions.max_ack_vector_bytes)", ErrInvalidArgument, field, size, lim.maxBytes)
+	}
 	return v, nil
+}
+
+// addOriginProto adds one received OriginAcks under key (field names it in
+// errors).
+func (v ackVector) addOriginProto(field, key string, o *clientv1.OriginAcks, lim *vecLimits) error {
+	if o.GetMarkDeleteSeq() < 0 {
+		return fmt.Errorf("%w: %s.mark_delete_seq %d must be >= 0", ErrInvalidArgument, field, o.GetMarkDeleteSeq())
+	}
+	v.setMD(key, o.GetMarkDeleteSeq())
+	for i, r := range o.GetAcked() {
+		if r.GetFirst() < 1 || r.GetLast() < r.GetFirst() {
+			return fmt.Errorf("%w: %s.acked[%d] = [%d, %d]: need 1 <= first <= last", ErrInvalidArgument, field, i, r.GetFirst(), r.GetLast())
+		}
+		v.add(key, r.GetFirst(), r.GetLast())
+	}
+	if len(o.GetBatchAcks()) > lim.batchSeqs {
+		return fmt.Errorf("%w: %s.batch_acks has %d entries, limit %d (subscriptions.max_vector_batch_seqs)", ErrInvalidArgument, field, len(o.GetBatchAcks()), lim.batchSeqs)
+	}
+	for i, b := range o.GetBatchAcks() {
+		if b.GetSeq() < 1 {
+			return fmt.Errorf("%w: %s.batch_acks[%d].seq %d must be >= 1", ErrInvalidArgument, field, i, b.GetSeq())
+		}
+		if len(b.GetWords()) > maxBatchWords {
+			return fmt.Errorf("%w: %s.batch_acks[%d] has %d words, limit %d (%d batch indexes)", ErrInvalidArgument, field, i, len(b.GetWords()), maxBatchWords, maxBatchIndex)
+		}
+		v.addBatchLim(key, b.GetSeq(), b.GetWords(), lim)
+	}
+	return nil
 }
 
 // entryOrigin returns the origin key of the stored entry e of t and its
@@ -423,7 +554,8 @@ func (t *topic) entryOrigin(e LedgerEntry) (originKey, *clientv1.EntryMetadata, 
 		if md.GetOriginRegion() == "" || md.GetOriginSeq() <= 0 {
 			return originKey{}, md, false
 		}
-		return originKey{entryStream(md), md.GetOriginSeq()}, md, true
+		skip := min(max(md.GetOriginSkippedBefore(), 0), md.GetOriginSeq()-1)
+		return originKey{Region: entryStream(md), Seq: md.GetOriginSeq(), Skip: skip, Scope: scopeOf(md)}, md, true
 	}
 	seq, inc := md.GetOriginSeq(), md.GetOriginIncarnation()
 	if seq <= 0 {
@@ -434,5 +566,5 @@ func (t *topic) entryOrigin(e LedgerEntry) (originKey, *clientv1.EntryMetadata, 
 		}
 		inc = 0
 	}
-	return originKey{originStreamKey(t.b.cfg.Region, inc), seq}, md, true
+	return originKey{Region: originStreamKey(t.b.cfg.Region, inc), Seq: seq, Scope: scopeOf(md)}, md, true
 }

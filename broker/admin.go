@@ -442,6 +442,10 @@ func (a *adminService) GetTopicInternalStats(ctx context.Context, r *clientv1.Ge
 			IndividuallyAcked: formatRanges(ackRanges(s.acked, maxShownAcks)), LastPersistMs: s.lastPersist.UnixMilli(),
 			IndividuallyAckedCount: int64(len(s.acked)), IndividuallyAckedTruncated: len(s.acked) > maxShownAcks,
 			PartiallyAcked: formatBatchAcks(batchAcksToRecord(s.batchAcked, maxShownAcks)), PartiallyAckedCount: int64(len(s.batchAcked))}
+		if s.cov.v != nil {
+			ci.AckVectorRanges, _ = s.cov.v.rangeCount()
+			ci.AckVectorBytes = int64(s.cov.v.approxBytes())
+		}
 		s.mu.Unlock()
 		st.Cursors = append(st.Cursors, ci)
 	}

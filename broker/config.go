@@ -175,6 +175,10 @@ type Config struct {
 	// Replication tunes the replicators (see ReplicationConfig; zero
 	// fields take their defaults).
 	Replication ReplicationConfig `yaml:"replication"`
+	// Subscriptions bounds replicated subscriptions' acknowledgement
+	// vectors and tunes their shipping (see SubscriptionsConfig; zero
+	// fields take their defaults).
+	Subscriptions SubscriptionsConfig `yaml:"subscriptions"`
 
 	// DedupReplicatedCopies skips a replicated entry every message of which
 	// is already stored here under the same producer failover identity (a
@@ -277,6 +281,7 @@ func DefaultConfig() Config {
 		KeepaliveTimeout:        10 * time.Second,
 		KeepaliveMinTime:        5 * time.Second,
 		Replication:             DefaultReplicationConfig(),
+		Subscriptions:           DefaultSubscriptionsConfig(),
 	}
 }
 
@@ -362,6 +367,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Replication.Validate(); err != nil {
+		return err
+	}
+	if err := c.Subscriptions.Validate(); err != nil {
 		return err
 	}
 	if err := validateQuorum(c.DefaultEnsembleSize, c.DefaultWriteQuorum, c.DefaultAckQuorum); err != nil {

@@ -88,8 +88,9 @@ func vectorToRecord(v ackVector, maxRanges int) map[string]coverOrigin {
 	return out
 }
 
-// vectorFromRecord converts a stored cover vector (nil stays nil).
-func vectorFromRecord(m map[string]coverOrigin) ackVector {
+// vectorFromRecord converts a stored cover vector (nil stays nil), its
+// batch acks within lim.
+func vectorFromRecord(m map[string]coverOrigin, lim *vecLimits) ackVector {
 	if m == nil {
 		return nil
 	}
@@ -103,7 +104,7 @@ func vectorFromRecord(m map[string]coverOrigin) ackVector {
 			v.add(origin, r[0], r[1])
 		}
 		for seq, ws := range c.Batch {
-			v.addBatch(origin, seq, ws)
+			v.addBatchLim(origin, seq, ws, lim)
 		}
 	}
 	return v

@@ -19,6 +19,9 @@ type metrics struct {
 	seekSeconds     prometheus.Histogram
 	// Backlog operations and policies (backlogops.go, ttl.go).
 	expiredEntries, evictedEntries *prometheus.CounterVec
+	// Acknowledgement vectors (ackvector_bound.go, subsync.go).
+	vectorDropped                     *prometheus.CounterVec
+	subSyncSentBytes, subSyncSentUpds *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -56,13 +59,19 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help: "Entries acknowledged on subscriptions by message TTL and expire-messages."}, []string{"namespace"}),
 		evictedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_evicted_entries_total",
 			Help: "Entries acknowledged on subscriptions by the consumer_backlog_eviction quota action, by quota (size or age)."}, []string{"namespace", "quota"}),
+		vectorDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_subscription_ack_vector_dropped_total",
+			Help: "Ranges and batch entries dropped from acknowledgement vectors to keep them within subscriptions.max_ack_vector_bytes (their entries are delivered again after a move)."}, []string{"namespace"}),
+		subSyncSentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_subscription_ack_replication_sent_bytes_total",
+			Help: "Bytes of replicated-subscription updates (vectors, wire size) sent to the remote region, by kind: full vectors or deltas."}, []string{"remote", "kind"}),
+		subSyncSentUpds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_subscription_ack_replication_sent_updates_total",
+			Help: "Replicated-subscription updates sent to the remote region, by kind: full vectors, deltas, deletions."}, []string{"remote", "kind"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
 		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s},
-		m.expiredEntries, m.evictedEntries} {
+		m.expiredEntries, m.evictedEntries, m.vectorDropped, m.subSyncSentBytes, m.subSyncSentUpds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

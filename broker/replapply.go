@@ -43,6 +43,10 @@ type replState struct {
 	// waiting counts the entries waiting outside applyMu for blocking work
 	// (a queued local copy, the quota check, append queue room).
 	waiting atomic.Int64
+	// skips holds, per origin stream, the origin_seq ranges senders
+	// reported as not for this region, above the stream's highest stored
+	// entry (replapply_skip.go); guarded by applyMu.
+	skips map[string][]seqRange
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -489,7 +493,13 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 			} else if valid, verr := validateReplEntries(ents.GetEntries(), b.cfg.MaxMessageBytes); verr != nil {
 				log.Warn("invalid replication request refused", "request_id", ents.GetRequestId(), "err", verr)
 				a = &replAck{end: GRPCError(verr)}
+			} else if verr := validateSkipped(ents.GetSkipped()); verr != nil {
+				log.Warn("invalid replication request refused", "request_id", ents.GetRequestId(), "err", verr)
+				a = &replAck{end: GRPCError(verr)}
 			} else {
+				// Skip reports first: they are facts about entries' metadata,
+				// and the request's entries may need them.
+				t.noteSkipped(ents.GetSkipped())
 				a = rs.apply(ctx, t, source, guard, ents.GetRequestId(), valid)
 			}
 			select {
@@ -730,6 +740,9 @@ func (rs *replicationService) applyOne(ctx context.Context, t *topic, source str
 	}
 	md := e.md
 	md.Replicated = true
+	// This region's own count (a relay's copy carries its receiver's).
+	stored, _ := t.ml.replProgress(name)
+	md.OriginSkippedBefore = t.repl.skippedBeforeLocked(stream, seq, stored)
 	data, err := wire.EncodeEntry(md, e.payload)
 	if err != nil {
 		return replNeedNone, fmt.Errorf("%w: entries[%d]: %v", ErrInvalidArgument, i, err)

@@ -48,6 +48,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	repl    *replManager
+	// vlim bounds acknowledgement vectors (cfg.Subscriptions).
+	vlim *vecLimits
 	// sched runs every loaded topic's periodic work (timerwheel.go).
 	sched *topicSched
 
@@ -113,11 +115,12 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	cfg.Subscriptions = cfg.Subscriptions.withDefaults()
 	if cfg.UnsafeSkipOriginCheck {
 		cfg.Logger.Warn("UNSAFE TEST MODE unsafe_skip_origin_check: replicated entries resent after a reconnect are stored twice; never use it outside a chaos test")
 	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
-		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(),
+		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(), vlim: cfg.Subscriptions.vecLimits(),
 		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes}}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {

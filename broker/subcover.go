@@ -75,6 +75,9 @@ type coverState struct {
 	scanValid bool
 	// appended is set by the topic on every append (cheap, no lock).
 	appended atomic.Bool
+	// warnedTrim counts the trims of v past its bound (the first is
+	// logged).
+	warnedTrim atomic.Int64
 	// origins holds the origin keys of entries read, by position (zero key:
 	// the entry has none); entries at or before min(mark-delete, vfront)
 	// are pruned.
@@ -99,6 +102,46 @@ type coverState struct {
 	marks []verMark
 	// typ is the type last connected or received (shipped to others).
 	typ clientv1.SubscriptionType
+	// ownKeys caches ownKey per origin stream (the translation asks it for
+	// every acknowledged entry).
+	ownKeys map[string]string
+}
+
+// ownKey is ownKey(self, stream), cached.
+func (c *coverState) ownKey(self, stream string) string {
+	if k, ok := c.ownKeys[stream]; ok {
+		return k
+	}
+	k := ownKey(self, stream)
+	if c.ownKeys == nil || len(c.ownKeys) >= maxInterned {
+		c.ownKeys = map[string]string{}
+	}
+	c.ownKeys[stream] = k
+	return k
+}
+
+// boundCoverLocked keeps the cover within the vector bounds after it
+// grew: other origins' exact claims are folded into this region's scoped
+// claim (foldForeign), then the vector is trimmed to
+// subscriptions.max_ack_vector_bytes (trim: it forgets acknowledgements,
+// never adds any), which the metric
+// meridian_subscription_ack_vector_dropped_total counts. Needs s.mu.
+func (s *subscription) boundCoverLocked() {
+	c := &s.cov
+	if c.v == nil {
+		return
+	}
+	lim := s.t.b.vlim.get()
+	c.v.foldForeign(s.t.b.cfg.Region, lim)
+	if n := c.v.trim(lim.maxBytes); n > 0 {
+		if m := s.t.b.metrics; m != nil {
+			m.vectorDropped.WithLabelValues(s.t.name.NamespaceName()).Add(float64(n))
+		}
+		if c.warnedTrim.Add(1) == 1 {
+			s.t.log.Warn("acknowledgement vector past its bound: its highest ranges are dropped (their entries are delivered again after a move, never skipped)",
+				"subscription", s.name, "limit_bytes", lim.maxBytes, "dropped", n)
+		}
+	}
 }
 
 // on reports whether the subscription does cover work at all.
@@ -217,7 +260,7 @@ func (s *subscription) coverEntryLocked(e LedgerEntry) bool {
 	if k.Region == "" {
 		return false
 	}
-	if !s.cov.v.covers(k.Region, k.Seq) {
+	if !s.cov.v.coversEntry(k, s.t.b.cfg.Region) {
 		s.coverBatchLocked(pos{e.LedgerID, e.EntryID}, k)
 		return false
 	}
@@ -236,7 +279,7 @@ func (s *subscription) coverEntryLocked(e LedgerEntry) bool {
 // (Message.acked_batch_indexes) and an entry whose every message is now
 // acknowledged is acknowledged as a whole by deliverLocked. Needs s.mu.
 func (s *subscription) coverBatchLocked(p pos, k originKey) {
-	ws := s.cov.v.batchOf(k.Region, k.Seq)
+	ws := s.cov.v.batchOfEntry(k, s.t.b.cfg.Region)
 	if len(ws) == 0 {
 		return
 	}
@@ -425,9 +468,19 @@ func (s *subscription) translateLocked(changed *bool) (need pos, st transState) 
 func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transState) {
 	ml := s.t.ml
 	c := &s.cov
+	self, lim := s.t.b.cfg.Region, s.t.b.vlim
+	grew := false
+	defer func() {
+		if grew {
+			s.boundCoverLocked()
+		}
+	}()
 	add := func(k originKey) {
-		if c.replicated && k.Region != "" && c.v.add(k.Region, k.Seq, k.Seq) {
-			*changed = true
+		// Another origin's entry goes into this region's scoped claim with
+		// the origin_seq values right below it that are not for this
+		// region (k.Skip), so those never hold a hole open here.
+		if c.replicated && k.Region != "" && c.v.add(c.ownKey(self, k.Region), k.Seq-k.Skip, k.Seq) {
+			*changed, grew = true, true
 			c.changed()
 			s.dirty = true
 		}
@@ -453,8 +506,8 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transSta
 			continue // acknowledged as a whole (newAcks has it), or passed
 		}
 		if k, known := c.origins[p]; known {
-			if c.replicated && k.Region != "" && c.v.addBatch(k.Region, k.Seq, b.words) {
-				*changed = true
+			if c.replicated && k.Region != "" && c.v.addBatchLim(c.ownKey(self, k.Region), k.Seq, b.words, lim) {
+				*changed, grew = true, true
 				c.changed()
 				s.dirty = true
 			}
@@ -589,7 +642,7 @@ func (s *subscription) scanStep(w *scanWalk) (need pos, done, yield bool) {
 			if _, acked := s.acked[n]; !acked {
 				return n, false, false
 			}
-		} else if k.Region != "" && c.v.covers(k.Region, k.Seq) {
+		} else if k.Region != "" && c.v.coversEntry(k, s.t.b.cfg.Region) {
 			s.ackByCoverLocked(n)
 			s.compactLocked()
 		}
@@ -646,6 +699,7 @@ func (s *subscription) seekVectorEpoch(v ackVector, floor pos, epoch int64, regi
 	s.dirty = true
 	c := &s.cov
 	c.v = v.clone()
+	s.boundCoverLocked()
 	c.newAcks = nil
 	c.newBatch = nil
 	c.vfront = floor
@@ -678,9 +732,10 @@ func (s *subscription) joinCover(w ackVector) bool {
 	if s.cov.v == nil {
 		s.cov.v = ackVector{}
 	}
-	if !s.cov.v.join(w) {
+	if !s.cov.v.joinLim(w, s.t.b.vlim) {
 		return false
 	}
+	s.boundCoverLocked()
 	s.cov.gen++
 	s.cov.due = true
 	s.cov.changed()
@@ -746,10 +801,11 @@ func (s *subscription) restoreCover(ext cursorExt) {
 	c.replicated = ext.Replicated
 	c.epoch, c.region = ext.ResetEpoch, ext.ResetRegion
 	c.typ = clientv1.SubscriptionType(ext.Type)
-	c.v = vectorFromRecord(ext.Cover)
+	c.v = vectorFromRecord(ext.Cover, s.t.b.vlim)
 	if c.replicated && c.v == nil {
 		c.v = ackVector{}
 	}
+	s.boundCoverLocked()
 	c.vfront = s.markDelete
 	if ext.VFront != nil {
 		c.vfront = pos{ext.VFront[0], ext.VFront[1]}

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/replicator"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // Replicated subscriptions: shipping.
@@ -20,13 +22,20 @@ import (
 // in every other region of the namespace, on one ReplicateSubscriptions
 // stream per topic and remote region. A sender ships, for each replicated
 // subscription whose V changed and is not already contained in what the
-// remote is known to have (what it confirmed from us joined with what it
-// sent us), the whole V — batched, at most every subSyncFlush. Every new
-// stream starts by sending every replicated subscription: a restarted
-// receiver may have lost state it had not persisted. Vectors are joins, so
-// resending, reordering and relaying are harmless; because each region
-// ships its joined V to every other, acknowledgements made in a reach c
-// through b while the link a-c is down.
+// remote is known to have, batched at most every subSyncFlush, a delta:
+// V minus what it last sent on the stream (sendState.sent: what the
+// remote confirmed from us or sent us, joined with the requests in
+// flight). Vectors are joins, so the remote holding W ⊇ sent and joining
+// the delta holds all of V (ackvector_delta.go). The whole V goes instead
+// on every new stream (a restarted receiver may have lost state it had
+// not persisted), after a reset (a higher reset epoch replaces, so it must
+// be whole), after a refused request (sent falls back to what was
+// confirmed), and every subscriptions.full_sync_interval (so anything a
+// remote lost without a new stream heals). With no new acknowledgements a
+// sender ships nothing but its keepalive (an empty request every
+// replication.keepalive). Resending, reordering and relaying are
+// harmless; because each region ships its joined V to every other,
+// acknowledgements made in a reach c through b while the link a-c is down.
 
 // subSyncFlush is the batching delay of a sender: acknowledgements are
 // shipped at most this long after they are made (not one request per ack).
@@ -205,7 +214,21 @@ type subSender struct {
 	subs      map[string]*sendState
 	connected bool
 	lastErr   string
+
+	// sent counts the updates (and their bytes, as AckVector wire size)
+	// shipped by kind since the sender started (tests; the metric
+	// meridian_subscription_ack_replication_sent_*_total has the same).
+	sent [3]struct{ updates, bytes atomic.Int64 }
 }
+
+// Kinds of shipped updates (subSender.sent, metric label kind).
+const (
+	shipFull = iota
+	shipDelta
+	shipDeleted
+)
+
+var shipKinds = [...]string{shipFull: "full", shipDelta: "delta", shipDeleted: "deleted"}
 
 // sendState is what a sender knows of one subscription on its remote.
 type sendState struct {
@@ -214,6 +237,14 @@ type sendState struct {
 	confirmed ackVector
 	cEpoch    int64
 	cRegion   string
+	// sent is confirmed joined with what the requests in flight carry, at
+	// reset epoch sEpoch/sRegion: the base of the next delta (nil: ship
+	// the whole vector). lastFull is when the whole vector was last
+	// shipped (or found held by the remote) on this stream.
+	sent     ackVector
+	sEpoch   int64
+	sRegion  string
+	lastFull time.Time
 	// sentVer is the subscription's cover version last shipped on this
 	// stream (-1: ship it again); confVer the last version the remote is
 	// known to have (the lag counts from the first change after it).
@@ -290,10 +321,32 @@ func (x *subSender) run() {
 type sentItem struct {
 	name    string
 	ver     int64
-	v       ackVector
+	v       ackVector // the vector shipped: whole, or a delta
+	full    bool
 	epoch   int64
 	region  string
 	deleted bool
+}
+
+// count records shipped updates (metrics and subSender.sent).
+func (x *subSender) count(items []sentItem, ups []*clientv1.SubscriptionUpdate) {
+	m := x.m.s.metrics
+	for i, it := range items {
+		kind := shipDelta
+		switch {
+		case it.deleted:
+			kind = shipDeleted
+		case it.full:
+			kind = shipFull
+		}
+		n := proto.Size(ups[i].GetVector())
+		x.sent[kind].updates.Add(1)
+		x.sent[kind].bytes.Add(int64(n))
+		if m != nil {
+			m.subSyncSentUpds.WithLabelValues(x.remote, shipKinds[kind]).Inc()
+			m.subSyncSentBytes.WithLabelValues(x.remote, shipKinds[kind]).Add(float64(n))
+		}
+	}
 }
 
 type syncStream = grpc.BidiStreamingClient[clientv1.SubscriptionSyncRequest, clientv1.SubscriptionSyncResponse]
@@ -340,6 +393,7 @@ func (x *subSender) session() error {
 	for _, s := range x.subs {
 		s.sentVer = -1
 		s.confirmed = nil
+		s.sent = nil
 		s.tombAcked = false
 	}
 	x.mu.Unlock()
@@ -371,6 +425,7 @@ func (x *subSender) session() error {
 		reqID++
 		inflight[reqID] = items
 		sentAt[reqID] = time.Now()
+		x.count(items, ups)
 		return st.Send(&clientv1.SubscriptionSyncRequest{Kind: &clientv1.SubscriptionSyncRequest_Updates{Updates: &clientv1.SubscriptionUpdates{
 			RequestId: reqID, Updates: ups}}})
 	}
@@ -443,6 +498,8 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 	var items []sentItem
 	var ups []*clientv1.SubscriptionUpdate
 	ranges := 0
+	now := time.Now()
+	fullSync := x.m.s.cfg.Subscriptions.withDefaults().FullSyncInterval
 	subs := x.t.subList()
 	tombs := x.t.subsync.liveTombs()
 	x.forget(subs, tombs)
@@ -457,6 +514,7 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 			x.subs[s.name] = stt
 		}
 		sentVer, confVer := stt.sentVer, stt.confVer
+		periodic := !stt.lastFull.IsZero() && now.Sub(stt.lastFull) >= fullSync
 		x.mu.Unlock()
 		s.mu.Lock()
 		if !s.cov.replicated || s.deleted {
@@ -465,8 +523,9 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		}
 		ver := s.cov.ver
 		// Skip what this stream shipped, or what the remote has — unless the
-		// stream is new (sentVer -1): then everything goes again.
-		if ver == sentVer || ver == confVer && sentVer != -1 {
+		// stream is new (sentVer -1), then everything goes again, or the
+		// periodic whole vector is due.
+		if (ver == sentVer || ver == confVer && sentVer != -1) && !periodic {
 			s.mu.Unlock()
 			continue
 		}
@@ -475,23 +534,39 @@ func (x *subSender) collect() ([]sentItem, []*clientv1.SubscriptionUpdate) {
 		s.mu.Unlock()
 		x.mu.Lock()
 		sameEpoch := stt.confirmed != nil && stt.cEpoch == epoch && stt.cRegion == region
-		if sameEpoch && stt.confirmed.contains(v) {
+		if sameEpoch && !periodic && stt.confirmed.contains(v) {
 			// The remote has it already (it sent it to us, or confirmed it).
 			stt.confVer = max(stt.confVer, ver)
 			stt.sentVer = ver
+			if stt.lastFull.IsZero() {
+				stt.lastFull = now
+			}
 			x.mu.Unlock()
 			continue
 		}
-		if ver == stt.sentVer {
+		if ver == stt.sentVer && !periodic {
 			x.mu.Unlock()
 			continue // shipped, not confirmed yet
 		}
+		full := periodic || stt.sent == nil || stt.sEpoch != epoch || stt.sRegion != region
+		ship := v
+		if !full {
+			ship = v.minus(stt.sent)
+			if ship.empty() {
+				stt.sentVer = ver // all in flight already
+				x.mu.Unlock()
+				continue
+			}
+			stt.sent.joinLim(ship, noVecLimits)
+		} else {
+			stt.sent, stt.sEpoch, stt.sRegion, stt.lastFull = v.clone(), epoch, region, now
+		}
 		stt.sentVer = ver
 		x.mu.Unlock()
-		n, _ := v.rangeCount()
-		ranges += int(n) + len(v)
-		items = append(items, sentItem{name: s.name, ver: ver, v: v, epoch: epoch, region: region})
-		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: s.name, Type: typ, Vector: v.toProto(), ResetEpoch: epoch, ResetRegion: region})
+		n, _ := ship.rangeCount()
+		ranges += int(n) + len(ship)
+		items = append(items, sentItem{name: s.name, ver: ver, v: ship, full: full, epoch: epoch, region: region})
+		ups = append(ups, &clientv1.SubscriptionUpdate{Subscription: s.name, Type: typ, Vector: ship.toProto(), ResetEpoch: epoch, ResetRegion: region})
 	}
 	for name, tb := range tombs {
 		if len(items) >= subSyncMaxUpdates {
@@ -541,8 +616,15 @@ func (x *subSender) confirm(items []sentItem, e *clientv1.Error) {
 	if e != nil {
 		x.lastErr = e.GetMessage()
 		for _, it := range items {
-			if stt := x.subs[it.name]; stt != nil && (stt.sentVer == it.ver || it.deleted) {
-				stt.sentVer = -1 // retried by the next flush or probe
+			if stt := x.subs[it.name]; stt != nil {
+				if stt.sentVer == it.ver || it.deleted {
+					stt.sentVer = -1 // retried by the next flush or probe
+				}
+				// The next delta starts from what the remote confirmed.
+				stt.sent, stt.sEpoch, stt.sRegion = stt.confirmed.clone(), stt.cEpoch, stt.cRegion
+				if stt.confirmed == nil {
+					stt.sent = nil
+				}
 			}
 		}
 		return
@@ -568,7 +650,10 @@ func (stt *sendState) learnLocked(v ackVector, epoch int64, region string) {
 		stt.confirmed = v.clone()
 		stt.cEpoch, stt.cRegion = epoch, region
 	case c == 0:
-		stt.confirmed.join(v)
+		stt.confirmed.joinLim(v, noVecLimits)
+	}
+	if stt.sent != nil && stt.sEpoch == epoch && stt.sRegion == region {
+		stt.sent.joinLim(v, noVecLimits) // no need to ship it back
 	}
 }
 

@@ -113,13 +113,13 @@ func TestVectorBatchAcks(t *testing.T) {
 	if v.batchOf("a", 5) != nil {
 		t.Fatal("a whole ack did not prune the batch acks")
 	}
-	for seq := int64(10); seq < 10+maxVectorBatchSeqs+5; seq++ {
+	for seq := int64(10); seq < 10+DefaultMaxVectorBatchSeqs+5; seq++ {
 		v.addBatch("a", seq, []uint64{1})
 	}
-	if n := len(v["a"].Batch); n != maxVectorBatchSeqs {
-		t.Fatalf("%d batch entries kept, bound %d", n, maxVectorBatchSeqs)
+	if n := len(v["a"].Batch); n != DefaultMaxVectorBatchSeqs {
+		t.Fatalf("%d batch entries kept, bound %d", n, DefaultMaxVectorBatchSeqs)
 	}
-	if v.batchOf("a", 10+maxVectorBatchSeqs) != nil {
+	if v.batchOf("a", 10+DefaultMaxVectorBatchSeqs) != nil {
 		t.Fatal("an entry past the bound was recorded")
 	}
 }

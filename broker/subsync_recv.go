@@ -93,7 +93,7 @@ func (t *topic) applySubUpdate(ctx context.Context, source, field string, u *cli
 	if u.GetResetEpoch() < 0 {
 		return fmt.Errorf("%w: %s.reset_epoch %d must be >= 0", ErrInvalidArgument, field, u.GetResetEpoch())
 	}
-	v, err := ackVectorFromProto(field+".vector", u.GetVector())
+	v, err := ackVectorFromProtoLim(field+".vector", u.GetVector(), t.b.vlim)
 	if err != nil {
 		return err
 	}

@@ -463,6 +463,7 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		s.restoreCover(ext)
 		s.mu.Lock()
 		s.cov.v = cov
+		s.boundCoverLocked()
 		s.mu.Unlock()
 	}
 	t.subs[name] = s

@@ -8,8 +8,10 @@
 // Invariants:
 //   - The cursor advances only over the longest prefix of the log whose
 //     entries the remote answered PERSISTED, DUPLICATE or GAP, or that need
-//     no sending (origin is the remote, the remote is not among the entry's
-//     targets, replication disabled, an entry the remote already applied).
+//     no sending (origin is the remote, an entry the remote already
+//     applied), or that are not for the remote (the remote is not among the
+//     entry's targets, replication disabled) and were reported as such
+//     (ReplicateEntries.skipped) in a request the remote answered.
 //     A relayed entry whose origin the remote reaches directly is not sent
 //     but waits until the remote's applied position passes it (or is sent
 //     after all if the origin's direct stream goes). A REJECTED entry and

@@ -93,13 +93,16 @@ func (it *item) heldCost() int64 {
 // 170 bytes per entry on amd64).
 const itemOverhead = 176
 
-// request is one ReplicateEntries in flight.
+// request is one ReplicateEntries in flight: items are sent (one result
+// each), skipped are reported as not for the remote (ReplicateEntries.skipped)
+// and done when the request is answered.
 type request struct {
-	id     int64
-	items  []*item
-	bytes  int64
-	msgs   int
-	sentAt time.Time
+	id      int64
+	items   []*item
+	skipped []*item
+	bytes   int64
+	msgs    int
+	sentAt  time.Time
 }
 
 // Limits bound a pipeline.
@@ -121,6 +124,10 @@ type Limits struct {
 	// DUPLICATE (the receiver's per-origin in-sequence check keeps it
 	// exact).
 	MaxRelayWait time.Duration
+	// RequestSkipped bounds the entries one request reports as not for the
+	// remote (default 4096; they go as origin_seq ranges, consecutive
+	// values of a stream merged).
+	RequestSkipped int
 	// MaxHeldBytes bounds the memory of the waiting entries (heldCost:
 	// their metadata, about 170 bytes each; default 16 MiB, some 95 000
 	// entries). Past it the oldest waiting entries of the origin that has
@@ -151,6 +158,9 @@ func (l Limits) withDefaults() Limits {
 	if l.RequestEntries <= 0 {
 		l.RequestEntries = 512
 	}
+	if l.RequestSkipped <= 0 {
+		l.RequestSkipped = 4096
+	}
 	if l.MaxRelayWait <= 0 {
 		l.MaxRelayWait = DefaultMaxRelayWait
 	}
@@ -168,6 +178,8 @@ type Progress struct {
 	PersistedMsgs  int
 	// Skipped counts DUPLICATE and GAP answers.
 	Skipped int
+	// NotFor counts the entries reported as not for the remote.
+	NotFor int
 }
 
 // pipeline is the protocol core of one replication session: the entries
@@ -246,6 +258,10 @@ const (
 	verdictSend verdict = iota
 	verdictSkip
 	verdictWait
+	// verdictNotFor: the entry is not for the remote by its metadata
+	// (replicate_to without it, disable_replication): not sent, reported
+	// in the request's skipped ranges, done once the request is answered.
+	verdictNotFor
 )
 
 // classify decides what e needs (see the package doc).
@@ -255,10 +271,13 @@ func (p *pipeline) classify(e *Entry) verdict {
 		origin = p.self
 	}
 	switch {
-	case origin == p.remote, e.NoReplicate:
+	case origin == p.remote:
 		return verdictSkip
-	case len(e.Targets) > 0 && !slices.Contains(e.Targets, p.remote):
-		return verdictSkip
+	case e.NoReplicate, len(e.Targets) > 0 && !slices.Contains(e.Targets, p.remote):
+		if e.OriginSeq <= 0 {
+			return verdictSkip // no origin key to report (an undecodable entry)
+		}
+		return verdictNotFor
 	}
 	stream := e.Stream
 	if stream == "" {
@@ -287,7 +306,7 @@ func (p *pipeline) resolveWaiting(now time.Time) {
 			it := its[n]
 			if it.state == stateWaiting {
 				switch p.classify(&it.e) {
-				case verdictSkip:
+				case verdictSkip, verdictNotFor:
 					p.unhold(it, stateDone)
 				case verdictSend:
 					p.unhold(it, stateUnsent)
@@ -408,6 +427,18 @@ func (p *pipeline) next(now time.Time) *request {
 		r.msgs += max(it.e.Messages, 1)
 		return true
 	}
+	addSkip := func(it *item) bool {
+		if r != nil && len(r.skipped) >= p.lim.RequestSkipped {
+			return false
+		}
+		if r == nil {
+			r = &request{id: p.nextID, sentAt: now}
+			p.nextID++
+		}
+		it.state = stateInflight
+		r.skipped = append(r.skipped, it)
+		return true
+	}
 	// Released entries first: they precede, per origin, everything unsent
 	// (the shell reads their data again first: missingData).
 	for len(p.release) > 0 && p.release[0].e.Data != nil && add(p.release[0]) {
@@ -428,6 +459,13 @@ func (p *pipeline) next(now time.Time) *request {
 		switch v {
 		case verdictSkip:
 			it.state = stateDone
+		case verdictNotFor:
+			if it.e.Stream == "" {
+				it.e.Stream = origin
+			}
+			if !addSkip(it) {
+				goto done
+			}
 		case verdictWait:
 			p.hold(it, origin, now)
 			if len(p.release) > 0 {
@@ -500,6 +538,12 @@ func (p *pipeline) ack(a *clientv1.ReplicateAck, now time.Time) (Progress, error
 	p.inflightBytes -= r.bytes
 	p.win.sample(now.Sub(r.sentAt), r.bytes, now)
 	p.view(a.GetApplied(), a.GetDirect())
+	// The receiver records the skip reports before it applies the entries,
+	// whatever their results.
+	for _, it := range r.skipped {
+		it.state = stateDone
+	}
+	pr.NotFor = len(r.skipped)
 	for i, res := range a.GetResults() {
 		it := r.items[i]
 		switch res {
@@ -567,7 +611,27 @@ func (r *request) toProto() *clientv1.ReplicateRequest {
 	for i, it := range r.items {
 		es[i] = it.e.Data
 	}
-	return &clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{RequestId: r.id, Entries: es}}}
+	return &clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{RequestId: r.id, Entries: es,
+		Skipped: skippedRanges(r.skipped)}}}
+}
+
+// skippedRanges renders entries not for the remote as origin_seq ranges,
+// merging consecutive values of a stream (they come in log order, so per
+// stream in origin order).
+func skippedRanges(its []*item) []*clientv1.SkippedSeqs {
+	var out []*clientv1.SkippedSeqs
+	last := map[string]*clientv1.SkippedSeqs{}
+	for _, it := range its {
+		stream := it.e.Stream // set by next
+		if r := last[stream]; r != nil && r.Last+1 == it.e.OriginSeq {
+			r.Last = it.e.OriginSeq
+			continue
+		}
+		r := &clientv1.SkippedSeqs{Stream: stream, First: it.e.OriginSeq, Last: it.e.OriginSeq}
+		last[stream] = r
+		out = append(out, r)
+	}
+	return out
 }
 
 // window sizes the bytes in flight to twice the bandwidth-delay product

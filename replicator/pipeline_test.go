@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -189,5 +190,52 @@ func TestPipelineRelayWaitsForDirectOrigin(t *testing.T) {
 	}
 	if at, ok := p.advance(); !ok || at != (Position{1, 3}) {
 		t.Fatalf("advance = %v %v, want 1:3", at, ok)
+	}
+}
+
+// TestPipelineReportsEntriesNotForTheRemote (issue 20 item 6): entries
+// kept out of the remote by replicate_to or disable_replication are not
+// sent but reported, per origin stream, as merged origin_seq ranges in the
+// request; the cursor passes them only once the request is answered (the
+// remote then holds the report), whatever the results of its entries.
+func TestPipelineReportsEntriesNotForTheRemote(t *testing.T) {
+	p := newPipeline("a", "b", Limits{}, Position{1, -1}, &clientv1.ReplicateOpened{})
+	only := func(e Entry, targets ...string) Entry { e.Targets = targets; return e }
+	local := func(e Entry) Entry { e.NoReplicate = true; return e }
+	relayed := ent(6, "c", 7)
+	relayed.Stream = "c@2"
+	p.push([]Entry{
+		ent(0, "a", 1),
+		only(ent(1, "a", 2), "c"), local(ent(2, "a", 3)), only(ent(3, "a", 4), "a"), // 2..4 not for b
+		ent(4, "a", 5),
+		only(ent(5, "a", 6), "b", "c"), // for b
+		only(relayed, "c"),             // a relayed entry of c@2, not for b
+		local(ent(7, "a", 7)),
+	})
+	now := time.Now()
+	r := p.next(now)
+	if r == nil || p.next(now) != nil {
+		t.Fatalf("want one request, got %v", r)
+	}
+	if len(r.items) != 3 {
+		t.Fatalf("sent %d entries, want 3 (seqs 1, 5, 6)", len(r.items))
+	}
+	var got []string
+	for _, s := range r.toProto().GetEntries().GetSkipped() {
+		got = append(got, fmt.Sprintf("%s:%d-%d", s.GetStream(), s.GetFirst(), s.GetLast()))
+	}
+	if want := "[a:2-4 c@2:7-7 a:7-7]"; fmt.Sprint(got) != want {
+		t.Fatalf("skipped = %v, want %s", got, want)
+	}
+	if _, ok := p.advance(); ok {
+		t.Fatal("the cursor moved before the report was answered")
+	}
+	if _, err := p.ack(ackOf(r, persisted, persisted, rejected), now); !errors.Is(err, ErrRejected) {
+		t.Fatalf("ack: %v", err)
+	}
+	// Seqs 1 and 2..4 are done (reported and answered), 5 persisted, 6
+	// rejected: the cursor stops before 6.
+	if at, ok := p.advance(); !ok || at != (Position{1, 4}) {
+		t.Fatalf("advance = %v %v, want 1:4", at, ok)
 	}
 }

@@ -2475,8 +2475,14 @@ type CursorInfo struct {
 	// position order); partially_acked_count counts them all.
 	PartiallyAcked      []string `protobuf:"bytes,7,rep,name=partially_acked,json=partiallyAcked,proto3" json:"partially_acked,omitempty"`
 	PartiallyAckedCount int64    `protobuf:"varint,8,opt,name=partially_acked_count,json=partiallyAckedCount,proto3" json:"partially_acked_count,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// ack_vector_ranges counts the ranges above the mark-deletes of the
+	// cursor's acknowledgement (cover) vector, over every origin stream and
+	// claim (0 without one); ack_vector_bytes is its size as the bound
+	// subscriptions.max_ack_vector_bytes counts it.
+	AckVectorRanges int64 `protobuf:"varint,61,opt,name=ack_vector_ranges,json=ackVectorRanges,proto3" json:"ack_vector_ranges,omitempty"`
+	AckVectorBytes  int64 `protobuf:"varint,62,opt,name=ack_vector_bytes,json=ackVectorBytes,proto3" json:"ack_vector_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CursorInfo) Reset() {
@@ -2561,6 +2567,20 @@ func (x *CursorInfo) GetPartiallyAcked() []string {
 func (x *CursorInfo) GetPartiallyAckedCount() int64 {
 	if x != nil {
 		return x.PartiallyAckedCount
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetAckVectorRanges() int64 {
+	if x != nil {
+		return x.AckVectorRanges
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetAckVectorBytes() int64 {
+	if x != nil {
+		return x.AckVectorBytes
 	}
 	return 0
 }
@@ -8533,7 +8553,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\x04 \x01(\x03R\tcreatedMs\x12\x16\n" +
-	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xa1\x03\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\"\xf7\x03\n" +
 	"\n" +
 	"CursorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
@@ -8543,7 +8563,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x18individually_acked_count\x18\x05 \x01(\x03R\x16individuallyAckedCount\x12@\n" +
 	"\x1cindividually_acked_truncated\x18\x06 \x01(\bR\x1aindividuallyAckedTruncated\x12'\n" +
 	"\x0fpartially_acked\x18\a \x03(\tR\x0epartiallyAcked\x122\n" +
-	"\x15partially_acked_count\x18\b \x01(\x03R\x13partiallyAckedCount\"\xb7\x02\n" +
+	"\x15partially_acked_count\x18\b \x01(\x03R\x13partiallyAckedCount\x12*\n" +
+	"\x11ack_vector_ranges\x18= \x01(\x03R\x0fackVectorRanges\x12(\n" +
+	"\x10ack_vector_bytes\x18> \x01(\x03R\x0eackVectorBytes\"\xb7\x02\n" +
 	"\x12TopicInternalStats\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x128\n" +
 	"\aledgers\x18\x02 \x03(\v2\x1e.meridian.client.v1.LedgerInfoR\aledgers\x128\n" +

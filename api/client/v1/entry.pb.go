@@ -222,8 +222,14 @@ type EntryMetadata struct {
 	// origin_seq; receivers key dedup and ack vectors by the origin stream
 	// key "region" (0) or "region@incarnation" (broker/originstream.go).
 	OriginIncarnation uint64 `protobuf:"varint,49,opt,name=origin_incarnation,json=originIncarnation,proto3" json:"origin_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// origin_skipped_before is set by a replication receiver when it stores
+	// a replicated entry: how many origin_seq values right below
+	// origin_seq, in the same origin stream, its senders reported as not
+	// for this region (ReplicateEntries.skipped). Local to the region that
+	// stored the entry (a relay's receiver sets its own); 0 = none known.
+	OriginSkippedBefore int64 `protobuf:"varint,61,opt,name=origin_skipped_before,json=originSkippedBefore,proto3" json:"origin_skipped_before,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -396,6 +402,13 @@ func (x *EntryMetadata) GetOriginIncarnation() uint64 {
 	return 0
 }
 
+func (x *EntryMetadata) GetOriginSkippedBefore() int64 {
+	if x != nil {
+		return x.OriginSkippedBefore
+	}
+	return 0
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -522,7 +535,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\xc7\x06\n" +
+	"batchIndex\"\xfb\x06\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -548,7 +561,8 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\rdeliver_at_ms\x18\x11 \x01(\x03R\vdeliverAtMs\x12\x1b\n" +
 	"\tbatch_key\x18\x12 \x01(\tR\bbatchKey\x12%\n" +
 	"\x0eschema_version\x18\x13 \x01(\x05R\rschemaVersion\x12-\n" +
-	"\x12origin_incarnation\x181 \x01(\x04R\x11originIncarnation\"\xf1\x01\n" +
+	"\x12origin_incarnation\x181 \x01(\x04R\x11originIncarnation\x122\n" +
+	"\x15origin_skipped_before\x18= \x01(\x03R\x13originSkippedBefore\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +

@@ -244,7 +244,17 @@ type ReplicateEntries struct {
 	// entries are stored entries (internal/wire format) whose EntryMetadata
 	// has origin_region, origin_ledger_id, origin_entry_id, origin_seq and
 	// replicate_to set. Per origin region they are in origin order.
-	Entries       [][]byte `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	Entries [][]byte `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	// skipped are origin_seq ranges the sender passed without sending
+	// because their entries are not for the receiver's region (replicate_to
+	// excludes it, or disable_replication): facts about the entries'
+	// metadata, the same in every region, so any sender (the origin or a
+	// relay) may report them and a report may come twice. The receiver
+	// records, in the next entry of the stream it stores, how many
+	// origin_seq values right below it are not for it
+	// (EntryMetadata.origin_skipped_before), so its replicated
+	// subscriptions' vectors hold no holes for them (issue 20 item 6).
+	Skipped       []*SkippedSeqs `protobuf:"bytes,61,rep,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +303,76 @@ func (x *ReplicateEntries) GetEntries() [][]byte {
 	return nil
 }
 
+func (x *ReplicateEntries) GetSkipped() []*SkippedSeqs {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+// SkippedSeqs is an inclusive range of origin_seq values of one origin
+// stream (key as in ReplicateOpened.applied) that are not for the
+// receiver.
+type SkippedSeqs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	First         int64                  `protobuf:"varint,2,opt,name=first,proto3" json:"first,omitempty"`
+	Last          int64                  `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedSeqs) Reset() {
+	*x = SkippedSeqs{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedSeqs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedSeqs) ProtoMessage() {}
+
+func (x *SkippedSeqs) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedSeqs.ProtoReflect.Descriptor instead.
+func (*SkippedSeqs) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SkippedSeqs) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SkippedSeqs) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SkippedSeqs) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
 type ReplicateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -306,7 +386,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[3]
+	mi := &file_api_client_v1_replication_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +398,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[3]
+	mi := &file_api_client_v1_replication_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +411,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{3}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReplicateResponse) GetKind() isReplicateResponse_Kind {
@@ -392,7 +472,7 @@ type ReplicateOpened struct {
 
 func (x *ReplicateOpened) Reset() {
 	*x = ReplicateOpened{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[4]
+	mi := &file_api_client_v1_replication_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +484,7 @@ func (x *ReplicateOpened) String() string {
 func (*ReplicateOpened) ProtoMessage() {}
 
 func (x *ReplicateOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[4]
+	mi := &file_api_client_v1_replication_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +497,7 @@ func (x *ReplicateOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateOpened.ProtoReflect.Descriptor instead.
 func (*ReplicateOpened) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{4}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReplicateOpened) GetApplied() map[string]int64 {
@@ -452,7 +532,7 @@ type ReplicateAck struct {
 
 func (x *ReplicateAck) Reset() {
 	*x = ReplicateAck{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[5]
+	mi := &file_api_client_v1_replication_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +544,7 @@ func (x *ReplicateAck) String() string {
 func (*ReplicateAck) ProtoMessage() {}
 
 func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[5]
+	mi := &file_api_client_v1_replication_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +557,7 @@ func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateAck.ProtoReflect.Descriptor instead.
 func (*ReplicateAck) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{5}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplicateAck) GetRequestId() int64 {
@@ -528,7 +608,7 @@ type SubscriptionSyncRequest struct {
 
 func (x *SubscriptionSyncRequest) Reset() {
 	*x = SubscriptionSyncRequest{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[6]
+	mi := &file_api_client_v1_replication_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +620,7 @@ func (x *SubscriptionSyncRequest) String() string {
 func (*SubscriptionSyncRequest) ProtoMessage() {}
 
 func (x *SubscriptionSyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[6]
+	mi := &file_api_client_v1_replication_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +633,7 @@ func (x *SubscriptionSyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncRequest.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{6}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubscriptionSyncRequest) GetKind() isSubscriptionSyncRequest_Kind {
@@ -608,7 +688,7 @@ type SubscriptionSyncOpen struct {
 
 func (x *SubscriptionSyncOpen) Reset() {
 	*x = SubscriptionSyncOpen{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[7]
+	mi := &file_api_client_v1_replication_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +700,7 @@ func (x *SubscriptionSyncOpen) String() string {
 func (*SubscriptionSyncOpen) ProtoMessage() {}
 
 func (x *SubscriptionSyncOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[7]
+	mi := &file_api_client_v1_replication_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +713,7 @@ func (x *SubscriptionSyncOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncOpen.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncOpen) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{7}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubscriptionSyncOpen) GetTopic() string {
@@ -668,7 +748,7 @@ type SubscriptionUpdates struct {
 
 func (x *SubscriptionUpdates) Reset() {
 	*x = SubscriptionUpdates{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[8]
+	mi := &file_api_client_v1_replication_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +760,7 @@ func (x *SubscriptionUpdates) String() string {
 func (*SubscriptionUpdates) ProtoMessage() {}
 
 func (x *SubscriptionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[8]
+	mi := &file_api_client_v1_replication_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +773,7 @@ func (x *SubscriptionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionUpdates.ProtoReflect.Descriptor instead.
 func (*SubscriptionUpdates) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{8}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubscriptionUpdates) GetRequestId() int64 {
@@ -710,9 +790,10 @@ func (x *SubscriptionUpdates) GetUpdates() []*SubscriptionUpdate {
 	return nil
 }
 
-// SubscriptionUpdate carries one replicated subscription's whole
-// acknowledgement vector (a join: applying it twice, late or out of order
-// changes nothing) or, with a newer reset epoch, replaces it.
+// SubscriptionUpdate carries a replicated subscription's acknowledgement
+// vector, whole or as a delta (what changed since what the receiver is
+// known to hold; a join: applying it twice, late or out of order changes
+// nothing) or, with a newer reset epoch, replaces it (then always whole).
 type SubscriptionUpdate struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Subscription string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
@@ -731,7 +812,7 @@ type SubscriptionUpdate struct {
 
 func (x *SubscriptionUpdate) Reset() {
 	*x = SubscriptionUpdate{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[9]
+	mi := &file_api_client_v1_replication_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +824,7 @@ func (x *SubscriptionUpdate) String() string {
 func (*SubscriptionUpdate) ProtoMessage() {}
 
 func (x *SubscriptionUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[9]
+	mi := &file_api_client_v1_replication_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +837,7 @@ func (x *SubscriptionUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionUpdate.ProtoReflect.Descriptor instead.
 func (*SubscriptionUpdate) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{9}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubscriptionUpdate) GetSubscription() string {
@@ -802,17 +883,29 @@ func (x *SubscriptionUpdate) GetDeleted() bool {
 }
 
 // AckVector is a subscription's progress in origin terms: per origin
-// region, the origin_seq values acknowledged.
+// stream, the origin_seq values acknowledged.
 type AckVector struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origins       map[string]*OriginAcks `protobuf:"bytes,1,rep,name=origins,proto3" json:"origins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// origins are exact claims: every origin_seq listed is acknowledged,
+	// wherever its entry is stored.
+	Origins map[string]*OriginAcks `protobuf:"bytes,1,rep,name=origins,proto3" json:"origins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// scoped are the claims of one region (the key) valid only for the
+	// entries that are for that region: its origin region's own entries,
+	// and entries neither local-only (disable_replication) nor restricted
+	// by replicate_to to a list without it. A region states its
+	// acknowledgements of other origins' entries this way, together with
+	// the origin_seq values it knows are not for it (not deliverable there,
+	// so acknowledged for its purposes), which keeps them compact; a
+	// receiver applies such a claim only to the entries for the claiming
+	// region, never to one kept out of it (issue 20 item 6).
+	Scoped        map[string]*ScopedAcks `protobuf:"bytes,61,rep,name=scoped,proto3" json:"scoped,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AckVector) Reset() {
 	*x = AckVector{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[10]
+	mi := &file_api_client_v1_replication_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +917,7 @@ func (x *AckVector) String() string {
 func (*AckVector) ProtoMessage() {}
 
 func (x *AckVector) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[10]
+	mi := &file_api_client_v1_replication_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,10 +930,62 @@ func (x *AckVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckVector.ProtoReflect.Descriptor instead.
 func (*AckVector) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{10}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AckVector) GetOrigins() map[string]*OriginAcks {
+	if x != nil {
+		return x.Origins
+	}
+	return nil
+}
+
+func (x *AckVector) GetScoped() map[string]*ScopedAcks {
+	if x != nil {
+		return x.Scoped
+	}
+	return nil
+}
+
+// ScopedAcks are one region's scoped claims, per origin stream.
+type ScopedAcks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origins       map[string]*OriginAcks `protobuf:"bytes,1,rep,name=origins,proto3" json:"origins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScopedAcks) Reset() {
+	*x = ScopedAcks{}
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScopedAcks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScopedAcks) ProtoMessage() {}
+
+func (x *ScopedAcks) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScopedAcks.ProtoReflect.Descriptor instead.
+func (*ScopedAcks) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ScopedAcks) GetOrigins() map[string]*OriginAcks {
 	if x != nil {
 		return x.Origins
 	}
@@ -863,7 +1008,7 @@ type OriginAcks struct {
 
 func (x *OriginAcks) Reset() {
 	*x = OriginAcks{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[11]
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1020,7 @@ func (x *OriginAcks) String() string {
 func (*OriginAcks) ProtoMessage() {}
 
 func (x *OriginAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[11]
+	mi := &file_api_client_v1_replication_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1033,7 @@ func (x *OriginAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OriginAcks.ProtoReflect.Descriptor instead.
 func (*OriginAcks) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{11}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OriginAcks) GetMarkDeleteSeq() int64 {
@@ -924,7 +1069,7 @@ type BatchSeqAcks struct {
 
 func (x *BatchSeqAcks) Reset() {
 	*x = BatchSeqAcks{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1081,7 @@ func (x *BatchSeqAcks) String() string {
 func (*BatchSeqAcks) ProtoMessage() {}
 
 func (x *BatchSeqAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[12]
+	mi := &file_api_client_v1_replication_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1094,7 @@ func (x *BatchSeqAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSeqAcks.ProtoReflect.Descriptor instead.
 func (*BatchSeqAcks) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{12}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchSeqAcks) GetSeq() int64 {
@@ -977,7 +1122,7 @@ type SeqRange struct {
 
 func (x *SeqRange) Reset() {
 	*x = SeqRange{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1134,7 @@ func (x *SeqRange) String() string {
 func (*SeqRange) ProtoMessage() {}
 
 func (x *SeqRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[13]
+	mi := &file_api_client_v1_replication_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1147,7 @@ func (x *SeqRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqRange.ProtoReflect.Descriptor instead.
 func (*SeqRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{13}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SeqRange) GetFirst() int64 {
@@ -1032,7 +1177,7 @@ type SubscriptionSyncResponse struct {
 
 func (x *SubscriptionSyncResponse) Reset() {
 	*x = SubscriptionSyncResponse{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	mi := &file_api_client_v1_replication_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1189,7 @@ func (x *SubscriptionSyncResponse) String() string {
 func (*SubscriptionSyncResponse) ProtoMessage() {}
 
 func (x *SubscriptionSyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[14]
+	mi := &file_api_client_v1_replication_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1202,7 @@ func (x *SubscriptionSyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncResponse.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{14}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubscriptionSyncResponse) GetKind() isSubscriptionSyncResponse_Kind {
@@ -1109,7 +1254,7 @@ type SubscriptionSyncOpened struct {
 
 func (x *SubscriptionSyncOpened) Reset() {
 	*x = SubscriptionSyncOpened{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	mi := &file_api_client_v1_replication_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1266,7 @@ func (x *SubscriptionSyncOpened) String() string {
 func (*SubscriptionSyncOpened) ProtoMessage() {}
 
 func (x *SubscriptionSyncOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[15]
+	mi := &file_api_client_v1_replication_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1279,7 @@ func (x *SubscriptionSyncOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncOpened.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncOpened) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{15}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{17}
 }
 
 type SubscriptionSyncAck struct {
@@ -1148,7 +1293,7 @@ type SubscriptionSyncAck struct {
 
 func (x *SubscriptionSyncAck) Reset() {
 	*x = SubscriptionSyncAck{}
-	mi := &file_api_client_v1_replication_proto_msgTypes[16]
+	mi := &file_api_client_v1_replication_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1305,7 @@ func (x *SubscriptionSyncAck) String() string {
 func (*SubscriptionSyncAck) ProtoMessage() {}
 
 func (x *SubscriptionSyncAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_replication_proto_msgTypes[16]
+	mi := &file_api_client_v1_replication_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1318,7 @@ func (x *SubscriptionSyncAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionSyncAck.ProtoReflect.Descriptor instead.
 func (*SubscriptionSyncAck) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{16}
+	return file_api_client_v1_replication_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubscriptionSyncAck) GetRequestId() int64 {
@@ -1202,11 +1347,16 @@ const file_api_client_v1_replication_proto_rawDesc = "" +
 	"\rReplicateOpen\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
 	"\rsource_region\x18\x02 \x01(\tR\fsourceRegion\x12#\n" +
-	"\rtarget_region\x18\x03 \x01(\tR\ftargetRegion\"K\n" +
+	"\rtarget_region\x18\x03 \x01(\tR\ftargetRegion\"\x86\x01\n" +
 	"\x10ReplicateEntries\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x18\n" +
-	"\aentries\x18\x02 \x03(\fR\aentries\"\x90\x01\n" +
+	"\aentries\x18\x02 \x03(\fR\aentries\x129\n" +
+	"\askipped\x18= \x03(\v2\x1f.meridian.client.v1.SkippedSeqsR\askipped\"O\n" +
+	"\vSkippedSeqs\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05first\x18\x02 \x01(\x03R\x05first\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\x03R\x04last\"\x90\x01\n" +
 	"\x11ReplicateResponse\x12=\n" +
 	"\x06opened\x18\x01 \x01(\v2#.meridian.client.v1.ReplicateOpenedH\x00R\x06opened\x124\n" +
 	"\x03ack\x18\x02 \x01(\v2 .meridian.client.v1.ReplicateAckH\x00R\x03ackB\x06\n" +
@@ -1246,9 +1396,19 @@ const file_api_client_v1_replication_proto_rawDesc = "" +
 	"\vreset_epoch\x18\x04 \x01(\x03R\n" +
 	"resetEpoch\x12!\n" +
 	"\freset_region\x18\x05 \x01(\tR\vresetRegion\x12\x18\n" +
-	"\adeleted\x18\x06 \x01(\bR\adeleted\"\xad\x01\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\"\xcb\x02\n" +
 	"\tAckVector\x12D\n" +
-	"\aorigins\x18\x01 \x03(\v2*.meridian.client.v1.AckVector.OriginsEntryR\aorigins\x1aZ\n" +
+	"\aorigins\x18\x01 \x03(\v2*.meridian.client.v1.AckVector.OriginsEntryR\aorigins\x12A\n" +
+	"\x06scoped\x18= \x03(\v2).meridian.client.v1.AckVector.ScopedEntryR\x06scoped\x1aZ\n" +
+	"\fOriginsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.OriginAcksR\x05value:\x028\x01\x1aY\n" +
+	"\vScopedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.ScopedAcksR\x05value:\x028\x01\"\xaf\x01\n" +
+	"\n" +
+	"ScopedAcks\x12E\n" +
+	"\aorigins\x18\x01 \x03(\v2+.meridian.client.v1.ScopedAcks.OriginsEntryR\aorigins\x1aZ\n" +
 	"\fOriginsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
 	"\x05value\x18\x02 \x01(\v2\x1e.meridian.client.v1.OriginAcksR\x05value:\x028\x01\"\xa9\x01\n" +
@@ -1296,62 +1456,71 @@ func file_api_client_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_client_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_client_v1_replication_proto_goTypes = []any{
 	(ReplicateResult)(0),             // 0: meridian.client.v1.ReplicateResult
 	(*ReplicateRequest)(nil),         // 1: meridian.client.v1.ReplicateRequest
 	(*ReplicateOpen)(nil),            // 2: meridian.client.v1.ReplicateOpen
 	(*ReplicateEntries)(nil),         // 3: meridian.client.v1.ReplicateEntries
-	(*ReplicateResponse)(nil),        // 4: meridian.client.v1.ReplicateResponse
-	(*ReplicateOpened)(nil),          // 5: meridian.client.v1.ReplicateOpened
-	(*ReplicateAck)(nil),             // 6: meridian.client.v1.ReplicateAck
-	(*SubscriptionSyncRequest)(nil),  // 7: meridian.client.v1.SubscriptionSyncRequest
-	(*SubscriptionSyncOpen)(nil),     // 8: meridian.client.v1.SubscriptionSyncOpen
-	(*SubscriptionUpdates)(nil),      // 9: meridian.client.v1.SubscriptionUpdates
-	(*SubscriptionUpdate)(nil),       // 10: meridian.client.v1.SubscriptionUpdate
-	(*AckVector)(nil),                // 11: meridian.client.v1.AckVector
-	(*OriginAcks)(nil),               // 12: meridian.client.v1.OriginAcks
-	(*BatchSeqAcks)(nil),             // 13: meridian.client.v1.BatchSeqAcks
-	(*SeqRange)(nil),                 // 14: meridian.client.v1.SeqRange
-	(*SubscriptionSyncResponse)(nil), // 15: meridian.client.v1.SubscriptionSyncResponse
-	(*SubscriptionSyncOpened)(nil),   // 16: meridian.client.v1.SubscriptionSyncOpened
-	(*SubscriptionSyncAck)(nil),      // 17: meridian.client.v1.SubscriptionSyncAck
-	nil,                              // 18: meridian.client.v1.ReplicateOpened.AppliedEntry
-	nil,                              // 19: meridian.client.v1.ReplicateAck.AppliedEntry
-	nil,                              // 20: meridian.client.v1.AckVector.OriginsEntry
-	(*Error)(nil),                    // 21: meridian.client.v1.Error
-	(SubscriptionType)(0),            // 22: meridian.client.v1.SubscriptionType
+	(*SkippedSeqs)(nil),              // 4: meridian.client.v1.SkippedSeqs
+	(*ReplicateResponse)(nil),        // 5: meridian.client.v1.ReplicateResponse
+	(*ReplicateOpened)(nil),          // 6: meridian.client.v1.ReplicateOpened
+	(*ReplicateAck)(nil),             // 7: meridian.client.v1.ReplicateAck
+	(*SubscriptionSyncRequest)(nil),  // 8: meridian.client.v1.SubscriptionSyncRequest
+	(*SubscriptionSyncOpen)(nil),     // 9: meridian.client.v1.SubscriptionSyncOpen
+	(*SubscriptionUpdates)(nil),      // 10: meridian.client.v1.SubscriptionUpdates
+	(*SubscriptionUpdate)(nil),       // 11: meridian.client.v1.SubscriptionUpdate
+	(*AckVector)(nil),                // 12: meridian.client.v1.AckVector
+	(*ScopedAcks)(nil),               // 13: meridian.client.v1.ScopedAcks
+	(*OriginAcks)(nil),               // 14: meridian.client.v1.OriginAcks
+	(*BatchSeqAcks)(nil),             // 15: meridian.client.v1.BatchSeqAcks
+	(*SeqRange)(nil),                 // 16: meridian.client.v1.SeqRange
+	(*SubscriptionSyncResponse)(nil), // 17: meridian.client.v1.SubscriptionSyncResponse
+	(*SubscriptionSyncOpened)(nil),   // 18: meridian.client.v1.SubscriptionSyncOpened
+	(*SubscriptionSyncAck)(nil),      // 19: meridian.client.v1.SubscriptionSyncAck
+	nil,                              // 20: meridian.client.v1.ReplicateOpened.AppliedEntry
+	nil,                              // 21: meridian.client.v1.ReplicateAck.AppliedEntry
+	nil,                              // 22: meridian.client.v1.AckVector.OriginsEntry
+	nil,                              // 23: meridian.client.v1.AckVector.ScopedEntry
+	nil,                              // 24: meridian.client.v1.ScopedAcks.OriginsEntry
+	(*Error)(nil),                    // 25: meridian.client.v1.Error
+	(SubscriptionType)(0),            // 26: meridian.client.v1.SubscriptionType
 }
 var file_api_client_v1_replication_proto_depIdxs = []int32{
 	2,  // 0: meridian.client.v1.ReplicateRequest.open:type_name -> meridian.client.v1.ReplicateOpen
 	3,  // 1: meridian.client.v1.ReplicateRequest.entries:type_name -> meridian.client.v1.ReplicateEntries
-	5,  // 2: meridian.client.v1.ReplicateResponse.opened:type_name -> meridian.client.v1.ReplicateOpened
-	6,  // 3: meridian.client.v1.ReplicateResponse.ack:type_name -> meridian.client.v1.ReplicateAck
-	18, // 4: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
-	0,  // 5: meridian.client.v1.ReplicateAck.results:type_name -> meridian.client.v1.ReplicateResult
-	21, // 6: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
-	19, // 7: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
-	8,  // 8: meridian.client.v1.SubscriptionSyncRequest.open:type_name -> meridian.client.v1.SubscriptionSyncOpen
-	9,  // 9: meridian.client.v1.SubscriptionSyncRequest.updates:type_name -> meridian.client.v1.SubscriptionUpdates
-	10, // 10: meridian.client.v1.SubscriptionUpdates.updates:type_name -> meridian.client.v1.SubscriptionUpdate
-	22, // 11: meridian.client.v1.SubscriptionUpdate.type:type_name -> meridian.client.v1.SubscriptionType
-	11, // 12: meridian.client.v1.SubscriptionUpdate.vector:type_name -> meridian.client.v1.AckVector
-	20, // 13: meridian.client.v1.AckVector.origins:type_name -> meridian.client.v1.AckVector.OriginsEntry
-	14, // 14: meridian.client.v1.OriginAcks.acked:type_name -> meridian.client.v1.SeqRange
-	13, // 15: meridian.client.v1.OriginAcks.batch_acks:type_name -> meridian.client.v1.BatchSeqAcks
-	16, // 16: meridian.client.v1.SubscriptionSyncResponse.opened:type_name -> meridian.client.v1.SubscriptionSyncOpened
-	17, // 17: meridian.client.v1.SubscriptionSyncResponse.ack:type_name -> meridian.client.v1.SubscriptionSyncAck
-	21, // 18: meridian.client.v1.SubscriptionSyncAck.error:type_name -> meridian.client.v1.Error
-	12, // 19: meridian.client.v1.AckVector.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
-	1,  // 20: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
-	7,  // 21: meridian.client.v1.Replication.ReplicateSubscriptions:input_type -> meridian.client.v1.SubscriptionSyncRequest
-	4,  // 22: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
-	15, // 23: meridian.client.v1.Replication.ReplicateSubscriptions:output_type -> meridian.client.v1.SubscriptionSyncResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 2: meridian.client.v1.ReplicateEntries.skipped:type_name -> meridian.client.v1.SkippedSeqs
+	6,  // 3: meridian.client.v1.ReplicateResponse.opened:type_name -> meridian.client.v1.ReplicateOpened
+	7,  // 4: meridian.client.v1.ReplicateResponse.ack:type_name -> meridian.client.v1.ReplicateAck
+	20, // 5: meridian.client.v1.ReplicateOpened.applied:type_name -> meridian.client.v1.ReplicateOpened.AppliedEntry
+	0,  // 6: meridian.client.v1.ReplicateAck.results:type_name -> meridian.client.v1.ReplicateResult
+	25, // 7: meridian.client.v1.ReplicateAck.error:type_name -> meridian.client.v1.Error
+	21, // 8: meridian.client.v1.ReplicateAck.applied:type_name -> meridian.client.v1.ReplicateAck.AppliedEntry
+	9,  // 9: meridian.client.v1.SubscriptionSyncRequest.open:type_name -> meridian.client.v1.SubscriptionSyncOpen
+	10, // 10: meridian.client.v1.SubscriptionSyncRequest.updates:type_name -> meridian.client.v1.SubscriptionUpdates
+	11, // 11: meridian.client.v1.SubscriptionUpdates.updates:type_name -> meridian.client.v1.SubscriptionUpdate
+	26, // 12: meridian.client.v1.SubscriptionUpdate.type:type_name -> meridian.client.v1.SubscriptionType
+	12, // 13: meridian.client.v1.SubscriptionUpdate.vector:type_name -> meridian.client.v1.AckVector
+	22, // 14: meridian.client.v1.AckVector.origins:type_name -> meridian.client.v1.AckVector.OriginsEntry
+	23, // 15: meridian.client.v1.AckVector.scoped:type_name -> meridian.client.v1.AckVector.ScopedEntry
+	24, // 16: meridian.client.v1.ScopedAcks.origins:type_name -> meridian.client.v1.ScopedAcks.OriginsEntry
+	16, // 17: meridian.client.v1.OriginAcks.acked:type_name -> meridian.client.v1.SeqRange
+	15, // 18: meridian.client.v1.OriginAcks.batch_acks:type_name -> meridian.client.v1.BatchSeqAcks
+	18, // 19: meridian.client.v1.SubscriptionSyncResponse.opened:type_name -> meridian.client.v1.SubscriptionSyncOpened
+	19, // 20: meridian.client.v1.SubscriptionSyncResponse.ack:type_name -> meridian.client.v1.SubscriptionSyncAck
+	25, // 21: meridian.client.v1.SubscriptionSyncAck.error:type_name -> meridian.client.v1.Error
+	14, // 22: meridian.client.v1.AckVector.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
+	13, // 23: meridian.client.v1.AckVector.ScopedEntry.value:type_name -> meridian.client.v1.ScopedAcks
+	14, // 24: meridian.client.v1.ScopedAcks.OriginsEntry.value:type_name -> meridian.client.v1.OriginAcks
+	1,  // 25: meridian.client.v1.Replication.Replicate:input_type -> meridian.client.v1.ReplicateRequest
+	8,  // 26: meridian.client.v1.Replication.ReplicateSubscriptions:input_type -> meridian.client.v1.SubscriptionSyncRequest
+	5,  // 27: meridian.client.v1.Replication.Replicate:output_type -> meridian.client.v1.ReplicateResponse
+	17, // 28: meridian.client.v1.Replication.ReplicateSubscriptions:output_type -> meridian.client.v1.SubscriptionSyncResponse
+	27, // [27:29] is the sub-list for method output_type
+	25, // [25:27] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_replication_proto_init() }
@@ -1364,15 +1533,15 @@ func file_api_client_v1_replication_proto_init() {
 		(*ReplicateRequest_Open)(nil),
 		(*ReplicateRequest_Entries)(nil),
 	}
-	file_api_client_v1_replication_proto_msgTypes[3].OneofWrappers = []any{
+	file_api_client_v1_replication_proto_msgTypes[4].OneofWrappers = []any{
 		(*ReplicateResponse_Opened)(nil),
 		(*ReplicateResponse_Ack)(nil),
 	}
-	file_api_client_v1_replication_proto_msgTypes[6].OneofWrappers = []any{
+	file_api_client_v1_replication_proto_msgTypes[7].OneofWrappers = []any{
 		(*SubscriptionSyncRequest_Open)(nil),
 		(*SubscriptionSyncRequest_Updates)(nil),
 	}
-	file_api_client_v1_replication_proto_msgTypes[14].OneofWrappers = []any{
+	file_api_client_v1_replication_proto_msgTypes[16].OneofWrappers = []any{
 		(*SubscriptionSyncResponse_Opened)(nil),
 		(*SubscriptionSyncResponse_Ack)(nil),
 	}
@@ -1382,7 +1551,7 @@ func file_api_client_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_replication_proto_rawDesc), len(file_api_client_v1_replication_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
