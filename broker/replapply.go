@@ -714,6 +714,12 @@ func (rs *replicationService) applyOne(ctx context.Context, t *topic, source str
 		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 		return replNeedNone, nil
 	}
+	if !relayed {
+		// A direct entry's number must be plausible (replapply_jump.go).
+		if err := t.checkOriginJumpLocked(stream, name, seq); err != nil {
+			return replNeedNone, err
+		}
+	}
 	if rs.b.cfg.DedupReplicatedCopies {
 		covered, waits := t.ml.identCoverNow(e.md)
 		if len(waits) > 0 {
