@@ -424,6 +424,15 @@ func (b *Server) openReplStream(ctx context.Context, open replOpen) (*topic, str
 	if source == b.cfg.Region {
 		return nil, "", fmt.Errorf("%w: source_region %q is this broker's own region", ErrInvalidArgument, source)
 	}
+	// Security on: the caller is broker.<source>, and source a
+	// replication region of the topic (replauth.go), before the topic is
+	// loaded.
+	if err := b.checkReplCaller(ctx, source); err != nil {
+		return nil, "", err
+	}
+	if err := b.checkReplSourceInSet(ctx, name, source); err != nil {
+		return nil, "", err
+	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {
 		return nil, "", err
@@ -500,7 +509,10 @@ func (rs *replicationService) Replicate(stream grpc.BidiStreamingServer[clientv1
 				// Skip reports first: they are facts about entries' metadata,
 				// and the request's entries may need them.
 				t.noteSkipped(ents.GetSkipped())
-				a = rs.apply(ctx, t, source, guard, ents.GetRequestId(), valid)
+				// Security on: the replication set the entries are checked
+				// against, read outside the receive lock (replauth.go).
+				set, serr := b.replSet(ctx, t.name)
+				a = rs.apply(ctx, t, source, guard, ents.GetRequestId(), valid, set, serr)
 			}
 			select {
 			case acks <- a:
@@ -600,7 +612,11 @@ type replApplyState struct {
 // for an entry until it is queued, so another stream may check and queue
 // the same entry meanwhile (this one then finds it a duplicate), and one
 // stream waiting never holds up another origin's streams.
-func (rs *replicationService) apply(ctx context.Context, t *topic, source string, guard *replGuard, id int64, ents []replEntry) *replAck {
+//
+// set is the topic's replication set for the identity checks (nil:
+// security off); setErr, when not nil, rejects every entry (the set could
+// not be read).
+func (rs *replicationService) apply(ctx context.Context, t *topic, source string, guard *replGuard, id int64, ents []replEntry, set []string, setErr error) *replAck {
 	a := &replAck{id: id, results: make([]clientv1.ReplicateResult, len(ents)), origins: make([]string, len(ents)),
 		seqs: make([]int64, len(ents)), errs: make([]error, len(ents))}
 	own := rs.b.cfg.Region
@@ -626,6 +642,16 @@ func (rs *replicationService) apply(ctx context.Context, t *topic, source string
 		if origin == own {
 			// Our own entry coming back (a relay): never stored again.
 			a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_DUPLICATE
+			continue
+		}
+		if setErr != nil {
+			reject(i, setErr)
+			continue
+		}
+		if err := checkReplEntry(set, t.name, source, origin); err != nil {
+			rs.b.log.Warn("replicated entry refused: replication identities", "topic", t.name.String(), "source_region", source,
+				"origin_region", origin, "origin_seq", e.md.GetOriginSeq(), "err", err)
+			reject(i, err)
 			continue
 		}
 		for {
@@ -713,6 +739,12 @@ func (rs *replicationService) applyOne(ctx context.Context, t *topic, source str
 	case replGap:
 		a.results[i] = clientv1.ReplicateResult_REPLICATE_RESULT_GAP
 		return replNeedNone, nil
+	}
+	if !relayed {
+		// A direct entry's number must be plausible (replapply_jump.go).
+		if err := t.checkOriginJumpLocked(stream, name, seq); err != nil {
+			return replNeedNone, err
+		}
 	}
 	if rs.b.cfg.DedupReplicatedCopies {
 		covered, waits := t.ml.identCoverNow(e.md)

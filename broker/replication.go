@@ -66,6 +66,14 @@ type ReplicationConfig struct {
 	// 170 bytes each; default 16 MiB, at most 1 GiB); past it the oldest
 	// are relayed.
 	MaxRelayHeldBytes int64 `yaml:"max_relay_held_bytes"`
+	// MaxOriginSeqJump bounds, on the receiving side, how many origin_seq
+	// numbers a direct entry may pass above the next one of its origin
+	// stream without their being reported as skipped (replapply_jump.go):
+	// a larger jump is refused as implausible (a forged entry near 2^63
+	// would make every later real entry a DUPLICATE). 0 = default 65536;
+	// -1 = none (strict: only the next number or reported skips); at most
+	// 2^40.
+	MaxOriginSeqJump int64 `yaml:"max_origin_seq_jump"`
 }
 
 // DefaultReplicationConfig returns the defaults.
@@ -73,7 +81,8 @@ func DefaultReplicationConfig() ReplicationConfig {
 	return ReplicationConfig{CheckInterval: time.Second, KeeperInterval: 3 * time.Second, StallTimeout: 30 * time.Second,
 		MaxBackoff: time.Second, Keepalive: time.Second, AckTimeout: 5 * time.Second, MinWindowBytes: 1 << 20, MaxWindowBytes: 64 << 20,
 		MaxInflightRequests: 1024, LagHoldTimeout: 10 * time.Second,
-		MaxRelayWait: replicator.DefaultMaxRelayWait, MaxRelayHeldBytes: replicator.DefaultMaxHeldBytes}
+		MaxRelayWait: replicator.DefaultMaxRelayWait, MaxRelayHeldBytes: replicator.DefaultMaxHeldBytes,
+		MaxOriginSeqJump: DefaultMaxOriginSeqJump}
 }
 
 func (c ReplicationConfig) withDefaults() ReplicationConfig {
@@ -103,6 +112,9 @@ func (c ReplicationConfig) withDefaults() ReplicationConfig {
 	if c.MaxInflightRequests == 0 {
 		c.MaxInflightRequests = d.MaxInflightRequests
 	}
+	if c.MaxOriginSeqJump == 0 {
+		c.MaxOriginSeqJump = d.MaxOriginSeqJump
+	}
 	return c
 }
 
@@ -126,6 +138,8 @@ func (c ReplicationConfig) Validate() error {
 		return bad("max_inflight_requests %d must be in [0, 65536]", c.MaxInflightRequests)
 	case c.MaxRelayWait < 0 || c.MaxRelayWait > 10*time.Minute:
 		return bad("max_relay_wait %v must be in [0, 10m] (0 = default %v)", c.MaxRelayWait, replicator.DefaultMaxRelayWait)
+	case c.MaxOriginSeqJump < -1 || c.MaxOriginSeqJump > maxOriginSeqJumpLimit:
+		return bad("max_origin_seq_jump %d must be in [-1, %d] (0 = default %d, -1 = none)", c.MaxOriginSeqJump, int64(maxOriginSeqJumpLimit), DefaultMaxOriginSeqJump)
 	case c.MaxRelayHeldBytes < 0 || c.MaxRelayHeldBytes > 1<<30:
 		return bad("max_relay_held_bytes %d must be in [0, 1 GiB] (0 = default %d)", c.MaxRelayHeldBytes, replicator.DefaultMaxHeldBytes)
 	}

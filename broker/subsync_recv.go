@@ -63,8 +63,15 @@ func (rs *replicationService) ReplicateSubscriptions(stream grpc.BidiStreamingSe
 			return GRPCError(&notOwnedError{})
 		}
 		var first error
+		// Security on: the regions an update may name (replauth.go).
+		set, serr := b.replSet(ctx, t.name)
 		for i, u := range ups.GetUpdates() {
-			if err := t.applySubUpdate(ctx, source, fmt.Sprintf("updates[%d]", i), u); err != nil {
+			field := fmt.Sprintf("updates[%d]", i)
+			err := serr
+			if err == nil {
+				err = t.applySubUpdateIn(ctx, source, field, u, set)
+			}
+			if err != nil {
 				log.Warn("subscription update not applied", "subscription", u.GetSubscription(), "err", err)
 				if first == nil {
 					first = err
@@ -80,6 +87,13 @@ func (rs *replicationService) ReplicateSubscriptions(stream grpc.BidiStreamingSe
 
 // applySubUpdate applies one received update (field names it in errors).
 func (t *topic) applySubUpdate(ctx context.Context, source, field string, u *clientv1.SubscriptionUpdate) error {
+	return t.applySubUpdateIn(ctx, source, field, u, nil)
+}
+
+// applySubUpdateIn is applySubUpdate refusing, when set is not nil
+// (security on), an update naming regions outside the replication set
+// set; nothing of it is applied then.
+func (t *topic) applySubUpdateIn(ctx context.Context, source, field string, u *clientv1.SubscriptionUpdate, set []string) error {
 	name := u.GetSubscription()
 	if err := ValidateName(field+".subscription", name); err != nil {
 		return err
@@ -95,6 +109,9 @@ func (t *topic) applySubUpdate(ctx context.Context, source, field string, u *cli
 	}
 	v, err := ackVectorFromProtoLim(field+".vector", u.GetVector(), t.b.vlim)
 	if err != nil {
+		return err
+	}
+	if err := checkSubUpdateRegions(set, t.name, field, v, u.GetResetRegion()); err != nil {
 		return err
 	}
 	if u.GetDeleted() {

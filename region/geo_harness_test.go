@@ -31,6 +31,11 @@ type geoCluster struct {
 	net   *chaos.Network
 	names []string
 
+	// secure, when set, is the test's security setup: every broker has
+	// TLS (certificate broker.<region>) and token auth, and the helpers'
+	// clients present secure.clientRole's token (geo_secure_test.go).
+	secure *geoSecurity
+
 	mu     sync.Mutex
 	killed map[string]map[int]bool
 }
@@ -38,6 +43,8 @@ type geoCluster struct {
 type geoOptions struct {
 	brokers int
 	broker  func(region string, i int, cfg *broker.Config)
+	// secure turns security on (geo_secure_test.go).
+	secure *geoSecurity
 }
 
 func startGeo(t *testing.T, names []string, opts geoOptions) *geoCluster {
@@ -50,13 +57,31 @@ func startGeo(t *testing.T, names []string, opts geoOptions) *geoCluster {
 			if os.Getenv("GEO_LOG") != "" {
 				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("region", region)
 			}
+			if opts.secure != nil {
+				opts.secure.apply(region, cfg)
+			}
 			cfg.Replication.CheckInterval = 300 * time.Millisecond
 			cfg.Replication.KeeperInterval = time.Second
 			if opts.broker != nil {
 				opts.broker(region, i, cfg)
 			}
 		}})
-	return &geoCluster{t: t, m: m, net: m.Network, names: names, killed: map[string]map[int]bool{}}
+	return &geoCluster{t: t, m: m, net: m.Network, names: names, killed: map[string]map[int]bool{}, secure: opts.secure}
+}
+
+// clientOptions are the options of the helpers' clients of region (with
+// the test's credentials when secure).
+func (g *geoCluster) clientOptions(region string) client.Options {
+	o := client.Options{URL: g.url(region), MaxBackoff: 500 * time.Millisecond}
+	if g.secure != nil {
+		g.secure.client(&o)
+	}
+	return o
+}
+
+// admin connects an admin client to region.
+func (g *geoCluster) admin(ctx context.Context, region string) (*client.Admin, error) {
+	return client.NewAdminWithOptions(ctx, g.clientOptions(region))
 }
 
 func (g *geoCluster) broker(region string, i int) *broker.Server { return g.m.Region(region).Broker(i) }
@@ -118,7 +143,7 @@ func (g *geoCluster) createNamespace(ns string, regions ...string) {
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	adm, err := client.NewAdmin(ctx, g.url(g.names[0]))
+	adm, err := g.admin(ctx, g.names[0])
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -133,7 +158,7 @@ func (g *geoCluster) setPolicies(region, ns string, edit func(p *clientv1.Namesp
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	adm, err := client.NewAdmin(ctx, g.url(region))
+	adm, err := g.admin(ctx, region)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -151,7 +176,7 @@ func (g *geoCluster) setPolicies(region, ns string, edit func(p *clientv1.Namesp
 func (g *geoCluster) stats(region, topic string) (*clientv1.TopicStats, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	adm, err := client.NewAdmin(ctx, g.url(region))
+	adm, err := g.admin(ctx, region)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +211,7 @@ func (g *geoCluster) producer(region, topic string) *geoProducer {
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, client.Options{URL: g.url(region), MaxBackoff: 500 * time.Millisecond})
+	cl, err := client.New(ctx, g.clientOptions(region))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -279,7 +304,7 @@ func (g *geoCluster) reader(region, topic string) *geoReader {
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, client.Options{URL: g.url(region), MaxBackoff: 500 * time.Millisecond})
+	cl, err := client.New(ctx, g.clientOptions(region))
 	if err != nil {
 		g.t.Fatal(err)
 	}
