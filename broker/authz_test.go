@@ -29,18 +29,22 @@ import (
 type authzEnv struct {
 	t    *testing.T
 	env  *securitytest.Env
-	addr string
-	ca   security.TLSFiles
+	addr  string
+	addrs []string
+	ca    security.TLSFiles
 }
 
-func startAuthz(t *testing.T) *authzEnv {
+func startAuthz(t *testing.T) *authzEnv { return startAuthzN(t, 1) }
+
+// startAuthzN is startAuthz with n brokers (addrs; addr is the first).
+func startAuthzN(t *testing.T, n int) *authzEnv {
 	t.Helper()
 	env := securitytest.NewEnv(t)
-	rc := regiontest.Start(t, regiontest.Options{Brokers: 1, Bookies: 1, Broker: func(_ int, c *broker.Config) {
+	rc := regiontest.Start(t, regiontest.Options{Brokers: n, Bookies: 1, Broker: func(_ int, c *broker.Config) {
 		c.Security = env.Component(security.ComponentRole(security.KindBroker, c.Region))
 		c.Security.Superusers = []string{"root"}
 	}})
-	e := &authzEnv{t: t, env: env, addr: rc.Addrs()[0], ca: env.CA.CAOnly()}
+	e := &authzEnv{t: t, env: env, addr: rc.Addrs()[0], addrs: rc.Addrs(), ca: env.CA.CAOnly()}
 	ctx := context.Background()
 	root := e.admin("root")
 	for _, tn := range []struct{ tenant, admin string }{{"acme", "acme-admin"}, {"other", "other-admin"}} {
@@ -61,7 +65,10 @@ func startAuthz(t *testing.T) *authzEnv {
 
 // conn dials as role: a token for a user role, a certificate for a
 // component role ("kind.region"), nothing for "".
-func (e *authzEnv) conn(role string) *grpc.ClientConn {
+func (e *authzEnv) conn(role string) *grpc.ClientConn { e.t.Helper(); return e.connTo(e.addr, role) }
+
+// connTo dials addr as role (see conn).
+func (e *authzEnv) connTo(addr, role string) *grpc.ClientConn {
 	e.t.Helper()
 	var rt *security.Runtime
 	var err error
@@ -77,7 +84,7 @@ func (e *authzEnv) conn(role string) *grpc.ClientConn {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { rt.Close() })
-	c, err := grpc.NewClient(e.addr, rt.DialOptions("")...)
+	c, err := grpc.NewClient(addr, rt.DialOptions("")...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -85,7 +92,9 @@ func (e *authzEnv) conn(role string) *grpc.ClientConn {
 	return c
 }
 
-func (e *authzEnv) admin(role string) clientv1.AdminClient { return clientv1.NewAdminClient(e.conn(role)) }
+func (e *authzEnv) admin(role string) clientv1.AdminClient {
+	return clientv1.NewAdminClient(e.conn(role))
+}
 
 // requestFor builds a method's request naming resources of tenant acme
 // (a namespace and topics that need not exist: the answer's code tells
@@ -287,4 +296,84 @@ func TestBrokerRoleMatrix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// streamCode opens Produce (produce) or Consume on topic as conn and
+// returns the code of the first answer (OK: accepted or still open).
+func streamCode(c *grpc.ClientConn, produce bool, topic string) codes.Code {
+	sd, name := clientv1.Meridian_ServiceDesc.Streams[0], "Produce"
+	var req, resp proto.Message = &clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}, &clientv1.ProduceResponse{}
+	if !produce {
+		name = "Consume"
+		req = &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{Topic: topic, Subscription: "s"}}}
+		resp = &clientv1.ConsumeResponse{}
+	}
+	for _, s := range clientv1.Meridian_ServiceDesc.Streams {
+		if s.StreamName == name {
+			sd = s
+		}
+	}
+	return callCode(c, clientv1.Meridian_ServiceDesc.ServiceName, sd, false, name, req, resp)
+}
+
+// TestPermissionGrantCoverage: a prefix grant covers longer names only; a
+// grant on a partitioned topic covers its partitions and not a topic that
+// merely starts with its name; a namespace grant covers the namespace
+// only; a revoke made through one broker takes effect on another (its
+// policy cache learns it).
+func TestPermissionGrantCoverage(t *testing.T) {
+	e := startAuthzN(t, 2)
+	ctx := context.Background()
+	root := e.admin("root")
+	grant := func(r *clientv1.GrantPermissionRequest) {
+		t.Helper()
+		if _, err := root.GrantPermission(ctx, r); err != nil {
+			t.Fatalf("grant %v: %v", r, err)
+		}
+	}
+	if _, err := root.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "acme/ns2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.CreatePartitionedTopic(ctx, &clientv1.CreatePartitionedTopicRequest{Topic: "acme/ns/pt", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	grant(&clientv1.GrantPermissionRequest{Prefix: "acme/ns/orders-", Role: "shop", Actions: []string{broker.ActionProduce}})
+	grant(&clientv1.GrantPermissionRequest{Topic: "acme/ns/pt", Role: "pc", Actions: []string{broker.ActionConsume}})
+	grant(&clientv1.GrantPermissionRequest{Namespace: "acme/ns2", Role: "nsp", Actions: []string{broker.ActionProduce}})
+
+	other := e.addrs[1] // grants were written through the first broker
+	shop, pc, nsp := e.connTo(other, "shop"), e.connTo(other, "pc"), e.connTo(other, "nsp")
+	waitCode := func(what string, want codes.Code, get func() codes.Code) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got := get()
+			if (want == codes.PermissionDenied) == (got == codes.PermissionDenied) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v, want %v", what, got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	allowed, refused := codes.OK, codes.PermissionDenied
+	waitCode("prefix grant, longer name", allowed, func() codes.Code { return streamCode(shop, true, "acme/ns/orders-eu") })
+	waitCode("prefix grant, the prefix itself", refused, func() codes.Code { return streamCode(shop, true, "acme/ns/orders-") })
+	waitCode("prefix grant, another name", refused, func() codes.Code { return streamCode(shop, true, "acme/ns/order") })
+	waitCode("prefix grant is produce only", refused, func() codes.Code { return streamCode(shop, false, "acme/ns/orders-eu") })
+	waitCode("partition of a granted partitioned topic", allowed, func() codes.Code { return streamCode(pc, false, "acme/ns/pt-partition-1") })
+	waitCode("the partitioned topic itself", allowed, func() codes.Code { return streamCode(pc, false, "acme/ns/pt") })
+	waitCode("a longer name than the granted topic", refused, func() codes.Code { return streamCode(pc, false, "acme/ns/pt2") })
+	waitCode("namespace grant", allowed, func() codes.Code { return streamCode(nsp, true, "acme/ns2/x") })
+	waitCode("namespace grant elsewhere", refused, func() codes.Code { return streamCode(nsp, true, "acme/ns/x") })
+
+	if _, err := root.RevokePermission(ctx, &clientv1.RevokePermissionRequest{Prefix: "acme/ns/orders-", Role: "shop"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.RevokePermission(ctx, &clientv1.RevokePermissionRequest{Topic: "acme/ns/pt", Role: "pc"}); err != nil {
+		t.Fatal(err)
+	}
+	waitCode("prefix grant revoked", refused, func() codes.Code { return streamCode(shop, true, "acme/ns/orders-eu") })
+	waitCode("topic grant revoked", refused, func() codes.Code { return streamCode(pc, false, "acme/ns/pt-partition-1") })
 }
