@@ -30,7 +30,7 @@ func (a *adminService) ListTenants(ctx context.Context, _ *clientv1.ListTenantsR
 }
 
 func (a *adminService) CreateTenant(ctx context.Context, r *clientv1.CreateTenantRequest) (*clientv1.CreateTenantResponse, error) {
-	return &clientv1.CreateTenantResponse{}, GRPCError(a.b.createTenant(ctx, r.GetTenant(), r.GetAllowedRegions()))
+	return &clientv1.CreateTenantResponse{}, GRPCError(a.b.createTenant(ctx, r.GetTenant(), r.GetAllowedRegions(), r.GetAdminRoles()))
 }
 
 func (a *adminService) DeleteTenant(ctx context.Context, r *clientv1.DeleteTenantRequest) (*clientv1.DeleteTenantResponse, error) {
@@ -142,6 +142,12 @@ func (a *adminService) SetNamespacePolicies(ctx context.Context, r *clientv1.Set
 	}
 	if perr != nil || !slices.Equal(cur.GetMaxReplicationLagRegions(), p.GetMaxReplicationLagRegions()) {
 		if err := a.b.checkRegionsAllowed(ctx, r.GetNamespace(), "max_replication_lag_regions", p.GetMaxReplicationLagRegions()); err != nil {
+			return nil, GRPCError(err)
+		}
+	}
+	// Grants change through GrantPermission / RevokePermission only.
+	if perr == nil {
+		if err := keepPermissions(cur, p); err != nil {
 			return nil, GRPCError(err)
 		}
 	}

@@ -141,6 +141,11 @@ type Config struct {
 	// (about 100 bytes a group). Past it the memory is cleared and the
 	// next polls read the global shard again.
 	MaxFailoverConfirmBytes int64 `yaml:"max_failover_confirm_bytes"`
+	// MaxPermissionGrants bounds each grant map of the permission model
+	// (roles of a namespace, prefix or topic grant, prefixes of a
+	// namespace, a tenant's admin roles); 0 = DefaultMaxPermissionGrants
+	// (1024), at most 100000.
+	MaxPermissionGrants int `yaml:"max_permission_grants"`
 	// KeepaliveTime is how long a client connection may stay silent before
 	// the broker pings it (default 30s), and KeepaliveTimeout how long the
 	// broker waits for the answer before it closes the connection (default
@@ -341,6 +346,8 @@ func (c Config) Validate() error {
 		return bad("max_origin_incarnations %d must be in [1, 1000]", c.MaxOriginIncarnations)
 	case c.MaxFailoverConfirmBytes < 4096 || c.MaxFailoverConfirmBytes > 1<<30:
 		return bad("max_failover_confirm_bytes %d must be in [4096, 1073741824]", c.MaxFailoverConfirmBytes)
+	case c.MaxPermissionGrants < 0 || c.MaxPermissionGrants > 100000:
+		return bad("max_permission_grants %d must be in [0 (default %d), 100000]", c.MaxPermissionGrants, DefaultMaxPermissionGrants)
 	case c.KeepaliveTime < time.Second:
 		return bad("keepalive_time %v must be >= 1s", c.KeepaliveTime)
 	case c.KeepaliveTimeout < time.Second:

@@ -10,3 +10,16 @@ func SetBeforeTopicDeleteForTesting(s *Server, f func()) {
 	}
 	s.beforeTopicDelete.Store(&f)
 }
+
+// BrokerRuleKind returns the kind of the rule of a full method name ("" =
+// none) and whether it is checked on the stream's first message.
+func BrokerRuleKind(method string) (kind string, firstMessage bool) {
+	r, ok := brokerRules[method]
+	if !ok {
+		return "", false
+	}
+	return r.kind.String(), r.firstMessage
+}
+
+// BrokerRuleComponents returns the component kinds of a component rule.
+func BrokerRuleComponents(method string) []string { return brokerRules[method].kinds }

@@ -71,6 +71,7 @@ func (s *Server) adminRoutes() map[string]adminRoute {
 	addReplicationAdminRoutes(routes, a)
 	addPolicyAdminRoutes(routes, a)
 	addPartitionedAdminRoutes(routes, a)
+	addPermissionAdminRoutes(routes, a)
 	return routes
 }
 

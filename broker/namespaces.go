@@ -30,6 +30,9 @@ const (
 
 type tenantRecord struct {
 	AllowedRegions []string `json:"allowed_regions,omitempty"`
+	// AdminRoles may do every admin operation inside the tenant
+	// (permissions.go).
+	AdminRoles []string `json:"admin_roles,omitempty"`
 }
 
 // Policy limits.
@@ -127,6 +130,9 @@ func (s *Server) validatePolicies(p *clientv1.NamespacePolicies) error {
 	if err := validateSchemaPolicies(p); err != nil { // schema_admin.go
 		return err
 	}
+	if err := s.validatePermissions(p); err != nil {
+		return err
+	}
 	if len(p.ReplicationRegions) > MaxReplicationRegions {
 		return fmt.Errorf("%w: replication_regions has %d entries, limit %d", ErrInvalidArgument, len(p.ReplicationRegions), MaxReplicationRegions)
 	}
@@ -138,8 +144,11 @@ func (s *Server) validatePolicies(p *clientv1.NamespacePolicies) error {
 	return nil
 }
 
-func (s *Server) createTenant(ctx context.Context, name string, regions []string) error {
+func (s *Server) createTenant(ctx context.Context, name string, regions, adminRoles []string) error {
 	if err := ValidateName("tenant", name); err != nil {
+		return err
+	}
+	if err := validateRoles("admin_roles", adminRoles, s.maxGrants()); err != nil {
 		return err
 	}
 	for i, r := range regions {
@@ -147,7 +156,7 @@ func (s *Server) createTenant(ctx context.Context, name string, regions []string
 			return err
 		}
 	}
-	val, _ := json.Marshal(tenantRecord{AllowedRegions: regions})
+	val, _ := json.Marshal(tenantRecord{AllowedRegions: regions, AdminRoles: adminRoles})
 	kv, err := s.cfg.Global.Put(ctx, tenantPrefix+name, val, metadata.MustNotExist, 0)
 	if err != nil {
 		if errors.Is(err, metadata.ErrVersionMismatch) {
@@ -203,7 +212,7 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 // "public/default" if they are missing (standalone does this at start).
 // It needs only the metadata stores and may be called before Start.
 func (s *Server) EnsureDefaultNamespace(ctx context.Context) error {
-	if err := s.createTenant(ctx, DefaultTenant, nil); err != nil && !errors.Is(err, ErrAlreadyExists) {
+	if err := s.createTenant(ctx, DefaultTenant, nil, nil); err != nil && !errors.Is(err, ErrAlreadyExists) {
 		return err
 	}
 	if err := s.createNamespace(ctx, DefaultNamespace, nil); err != nil && !errors.Is(err, ErrAlreadyExists) {

@@ -36,11 +36,12 @@ const prefixPolicyPrefix = "prefix-policies/"
 var policyFieldsDesc = (&clientv1.NamespacePolicies{}).ProtoReflect().Descriptor().Fields()
 
 // overridableFields lists the NamespacePolicies fields a prefix or topic
-// may set: all but replication_regions (SetTopicReplication sets a topic's).
+// may set: all but replication_regions (SetTopicReplication sets a topic's)
+// and the grants (GrantPermission sets them).
 func overridableFields() []string {
 	var out []string
 	for i := 0; i < policyFieldsDesc.Len(); i++ {
-		if n := string(policyFieldsDesc.Get(i).Name()); n != "replication_regions" {
+		if n := string(policyFieldsDesc.Get(i).Name()); n != "replication_regions" && n != "permissions" && n != "prefix_permissions" {
 			out = append(out, n)
 		}
 	}
@@ -166,7 +167,7 @@ func (r *topicPolicyRecord) encode(p *clientv1.NamespacePolicies) error {
 
 // empty reports whether the record overrides nothing (it is deleted).
 func (r *topicPolicyRecord) empty() bool {
-	return r.ReplicationRegions == nil && len(r.Fields) == 0
+	return r.ReplicationRegions == nil && len(r.Fields) == 0 && len(r.Permissions) == 0
 }
 
 // policyChain lists the global keys whose records overlay the namespace

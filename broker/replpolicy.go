@@ -42,6 +42,9 @@ type topicPolicyRecord struct {
 	// Fields lists the NamespacePolicies fields (proto names) the record
 	// sets; the others inherit.
 	Fields []string `json:"fields,omitempty"`
+	// Permissions are the topic's grants, role -> actions (permissions.go);
+	// a partitioned topic's cover its partitions.
+	Permissions map[string][]string `json:"permissions,omitempty"`
 }
 
 // ReplicationRegions returns the regions a topic replicates to: its
@@ -255,7 +258,7 @@ func (a *adminService) GetTenant(ctx context.Context, r *clientv1.GetTenantReque
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	return &clientv1.TenantInfo{Tenant: r.GetTenant(), AllowedRegions: rec.AllowedRegions, Stale: stale}, nil
+	return &clientv1.TenantInfo{Tenant: r.GetTenant(), AllowedRegions: rec.AllowedRegions, AdminRoles: rec.AdminRoles, Stale: stale}, nil
 }
 
 func (a *adminService) SetTenantAllowedRegions(ctx context.Context, r *clientv1.SetTenantAllowedRegionsRequest) (*clientv1.SetTenantAllowedRegionsResponse, error) {

@@ -235,7 +235,10 @@ func (s *Server) start(ctx context.Context) error {
 	if w := s.cfg.grpcWindow(); w > 0 {
 		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
 	}
-	srvOpts = append(srvOpts, s.sec.ServerOptions(security.AllowAuthenticated)...)
+	// Authentication and the method-level rules (authz.go), then the rules
+	// that read the request.
+	srvOpts = append(srvOpts, s.sec.ServerOptions(s)...)
+	srvOpts = append(srvOpts, s.authzServerOptions()...)
 	s.grpcSrv = grpc.NewServer(srvOpts...)
 	clientv1.RegisterMeridianServer(s.grpcSrv, &clientService{b: s})
 	clientv1.RegisterAdminServer(s.grpcSrv, &adminService{b: s})

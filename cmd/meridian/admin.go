@@ -114,15 +114,16 @@ func newAdminCmd() *cobra.Command {
 	}
 
 	// tenants
-	var allowedRegions []string
+	var allowedRegions, tenantAdmins []string
 	createTenant := leaf("create TENANT", "Create a tenant", 1, func(ctx context.Context, a *client.Admin, out *adminOut, args []string) error {
-		if err := a.CreateTenant(ctx, args[0], cleanRegions(allowedRegions)...); err != nil {
+		if err := a.CreateTenantWithAdmins(ctx, args[0], cleanRegions(allowedRegions), cleanRegions(tenantAdmins)); err != nil {
 			return err
 		}
 		out.done("created tenant", args[0])
 		return nil
 	})
 	createTenant.Flags().StringSliceVar(&allowedRegions, "allowed-regions", nil, "regions the tenant may use (comma-separated; default all)")
+	createTenant.Flags().StringSliceVar(&tenantAdmins, "admin-roles", nil, "roles that may administer everything inside the tenant (comma-separated)")
 	tenants := group("tenants", "Tenants",
 		leaf("list", "List tenants", 0, func(ctx context.Context, a *client.Admin, out *adminOut, _ []string) error {
 			ts, err := a.ListTenants(ctx)
@@ -335,6 +336,7 @@ func newAdminCmd() *cobra.Command {
 	root.AddCommand(tenants, namespaces, topics, subscriptions, brokers, newBookiesCmd(o))
 	root.AddCommand(newMetadataAdminCmd(o), newLedgersAdminCmd(o))
 	addReplicationCmds(o, root, tenants, namespaces, topics)
+	addPermissionCmds(o, tenants, namespaces, topics)
 	addPolicyCmds(o, namespaces, topics)
 	root.AddCommand(newFailoverAdminCmd(o))
 	root.AddCommand(newSchemasAdminCmd(o)) // admin_schemas.go

@@ -39,6 +39,7 @@ func addReplicationCmds(o *adminOpts, root, tenants, namespaces, topics *cobra.C
 			return nil
 		}
 		fmt.Fprintf(out.w, "tenant %s allowed regions: %s%s\n", ti.GetTenant(), regionsText(ti.GetAllowedRegions(), "all"), staleNote(ti.GetStale()))
+		fmt.Fprintf(out.w, "tenant %s admin roles: %s\n", ti.GetTenant(), regionsText(ti.GetAdminRoles(), "none"))
 		return nil
 	})
 	tset := &cobra.Command{Use: "set-allowed-regions TENANT", Short: "Replace the regions a tenant may use (\"\" = all)"}

@@ -226,8 +226,10 @@ type CreateTenantRequest struct {
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// allowed_regions lists the regions the tenant may use (empty = all).
 	AllowedRegions []string `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// admin_roles may do every admin operation inside the tenant.
+	AdminRoles    []string `protobuf:"bytes,3,rep,name=admin_roles,json=adminRoles,proto3" json:"admin_roles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
@@ -270,6 +272,13 @@ func (x *CreateTenantRequest) GetTenant() string {
 func (x *CreateTenantRequest) GetAllowedRegions() []string {
 	if x != nil {
 		return x.AllowedRegions
+	}
+	return nil
+}
+
+func (x *CreateTenantRequest) GetAdminRoles() []string {
+	if x != nil {
+		return x.AdminRoles
 	}
 	return nil
 }
@@ -471,8 +480,16 @@ type NamespacePolicies struct {
 	// PRODUCER_ERROR (the send fails at once, ERROR_CODE_QUOTA_REFUSED);
 	// never CONSUMER_BACKLOG_EVICTION (replication backlog is never evicted).
 	ReplicationBacklogQuotaAction QuotaAction `protobuf:"varint,61,opt,name=replication_backlog_quota_action,json=replicationBacklogQuotaAction,proto3,enum=meridian.client.v1.QuotaAction" json:"replication_backlog_quota_action,omitempty"`
-	unknownFields                 protoimpl.UnknownFields
-	sizeCache                     protoimpl.SizeCache
+	// permissions grants roles actions on every topic of the namespace
+	// (role -> actions). Set with GrantPermission / RevokePermission only:
+	// SetNamespacePolicies keeps the stored grants and refuses a change.
+	Permissions map[string]*PermissionActions `protobuf:"bytes,62,rep,name=permissions,proto3" json:"permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// prefix_permissions grants roles actions on the topics whose name
+	// below the namespace starts with the prefix and is longer than it
+	// (prefix -> role -> actions). Set like permissions.
+	PrefixPermissions map[string]*RolePermissions `protobuf:"bytes,63,rep,name=prefix_permissions,json=prefixPermissions,proto3" json:"prefix_permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -666,6 +683,543 @@ func (x *NamespacePolicies) GetReplicationBacklogQuotaAction() QuotaAction {
 	return QuotaAction_QUOTA_ACTION_PRODUCER_HOLD
 }
 
+func (x *NamespacePolicies) GetPermissions() map[string]*PermissionActions {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+func (x *NamespacePolicies) GetPrefixPermissions() map[string]*RolePermissions {
+	if x != nil {
+		return x.PrefixPermissions
+	}
+	return nil
+}
+
+// PermissionActions lists granted actions: "produce", "consume".
+type PermissionActions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actions       []string               `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermissionActions) Reset() {
+	*x = PermissionActions{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermissionActions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermissionActions) ProtoMessage() {}
+
+func (x *PermissionActions) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermissionActions.ProtoReflect.Descriptor instead.
+func (*PermissionActions) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PermissionActions) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+// RolePermissions maps roles to their actions.
+type RolePermissions struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Roles         map[string]*PermissionActions `protobuf:"bytes,1,rep,name=roles,proto3" json:"roles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolePermissions) Reset() {
+	*x = RolePermissions{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolePermissions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolePermissions) ProtoMessage() {}
+
+func (x *RolePermissions) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolePermissions.ProtoReflect.Descriptor instead.
+func (*RolePermissions) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RolePermissions) GetRoles() map[string]*PermissionActions {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+type UpdateTenantRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// admin_roles replaces the tenant's admin roles (empty = none).
+	AdminRoles    []string `protobuf:"bytes,2,rep,name=admin_roles,json=adminRoles,proto3" json:"admin_roles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UpdateTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetAdminRoles() []string {
+	if x != nil {
+		return x.AdminRoles
+	}
+	return nil
+}
+
+type UpdateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+// A permission scope: exactly one of namespace ("tenant/ns"), topic
+// ("tenant/ns/topic") and prefix ("tenant/ns/p", p not empty) is set.
+type GrantPermissionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Topic     string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Prefix    string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Role      string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// actions: "produce", "consume" (at least one).
+	Actions       []string `protobuf:"bytes,5,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantPermissionRequest) Reset() {
+	*x = GrantPermissionRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantPermissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantPermissionRequest) ProtoMessage() {}
+
+func (x *GrantPermissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantPermissionRequest.ProtoReflect.Descriptor instead.
+func (*GrantPermissionRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GrantPermissionRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GrantPermissionRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *GrantPermissionRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *GrantPermissionRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *GrantPermissionRequest) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+type GrantPermissionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantPermissionResponse) Reset() {
+	*x = GrantPermissionResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantPermissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantPermissionResponse) ProtoMessage() {}
+
+func (x *GrantPermissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantPermissionResponse.ProtoReflect.Descriptor instead.
+func (*GrantPermissionResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+type RevokePermissionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePermissionRequest) Reset() {
+	*x = RevokePermissionRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePermissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePermissionRequest) ProtoMessage() {}
+
+func (x *RevokePermissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePermissionRequest.ProtoReflect.Descriptor instead.
+func (*RevokePermissionRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RevokePermissionRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RevokePermissionRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *RevokePermissionRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *RevokePermissionRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type RevokePermissionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePermissionResponse) Reset() {
+	*x = RevokePermissionResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePermissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePermissionResponse) ProtoMessage() {}
+
+func (x *RevokePermissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePermissionResponse.ProtoReflect.Descriptor instead.
+func (*RevokePermissionResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+type GetPermissionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Prefix        string                 `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPermissionsRequest) Reset() {
+	*x = GetPermissionsRequest{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPermissionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPermissionsRequest) ProtoMessage() {}
+
+func (x *GetPermissionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPermissionsRequest.ProtoReflect.Descriptor instead.
+func (*GetPermissionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetPermissionsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetPermissionsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *GetPermissionsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+type GetPermissionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// permissions of the scope (role -> actions).
+	Permissions map[string]*PermissionActions `protobuf:"bytes,1,rep,name=permissions,proto3" json:"permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// prefix_permissions: for a namespace, its prefix grants (prefix below
+	// the namespace -> role -> actions).
+	PrefixPermissions map[string]*RolePermissions `protobuf:"bytes,2,rep,name=prefix_permissions,json=prefixPermissions,proto3" json:"prefix_permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// stale is true when the global shard could not be read and the answer
+	// is the broker's last seen copy.
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPermissionsResponse) Reset() {
+	*x = GetPermissionsResponse{}
+	mi := &file_api_client_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPermissionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPermissionsResponse) ProtoMessage() {}
+
+func (x *GetPermissionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_client_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPermissionsResponse.ProtoReflect.Descriptor instead.
+func (*GetPermissionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetPermissionsResponse) GetPermissions() map[string]*PermissionActions {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+func (x *GetPermissionsResponse) GetPrefixPermissions() map[string]*RolePermissions {
+	if x != nil {
+		return x.PrefixPermissions
+	}
+	return nil
+}
+
+func (x *GetPermissionsResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
 type ListNamespacesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -675,7 +1229,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[7]
+	mi := &file_api_client_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +1241,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[7]
+	mi := &file_api_client_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +1254,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListNamespacesRequest) GetTenant() string {
@@ -719,7 +1273,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[8]
+	mi := &file_api_client_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +1285,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[8]
+	mi := &file_api_client_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +1298,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []string {
@@ -766,7 +1320,7 @@ type CreateNamespaceRequest struct {
 
 func (x *CreateNamespaceRequest) Reset() {
 	*x = CreateNamespaceRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[9]
+	mi := &file_api_client_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1332,7 @@ func (x *CreateNamespaceRequest) String() string {
 func (*CreateNamespaceRequest) ProtoMessage() {}
 
 func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[9]
+	mi := &file_api_client_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1345,7 @@ func (x *CreateNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateNamespaceRequest) GetNamespace() string {
@@ -816,7 +1370,7 @@ type CreateNamespaceResponse struct {
 
 func (x *CreateNamespaceResponse) Reset() {
 	*x = CreateNamespaceResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[10]
+	mi := &file_api_client_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1382,7 @@ func (x *CreateNamespaceResponse) String() string {
 func (*CreateNamespaceResponse) ProtoMessage() {}
 
 func (x *CreateNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[10]
+	mi := &file_api_client_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1395,7 @@ func (x *CreateNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 type DeleteNamespaceRequest struct {
@@ -853,7 +1407,7 @@ type DeleteNamespaceRequest struct {
 
 func (x *DeleteNamespaceRequest) Reset() {
 	*x = DeleteNamespaceRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[11]
+	mi := &file_api_client_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1419,7 @@ func (x *DeleteNamespaceRequest) String() string {
 func (*DeleteNamespaceRequest) ProtoMessage() {}
 
 func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[11]
+	mi := &file_api_client_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1432,7 @@ func (x *DeleteNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteNamespaceRequest) GetNamespace() string {
@@ -896,7 +1450,7 @@ type DeleteNamespaceResponse struct {
 
 func (x *DeleteNamespaceResponse) Reset() {
 	*x = DeleteNamespaceResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[12]
+	mi := &file_api_client_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1462,7 @@ func (x *DeleteNamespaceResponse) String() string {
 func (*DeleteNamespaceResponse) ProtoMessage() {}
 
 func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[12]
+	mi := &file_api_client_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1475,7 @@ func (x *DeleteNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 type GetNamespacePoliciesRequest struct {
@@ -933,7 +1487,7 @@ type GetNamespacePoliciesRequest struct {
 
 func (x *GetNamespacePoliciesRequest) Reset() {
 	*x = GetNamespacePoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[13]
+	mi := &file_api_client_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1499,7 @@ func (x *GetNamespacePoliciesRequest) String() string {
 func (*GetNamespacePoliciesRequest) ProtoMessage() {}
 
 func (x *GetNamespacePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[13]
+	mi := &file_api_client_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1512,7 @@ func (x *GetNamespacePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespacePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespacePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetNamespacePoliciesRequest) GetNamespace() string {
@@ -977,7 +1531,7 @@ type GetNamespacePoliciesResponse struct {
 
 func (x *GetNamespacePoliciesResponse) Reset() {
 	*x = GetNamespacePoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[14]
+	mi := &file_api_client_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1543,7 @@ func (x *GetNamespacePoliciesResponse) String() string {
 func (*GetNamespacePoliciesResponse) ProtoMessage() {}
 
 func (x *GetNamespacePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[14]
+	mi := &file_api_client_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1556,7 @@ func (x *GetNamespacePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespacePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*GetNamespacePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetNamespacePoliciesResponse) GetPolicies() *NamespacePolicies {
@@ -1022,7 +1576,7 @@ type SetNamespacePoliciesRequest struct {
 
 func (x *SetNamespacePoliciesRequest) Reset() {
 	*x = SetNamespacePoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[15]
+	mi := &file_api_client_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1588,7 @@ func (x *SetNamespacePoliciesRequest) String() string {
 func (*SetNamespacePoliciesRequest) ProtoMessage() {}
 
 func (x *SetNamespacePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[15]
+	mi := &file_api_client_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1601,7 @@ func (x *SetNamespacePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespacePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespacePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetNamespacePoliciesRequest) GetNamespace() string {
@@ -1072,7 +1626,7 @@ type SetNamespacePoliciesResponse struct {
 
 func (x *SetNamespacePoliciesResponse) Reset() {
 	*x = SetNamespacePoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[16]
+	mi := &file_api_client_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1638,7 @@ func (x *SetNamespacePoliciesResponse) String() string {
 func (*SetNamespacePoliciesResponse) ProtoMessage() {}
 
 func (x *SetNamespacePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[16]
+	mi := &file_api_client_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1651,7 @@ func (x *SetNamespacePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespacePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetNamespacePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 type ListTopicsRequest struct {
@@ -1112,7 +1666,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[17]
+	mi := &file_api_client_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1678,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[17]
+	mi := &file_api_client_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1691,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListTopicsRequest) GetNamespace() string {
@@ -1163,7 +1717,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[18]
+	mi := &file_api_client_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1729,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[18]
+	mi := &file_api_client_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1742,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListTopicsResponse) GetTopics() []string {
@@ -1207,7 +1761,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[19]
+	mi := &file_api_client_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1773,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[19]
+	mi := &file_api_client_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1786,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTopicRequest) GetTopic() string {
@@ -1250,7 +1804,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[20]
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1816,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[20]
+	mi := &file_api_client_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1829,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type DeleteTopicRequest struct {
@@ -1288,7 +1842,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[21]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1854,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[21]
+	mi := &file_api_client_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1867,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteTopicRequest) GetTopic() string {
@@ -1338,7 +1892,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[22]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1904,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[22]
+	mi := &file_api_client_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1917,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 type GetTopicStatsRequest struct {
@@ -1378,7 +1932,7 @@ type GetTopicStatsRequest struct {
 
 func (x *GetTopicStatsRequest) Reset() {
 	*x = GetTopicStatsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[23]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1944,7 @@ func (x *GetTopicStatsRequest) String() string {
 func (*GetTopicStatsRequest) ProtoMessage() {}
 
 func (x *GetTopicStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[23]
+	mi := &file_api_client_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1957,7 @@ func (x *GetTopicStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetTopicStatsRequest) GetTopic() string {
@@ -1429,7 +1983,7 @@ type GetTopicInternalStatsRequest struct {
 
 func (x *GetTopicInternalStatsRequest) Reset() {
 	*x = GetTopicInternalStatsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[24]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1995,7 @@ func (x *GetTopicInternalStatsRequest) String() string {
 func (*GetTopicInternalStatsRequest) ProtoMessage() {}
 
 func (x *GetTopicInternalStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[24]
+	mi := &file_api_client_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +2008,7 @@ func (x *GetTopicInternalStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicInternalStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicInternalStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetTopicInternalStatsRequest) GetTopic() string {
@@ -1473,7 +2027,7 @@ type UnloadTopicRequest struct {
 
 func (x *UnloadTopicRequest) Reset() {
 	*x = UnloadTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[25]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +2039,7 @@ func (x *UnloadTopicRequest) String() string {
 func (*UnloadTopicRequest) ProtoMessage() {}
 
 func (x *UnloadTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[25]
+	mi := &file_api_client_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +2052,7 @@ func (x *UnloadTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadTopicRequest.ProtoReflect.Descriptor instead.
 func (*UnloadTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UnloadTopicRequest) GetTopic() string {
@@ -1516,7 +2070,7 @@ type UnloadTopicResponse struct {
 
 func (x *UnloadTopicResponse) Reset() {
 	*x = UnloadTopicResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[26]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +2082,7 @@ func (x *UnloadTopicResponse) String() string {
 func (*UnloadTopicResponse) ProtoMessage() {}
 
 func (x *UnloadTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[26]
+	mi := &file_api_client_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +2095,7 @@ func (x *UnloadTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadTopicResponse.ProtoReflect.Descriptor instead.
 func (*UnloadTopicResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 type ProducerStats struct {
@@ -1557,7 +2111,7 @@ type ProducerStats struct {
 
 func (x *ProducerStats) Reset() {
 	*x = ProducerStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[27]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +2123,7 @@ func (x *ProducerStats) String() string {
 func (*ProducerStats) ProtoMessage() {}
 
 func (x *ProducerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[27]
+	mi := &file_api_client_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +2136,7 @@ func (x *ProducerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerStats.ProtoReflect.Descriptor instead.
 func (*ProducerStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProducerStats) GetProducerName() string {
@@ -1643,7 +2197,7 @@ type ConsumerStats struct {
 
 func (x *ConsumerStats) Reset() {
 	*x = ConsumerStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[28]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2209,7 @@ func (x *ConsumerStats) String() string {
 func (*ConsumerStats) ProtoMessage() {}
 
 func (x *ConsumerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[28]
+	mi := &file_api_client_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2222,7 @@ func (x *ConsumerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerStats.ProtoReflect.Descriptor instead.
 func (*ConsumerStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ConsumerStats) GetConsumerName() string {
@@ -1803,7 +2357,7 @@ type SubscriptionStats struct {
 
 func (x *SubscriptionStats) Reset() {
 	*x = SubscriptionStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[29]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2369,7 @@ func (x *SubscriptionStats) String() string {
 func (*SubscriptionStats) ProtoMessage() {}
 
 func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[29]
+	mi := &file_api_client_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2382,7 @@ func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionStats.ProtoReflect.Descriptor instead.
 func (*SubscriptionStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SubscriptionStats) GetName() string {
@@ -1998,7 +2552,7 @@ type AckReplicationStats struct {
 
 func (x *AckReplicationStats) Reset() {
 	*x = AckReplicationStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2564,7 @@ func (x *AckReplicationStats) String() string {
 func (*AckReplicationStats) ProtoMessage() {}
 
 func (x *AckReplicationStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[30]
+	mi := &file_api_client_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2577,7 @@ func (x *AckReplicationStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckReplicationStats.ProtoReflect.Descriptor instead.
 func (*AckReplicationStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AckReplicationStats) GetRegion() string {
@@ -2088,7 +2642,7 @@ type BlockedRead struct {
 
 func (x *BlockedRead) Reset() {
 	*x = BlockedRead{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2654,7 @@ func (x *BlockedRead) String() string {
 func (*BlockedRead) ProtoMessage() {}
 
 func (x *BlockedRead) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[31]
+	mi := &file_api_client_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2667,7 @@ func (x *BlockedRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockedRead.ProtoReflect.Descriptor instead.
 func (*BlockedRead) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BlockedRead) GetPosition() *MessageId {
@@ -2205,7 +2759,7 @@ type TopicStats struct {
 
 func (x *TopicStats) Reset() {
 	*x = TopicStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2771,7 @@ func (x *TopicStats) String() string {
 func (*TopicStats) ProtoMessage() {}
 
 func (x *TopicStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[32]
+	mi := &file_api_client_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2784,7 @@ func (x *TopicStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicStats.ProtoReflect.Descriptor instead.
 func (*TopicStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TopicStats) GetTopic() string {
@@ -2394,7 +2948,7 @@ type LedgerInfo struct {
 
 func (x *LedgerInfo) Reset() {
 	*x = LedgerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2960,7 @@ func (x *LedgerInfo) String() string {
 func (*LedgerInfo) ProtoMessage() {}
 
 func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[33]
+	mi := &file_api_client_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2973,7 @@ func (x *LedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerInfo.ProtoReflect.Descriptor instead.
 func (*LedgerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LedgerInfo) GetLedgerId() int64 {
@@ -2487,7 +3041,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +3053,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[34]
+	mi := &file_api_client_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +3066,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CursorInfo) GetName() string {
@@ -2599,7 +3153,7 @@ type TopicInternalStats struct {
 
 func (x *TopicInternalStats) Reset() {
 	*x = TopicInternalStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +3165,7 @@ func (x *TopicInternalStats) String() string {
 func (*TopicInternalStats) ProtoMessage() {}
 
 func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[35]
+	mi := &file_api_client_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +3178,7 @@ func (x *TopicInternalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInternalStats.ProtoReflect.Descriptor instead.
 func (*TopicInternalStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TopicInternalStats) GetTopic() string {
@@ -2678,7 +3232,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +3244,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[36]
+	mi := &file_api_client_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +3257,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSubscriptionsRequest) GetTopic() string {
@@ -2722,7 +3276,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3288,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[37]
+	mi := &file_api_client_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3301,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []string {
@@ -2770,7 +3324,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3336,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[38]
+	mi := &file_api_client_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3349,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateSubscriptionRequest) GetTopic() string {
@@ -2834,7 +3388,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3400,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[39]
+	mi := &file_api_client_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3413,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 type DeleteSubscriptionRequest struct {
@@ -2873,7 +3427,7 @@ type DeleteSubscriptionRequest struct {
 
 func (x *DeleteSubscriptionRequest) Reset() {
 	*x = DeleteSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3439,7 @@ func (x *DeleteSubscriptionRequest) String() string {
 func (*DeleteSubscriptionRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[40]
+	mi := &file_api_client_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3452,7 @@ func (x *DeleteSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteSubscriptionRequest) GetTopic() string {
@@ -2930,7 +3484,7 @@ type DeleteSubscriptionResponse struct {
 
 func (x *DeleteSubscriptionResponse) Reset() {
 	*x = DeleteSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3496,7 @@ func (x *DeleteSubscriptionResponse) String() string {
 func (*DeleteSubscriptionResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[41]
+	mi := &file_api_client_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3509,7 @@ func (x *DeleteSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type ResetSubscriptionRequest struct {
@@ -2975,7 +3529,7 @@ type ResetSubscriptionRequest struct {
 
 func (x *ResetSubscriptionRequest) Reset() {
 	*x = ResetSubscriptionRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3541,7 @@ func (x *ResetSubscriptionRequest) String() string {
 func (*ResetSubscriptionRequest) ProtoMessage() {}
 
 func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[42]
+	mi := &file_api_client_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3554,7 @@ func (x *ResetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResetSubscriptionRequest) GetTopic() string {
@@ -3101,7 +3655,7 @@ type ResetSubscriptionResponse struct {
 
 func (x *ResetSubscriptionResponse) Reset() {
 	*x = ResetSubscriptionResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3667,7 @@ func (x *ResetSubscriptionResponse) String() string {
 func (*ResetSubscriptionResponse) ProtoMessage() {}
 
 func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[43]
+	mi := &file_api_client_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3680,7 @@ func (x *ResetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*ResetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 type ListBrokersRequest struct {
@@ -3137,7 +3691,7 @@ type ListBrokersRequest struct {
 
 func (x *ListBrokersRequest) Reset() {
 	*x = ListBrokersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3703,7 @@ func (x *ListBrokersRequest) String() string {
 func (*ListBrokersRequest) ProtoMessage() {}
 
 func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[44]
+	mi := &file_api_client_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3716,7 @@ func (x *ListBrokersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersRequest.ProtoReflect.Descriptor instead.
 func (*ListBrokersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 type BrokerInfo struct {
@@ -3177,7 +3731,7 @@ type BrokerInfo struct {
 
 func (x *BrokerInfo) Reset() {
 	*x = BrokerInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3743,7 @@ func (x *BrokerInfo) String() string {
 func (*BrokerInfo) ProtoMessage() {}
 
 func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[45]
+	mi := &file_api_client_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3756,7 @@ func (x *BrokerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerInfo.ProtoReflect.Descriptor instead.
 func (*BrokerInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BrokerInfo) GetBrokerId() string {
@@ -3242,7 +3796,7 @@ type ListBrokersResponse struct {
 
 func (x *ListBrokersResponse) Reset() {
 	*x = ListBrokersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3808,7 @@ func (x *ListBrokersResponse) String() string {
 func (*ListBrokersResponse) ProtoMessage() {}
 
 func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[46]
+	mi := &file_api_client_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3821,7 @@ func (x *ListBrokersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBrokersResponse.ProtoReflect.Descriptor instead.
 func (*ListBrokersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListBrokersResponse) GetBrokers() []*BrokerInfo {
@@ -3310,7 +3864,7 @@ type BookieStatus struct {
 
 func (x *BookieStatus) Reset() {
 	*x = BookieStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3876,7 @@ func (x *BookieStatus) String() string {
 func (*BookieStatus) ProtoMessage() {}
 
 func (x *BookieStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[47]
+	mi := &file_api_client_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3889,7 @@ func (x *BookieStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieStatus.ProtoReflect.Descriptor instead.
 func (*BookieStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BookieStatus) GetBookieId() string {
@@ -3430,7 +3984,7 @@ type ListBookiesRequest struct {
 
 func (x *ListBookiesRequest) Reset() {
 	*x = ListBookiesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3442,7 +3996,7 @@ func (x *ListBookiesRequest) String() string {
 func (*ListBookiesRequest) ProtoMessage() {}
 
 func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[48]
+	mi := &file_api_client_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3455,7 +4009,7 @@ func (x *ListBookiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesRequest.ProtoReflect.Descriptor instead.
 func (*ListBookiesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type ListBookiesResponse struct {
@@ -3469,7 +4023,7 @@ type ListBookiesResponse struct {
 
 func (x *ListBookiesResponse) Reset() {
 	*x = ListBookiesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +4035,7 @@ func (x *ListBookiesResponse) String() string {
 func (*ListBookiesResponse) ProtoMessage() {}
 
 func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[49]
+	mi := &file_api_client_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +4048,7 @@ func (x *ListBookiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBookiesResponse.ProtoReflect.Descriptor instead.
 func (*ListBookiesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListBookiesResponse) GetBookies() []*BookieStatus {
@@ -3531,7 +4085,7 @@ type UnderReplicatedLedger struct {
 
 func (x *UnderReplicatedLedger) Reset() {
 	*x = UnderReplicatedLedger{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +4097,7 @@ func (x *UnderReplicatedLedger) String() string {
 func (*UnderReplicatedLedger) ProtoMessage() {}
 
 func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[50]
+	mi := &file_api_client_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +4110,7 @@ func (x *UnderReplicatedLedger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnderReplicatedLedger.ProtoReflect.Descriptor instead.
 func (*UnderReplicatedLedger) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UnderReplicatedLedger) GetLedgerId() int64 {
@@ -3609,7 +4163,7 @@ type GetAutorecoveryStatusRequest struct {
 
 func (x *GetAutorecoveryStatusRequest) Reset() {
 	*x = GetAutorecoveryStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +4175,7 @@ func (x *GetAutorecoveryStatusRequest) String() string {
 func (*GetAutorecoveryStatusRequest) ProtoMessage() {}
 
 func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[51]
+	mi := &file_api_client_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +4188,7 @@ func (x *GetAutorecoveryStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAutorecoveryStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetAutorecoveryStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 type AutorecoveryStatus struct {
@@ -3654,7 +4208,7 @@ type AutorecoveryStatus struct {
 
 func (x *AutorecoveryStatus) Reset() {
 	*x = AutorecoveryStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4220,7 @@ func (x *AutorecoveryStatus) String() string {
 func (*AutorecoveryStatus) ProtoMessage() {}
 
 func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[52]
+	mi := &file_api_client_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4233,7 @@ func (x *AutorecoveryStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutorecoveryStatus.ProtoReflect.Descriptor instead.
 func (*AutorecoveryStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AutorecoveryStatus) GetPaused() bool {
@@ -3734,7 +4288,7 @@ type PauseAutorecoveryRequest struct {
 
 func (x *PauseAutorecoveryRequest) Reset() {
 	*x = PauseAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +4300,7 @@ func (x *PauseAutorecoveryRequest) String() string {
 func (*PauseAutorecoveryRequest) ProtoMessage() {}
 
 func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[53]
+	mi := &file_api_client_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +4313,7 @@ func (x *PauseAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PauseAutorecoveryRequest) GetReason() string {
@@ -3777,7 +4331,7 @@ type PauseAutorecoveryResponse struct {
 
 func (x *PauseAutorecoveryResponse) Reset() {
 	*x = PauseAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +4343,7 @@ func (x *PauseAutorecoveryResponse) String() string {
 func (*PauseAutorecoveryResponse) ProtoMessage() {}
 
 func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[54]
+	mi := &file_api_client_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +4356,7 @@ func (x *PauseAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*PauseAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 type ResumeAutorecoveryRequest struct {
@@ -3813,7 +4367,7 @@ type ResumeAutorecoveryRequest struct {
 
 func (x *ResumeAutorecoveryRequest) Reset() {
 	*x = ResumeAutorecoveryRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4379,7 @@ func (x *ResumeAutorecoveryRequest) String() string {
 func (*ResumeAutorecoveryRequest) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[55]
+	mi := &file_api_client_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4392,7 @@ func (x *ResumeAutorecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 type ResumeAutorecoveryResponse struct {
@@ -3849,7 +4403,7 @@ type ResumeAutorecoveryResponse struct {
 
 func (x *ResumeAutorecoveryResponse) Reset() {
 	*x = ResumeAutorecoveryResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3861,7 +4415,7 @@ func (x *ResumeAutorecoveryResponse) String() string {
 func (*ResumeAutorecoveryResponse) ProtoMessage() {}
 
 func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[56]
+	mi := &file_api_client_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3874,7 +4428,7 @@ func (x *ResumeAutorecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAutorecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAutorecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 type DecommissionBookieRequest struct {
@@ -3886,7 +4440,7 @@ type DecommissionBookieRequest struct {
 
 func (x *DecommissionBookieRequest) Reset() {
 	*x = DecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4452,7 @@ func (x *DecommissionBookieRequest) String() string {
 func (*DecommissionBookieRequest) ProtoMessage() {}
 
 func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[57]
+	mi := &file_api_client_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4465,7 @@ func (x *DecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DecommissionBookieRequest) GetBookieId() string {
@@ -3929,7 +4483,7 @@ type DecommissionBookieResponse struct {
 
 func (x *DecommissionBookieResponse) Reset() {
 	*x = DecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4495,7 @@ func (x *DecommissionBookieResponse) String() string {
 func (*DecommissionBookieResponse) ProtoMessage() {}
 
 func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[58]
+	mi := &file_api_client_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4508,7 @@ func (x *DecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 type RecommissionBookieRequest struct {
@@ -3966,7 +4520,7 @@ type RecommissionBookieRequest struct {
 
 func (x *RecommissionBookieRequest) Reset() {
 	*x = RecommissionBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4532,7 @@ func (x *RecommissionBookieRequest) String() string {
 func (*RecommissionBookieRequest) ProtoMessage() {}
 
 func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[59]
+	mi := &file_api_client_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4545,7 @@ func (x *RecommissionBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieRequest.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RecommissionBookieRequest) GetBookieId() string {
@@ -4009,7 +4563,7 @@ type RecommissionBookieResponse struct {
 
 func (x *RecommissionBookieResponse) Reset() {
 	*x = RecommissionBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4575,7 @@ func (x *RecommissionBookieResponse) String() string {
 func (*RecommissionBookieResponse) ProtoMessage() {}
 
 func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[60]
+	mi := &file_api_client_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4588,7 @@ func (x *RecommissionBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecommissionBookieResponse.ProtoReflect.Descriptor instead.
 func (*RecommissionBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 type GetMetadataStatusRequest struct {
@@ -4045,7 +4599,7 @@ type GetMetadataStatusRequest struct {
 
 func (x *GetMetadataStatusRequest) Reset() {
 	*x = GetMetadataStatusRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4611,7 @@ func (x *GetMetadataStatusRequest) String() string {
 func (*GetMetadataStatusRequest) ProtoMessage() {}
 
 func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[61]
+	mi := &file_api_client_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4624,7 @@ func (x *GetMetadataStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 type MetadataShardStatus struct {
@@ -4090,7 +4644,7 @@ type MetadataShardStatus struct {
 
 func (x *MetadataShardStatus) Reset() {
 	*x = MetadataShardStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4656,7 @@ func (x *MetadataShardStatus) String() string {
 func (*MetadataShardStatus) ProtoMessage() {}
 
 func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[62]
+	mi := &file_api_client_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4669,7 @@ func (x *MetadataShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataShardStatus.ProtoReflect.Descriptor instead.
 func (*MetadataShardStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MetadataShardStatus) GetName() string {
@@ -4175,7 +4729,7 @@ type MetadataNodeStatus struct {
 
 func (x *MetadataNodeStatus) Reset() {
 	*x = MetadataNodeStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4741,7 @@ func (x *MetadataNodeStatus) String() string {
 func (*MetadataNodeStatus) ProtoMessage() {}
 
 func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[63]
+	mi := &file_api_client_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4754,7 @@ func (x *MetadataNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataNodeStatus.ProtoReflect.Descriptor instead.
 func (*MetadataNodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MetadataNodeStatus) GetEndpoint() string {
@@ -4247,7 +4801,7 @@ type MetadataStatus struct {
 
 func (x *MetadataStatus) Reset() {
 	*x = MetadataStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4259,7 +4813,7 @@ func (x *MetadataStatus) String() string {
 func (*MetadataStatus) ProtoMessage() {}
 
 func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[64]
+	mi := &file_api_client_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4272,7 +4826,7 @@ func (x *MetadataStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataStatus.ProtoReflect.Descriptor instead.
 func (*MetadataStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MetadataStatus) GetNodes() []*MetadataNodeStatus {
@@ -4297,7 +4851,7 @@ type MetadataKeyValue struct {
 
 func (x *MetadataKeyValue) Reset() {
 	*x = MetadataKeyValue{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4863,7 @@ func (x *MetadataKeyValue) String() string {
 func (*MetadataKeyValue) ProtoMessage() {}
 
 func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[65]
+	mi := &file_api_client_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4876,7 @@ func (x *MetadataKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataKeyValue.ProtoReflect.Descriptor instead.
 func (*MetadataKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MetadataKeyValue) GetKey() string {
@@ -4377,7 +4931,7 @@ type GetMetadataKeyRequest struct {
 
 func (x *GetMetadataKeyRequest) Reset() {
 	*x = GetMetadataKeyRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4943,7 @@ func (x *GetMetadataKeyRequest) String() string {
 func (*GetMetadataKeyRequest) ProtoMessage() {}
 
 func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[66]
+	mi := &file_api_client_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4956,7 @@ func (x *GetMetadataKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetadataKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetMetadataKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetMetadataKeyRequest) GetShard() MetadataShard {
@@ -4433,7 +4987,7 @@ type ListMetadataKeysRequest struct {
 
 func (x *ListMetadataKeysRequest) Reset() {
 	*x = ListMetadataKeysRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4445,7 +4999,7 @@ func (x *ListMetadataKeysRequest) String() string {
 func (*ListMetadataKeysRequest) ProtoMessage() {}
 
 func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[67]
+	mi := &file_api_client_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4458,7 +5012,7 @@ func (x *ListMetadataKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListMetadataKeysRequest) GetShard() MetadataShard {
@@ -4501,7 +5055,7 @@ type ListMetadataKeysResponse struct {
 
 func (x *ListMetadataKeysResponse) Reset() {
 	*x = ListMetadataKeysResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4513,7 +5067,7 @@ func (x *ListMetadataKeysResponse) String() string {
 func (*ListMetadataKeysResponse) ProtoMessage() {}
 
 func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[68]
+	mi := &file_api_client_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4526,7 +5080,7 @@ func (x *ListMetadataKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMetadataKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListMetadataKeysResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListMetadataKeysResponse) GetKvs() []*MetadataKeyValue {
@@ -4561,7 +5115,7 @@ type LedgerBookie struct {
 
 func (x *LedgerBookie) Reset() {
 	*x = LedgerBookie{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +5127,7 @@ func (x *LedgerBookie) String() string {
 func (*LedgerBookie) ProtoMessage() {}
 
 func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[69]
+	mi := &file_api_client_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +5140,7 @@ func (x *LedgerBookie) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerBookie.ProtoReflect.Descriptor instead.
 func (*LedgerBookie) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LedgerBookie) GetBookieId() string {
@@ -4622,7 +5176,7 @@ type LedgerSegment struct {
 
 func (x *LedgerSegment) Reset() {
 	*x = LedgerSegment{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4634,7 +5188,7 @@ func (x *LedgerSegment) String() string {
 func (*LedgerSegment) ProtoMessage() {}
 
 func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[70]
+	mi := &file_api_client_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4647,7 +5201,7 @@ func (x *LedgerSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerSegment.ProtoReflect.Descriptor instead.
 func (*LedgerSegment) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LedgerSegment) GetFirstEntry() int64 {
@@ -4700,7 +5254,7 @@ type LedgerDetails struct {
 
 func (x *LedgerDetails) Reset() {
 	*x = LedgerDetails{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +5266,7 @@ func (x *LedgerDetails) String() string {
 func (*LedgerDetails) ProtoMessage() {}
 
 func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[71]
+	mi := &file_api_client_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +5279,7 @@ func (x *LedgerDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerDetails.ProtoReflect.Descriptor instead.
 func (*LedgerDetails) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LedgerDetails) GetLedgerId() int64 {
@@ -4835,7 +5389,7 @@ type GetLedgerRequest struct {
 
 func (x *GetLedgerRequest) Reset() {
 	*x = GetLedgerRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +5401,7 @@ func (x *GetLedgerRequest) String() string {
 func (*GetLedgerRequest) ProtoMessage() {}
 
 func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[72]
+	mi := &file_api_client_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +5414,7 @@ func (x *GetLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetLedgerRequest) GetLedgerId() int64 {
@@ -4879,7 +5433,7 @@ type ListTopicLedgersRequest struct {
 
 func (x *ListTopicLedgersRequest) Reset() {
 	*x = ListTopicLedgersRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4891,7 +5445,7 @@ func (x *ListTopicLedgersRequest) String() string {
 func (*ListTopicLedgersRequest) ProtoMessage() {}
 
 func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[73]
+	mi := &file_api_client_v1_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4904,7 +5458,7 @@ func (x *ListTopicLedgersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListTopicLedgersRequest) GetTopic() string {
@@ -4924,7 +5478,7 @@ type ListTopicLedgersResponse struct {
 
 func (x *ListTopicLedgersResponse) Reset() {
 	*x = ListTopicLedgersResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4936,7 +5490,7 @@ func (x *ListTopicLedgersResponse) String() string {
 func (*ListTopicLedgersResponse) ProtoMessage() {}
 
 func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[74]
+	mi := &file_api_client_v1_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4949,7 +5503,7 @@ func (x *ListTopicLedgersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicLedgersResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicLedgersResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListTopicLedgersResponse) GetTopic() string {
@@ -4975,7 +5529,7 @@ type ScrubBookieRequest struct {
 
 func (x *ScrubBookieRequest) Reset() {
 	*x = ScrubBookieRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5541,7 @@ func (x *ScrubBookieRequest) String() string {
 func (*ScrubBookieRequest) ProtoMessage() {}
 
 func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[75]
+	mi := &file_api_client_v1_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5554,7 @@ func (x *ScrubBookieRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieRequest.ProtoReflect.Descriptor instead.
 func (*ScrubBookieRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ScrubBookieRequest) GetBookieId() string {
@@ -5022,7 +5576,7 @@ type BookieCorruptRange struct {
 
 func (x *BookieCorruptRange) Reset() {
 	*x = BookieCorruptRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5588,7 @@ func (x *BookieCorruptRange) String() string {
 func (*BookieCorruptRange) ProtoMessage() {}
 
 func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[76]
+	mi := &file_api_client_v1_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5601,7 @@ func (x *BookieCorruptRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieCorruptRange.ProtoReflect.Descriptor instead.
 func (*BookieCorruptRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BookieCorruptRange) GetLedgerId() int64 {
@@ -5085,7 +5639,7 @@ type BookieDamagedJournalRange struct {
 
 func (x *BookieDamagedJournalRange) Reset() {
 	*x = BookieDamagedJournalRange{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[77]
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5651,7 @@ func (x *BookieDamagedJournalRange) String() string {
 func (*BookieDamagedJournalRange) ProtoMessage() {}
 
 func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[77]
+	mi := &file_api_client_v1_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5664,7 @@ func (x *BookieDamagedJournalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieDamagedJournalRange.ProtoReflect.Descriptor instead.
 func (*BookieDamagedJournalRange) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{77}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BookieDamagedJournalRange) GetFile() string {
@@ -5162,7 +5716,7 @@ type ScrubBookieResponse struct {
 
 func (x *ScrubBookieResponse) Reset() {
 	*x = ScrubBookieResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5174,7 +5728,7 @@ func (x *ScrubBookieResponse) String() string {
 func (*ScrubBookieResponse) ProtoMessage() {}
 
 func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[78]
+	mi := &file_api_client_v1_admin_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5187,7 +5741,7 @@ func (x *ScrubBookieResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubBookieResponse.ProtoReflect.Descriptor instead.
 func (*ScrubBookieResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{78}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ScrubBookieResponse) GetBookieId() string {
@@ -5277,7 +5831,7 @@ type SkipLostEntriesRequest struct {
 
 func (x *SkipLostEntriesRequest) Reset() {
 	*x = SkipLostEntriesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5289,7 +5843,7 @@ func (x *SkipLostEntriesRequest) String() string {
 func (*SkipLostEntriesRequest) ProtoMessage() {}
 
 func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[79]
+	mi := &file_api_client_v1_admin_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5302,7 +5856,7 @@ func (x *SkipLostEntriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipLostEntriesRequest.ProtoReflect.Descriptor instead.
 func (*SkipLostEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{79}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SkipLostEntriesRequest) GetTopic() string {
@@ -5384,7 +5938,7 @@ type SkipLostEntriesResponse struct {
 
 func (x *SkipLostEntriesResponse) Reset() {
 	*x = SkipLostEntriesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5950,7 @@ func (x *SkipLostEntriesResponse) String() string {
 func (*SkipLostEntriesResponse) ProtoMessage() {}
 
 func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[80]
+	mi := &file_api_client_v1_admin_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5963,7 @@ func (x *SkipLostEntriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipLostEntriesResponse.ProtoReflect.Descriptor instead.
 func (*SkipLostEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{80}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SkipLostEntriesResponse) GetEntries() int64 {
@@ -5445,7 +5999,7 @@ type SetNamespaceReplicationRequest struct {
 
 func (x *SetNamespaceReplicationRequest) Reset() {
 	*x = SetNamespaceReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5457,7 +6011,7 @@ func (x *SetNamespaceReplicationRequest) String() string {
 func (*SetNamespaceReplicationRequest) ProtoMessage() {}
 
 func (x *SetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[81]
+	mi := &file_api_client_v1_admin_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5470,7 +6024,7 @@ func (x *SetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{81}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *SetNamespaceReplicationRequest) GetNamespace() string {
@@ -5495,7 +6049,7 @@ type SetNamespaceReplicationResponse struct {
 
 func (x *SetNamespaceReplicationResponse) Reset() {
 	*x = SetNamespaceReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +6061,7 @@ func (x *SetNamespaceReplicationResponse) String() string {
 func (*SetNamespaceReplicationResponse) ProtoMessage() {}
 
 func (x *SetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[82]
+	mi := &file_api_client_v1_admin_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +6074,7 @@ func (x *SetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{82}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{92}
 }
 
 type GetNamespaceReplicationRequest struct {
@@ -5532,7 +6086,7 @@ type GetNamespaceReplicationRequest struct {
 
 func (x *GetNamespaceReplicationRequest) Reset() {
 	*x = GetNamespaceReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5544,7 +6098,7 @@ func (x *GetNamespaceReplicationRequest) String() string {
 func (*GetNamespaceReplicationRequest) ProtoMessage() {}
 
 func (x *GetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[83]
+	mi := &file_api_client_v1_admin_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5557,7 +6111,7 @@ func (x *GetNamespaceReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceReplicationRequest.ProtoReflect.Descriptor instead.
 func (*GetNamespaceReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{83}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetNamespaceReplicationRequest) GetNamespace() string {
@@ -5579,7 +6133,7 @@ type GetNamespaceReplicationResponse struct {
 
 func (x *GetNamespaceReplicationResponse) Reset() {
 	*x = GetNamespaceReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +6145,7 @@ func (x *GetNamespaceReplicationResponse) String() string {
 func (*GetNamespaceReplicationResponse) ProtoMessage() {}
 
 func (x *GetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[84]
+	mi := &file_api_client_v1_admin_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +6158,7 @@ func (x *GetNamespaceReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNamespaceReplicationResponse.ProtoReflect.Descriptor instead.
 func (*GetNamespaceReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{84}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetNamespaceReplicationResponse) GetRegions() []string {
@@ -5630,7 +6184,7 @@ type GetTenantRequest struct {
 
 func (x *GetTenantRequest) Reset() {
 	*x = GetTenantRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5642,7 +6196,7 @@ func (x *GetTenantRequest) String() string {
 func (*GetTenantRequest) ProtoMessage() {}
 
 func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[85]
+	mi := &file_api_client_v1_admin_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5655,7 +6209,7 @@ func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{85}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *GetTenantRequest) GetTenant() string {
@@ -5671,13 +6225,15 @@ type TenantInfo struct {
 	// allowed_regions lists the regions the tenant may use (empty = all).
 	AllowedRegions []string `protobuf:"bytes,2,rep,name=allowed_regions,json=allowedRegions,proto3" json:"allowed_regions,omitempty"`
 	Stale          bool     `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// admin_roles may do every admin operation inside the tenant.
+	AdminRoles    []string `protobuf:"bytes,4,rep,name=admin_roles,json=adminRoles,proto3" json:"admin_roles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5689,7 +6245,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[86]
+	mi := &file_api_client_v1_admin_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5702,7 +6258,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{86}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TenantInfo) GetTenant() string {
@@ -5726,6 +6282,13 @@ func (x *TenantInfo) GetStale() bool {
 	return false
 }
 
+func (x *TenantInfo) GetAdminRoles() []string {
+	if x != nil {
+		return x.AdminRoles
+	}
+	return nil
+}
+
 type SetTenantAllowedRegionsRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Tenant         string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -5736,7 +6299,7 @@ type SetTenantAllowedRegionsRequest struct {
 
 func (x *SetTenantAllowedRegionsRequest) Reset() {
 	*x = SetTenantAllowedRegionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +6311,7 @@ func (x *SetTenantAllowedRegionsRequest) String() string {
 func (*SetTenantAllowedRegionsRequest) ProtoMessage() {}
 
 func (x *SetTenantAllowedRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[87]
+	mi := &file_api_client_v1_admin_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +6324,7 @@ func (x *SetTenantAllowedRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantAllowedRegionsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantAllowedRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{87}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *SetTenantAllowedRegionsRequest) GetTenant() string {
@@ -5786,7 +6349,7 @@ type SetTenantAllowedRegionsResponse struct {
 
 func (x *SetTenantAllowedRegionsResponse) Reset() {
 	*x = SetTenantAllowedRegionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5798,7 +6361,7 @@ func (x *SetTenantAllowedRegionsResponse) String() string {
 func (*SetTenantAllowedRegionsResponse) ProtoMessage() {}
 
 func (x *SetTenantAllowedRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[88]
+	mi := &file_api_client_v1_admin_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5811,7 +6374,7 @@ func (x *SetTenantAllowedRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantAllowedRegionsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantAllowedRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{88}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{98}
 }
 
 type SetTopicReplicationRequest struct {
@@ -5826,7 +6389,7 @@ type SetTopicReplicationRequest struct {
 
 func (x *SetTopicReplicationRequest) Reset() {
 	*x = SetTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5838,7 +6401,7 @@ func (x *SetTopicReplicationRequest) String() string {
 func (*SetTopicReplicationRequest) ProtoMessage() {}
 
 func (x *SetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[89]
+	mi := &file_api_client_v1_admin_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5851,7 +6414,7 @@ func (x *SetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*SetTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{89}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *SetTopicReplicationRequest) GetTopic() string {
@@ -5876,7 +6439,7 @@ type SetTopicReplicationResponse struct {
 
 func (x *SetTopicReplicationResponse) Reset() {
 	*x = SetTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5888,7 +6451,7 @@ func (x *SetTopicReplicationResponse) String() string {
 func (*SetTopicReplicationResponse) ProtoMessage() {}
 
 func (x *SetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[90]
+	mi := &file_api_client_v1_admin_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5901,7 +6464,7 @@ func (x *SetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*SetTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{90}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{100}
 }
 
 type GetTopicReplicationRequest struct {
@@ -5913,7 +6476,7 @@ type GetTopicReplicationRequest struct {
 
 func (x *GetTopicReplicationRequest) Reset() {
 	*x = GetTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	mi := &file_api_client_v1_admin_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5925,7 +6488,7 @@ func (x *GetTopicReplicationRequest) String() string {
 func (*GetTopicReplicationRequest) ProtoMessage() {}
 
 func (x *GetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[91]
+	mi := &file_api_client_v1_admin_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5938,7 +6501,7 @@ func (x *GetTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{91}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetTopicReplicationRequest) GetTopic() string {
@@ -5965,7 +6528,7 @@ type GetTopicReplicationResponse struct {
 
 func (x *GetTopicReplicationResponse) Reset() {
 	*x = GetTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	mi := &file_api_client_v1_admin_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5977,7 +6540,7 @@ func (x *GetTopicReplicationResponse) String() string {
 func (*GetTopicReplicationResponse) ProtoMessage() {}
 
 func (x *GetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[92]
+	mi := &file_api_client_v1_admin_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5990,7 +6553,7 @@ func (x *GetTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*GetTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{92}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetTopicReplicationResponse) GetHasOverride() bool {
@@ -6030,7 +6593,7 @@ type RemoveTopicReplicationRequest struct {
 
 func (x *RemoveTopicReplicationRequest) Reset() {
 	*x = RemoveTopicReplicationRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	mi := &file_api_client_v1_admin_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6042,7 +6605,7 @@ func (x *RemoveTopicReplicationRequest) String() string {
 func (*RemoveTopicReplicationRequest) ProtoMessage() {}
 
 func (x *RemoveTopicReplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[93]
+	mi := &file_api_client_v1_admin_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6055,7 +6618,7 @@ func (x *RemoveTopicReplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicReplicationRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTopicReplicationRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{93}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RemoveTopicReplicationRequest) GetTopic() string {
@@ -6073,7 +6636,7 @@ type RemoveTopicReplicationResponse struct {
 
 func (x *RemoveTopicReplicationResponse) Reset() {
 	*x = RemoveTopicReplicationResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	mi := &file_api_client_v1_admin_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6085,7 +6648,7 @@ func (x *RemoveTopicReplicationResponse) String() string {
 func (*RemoveTopicReplicationResponse) ProtoMessage() {}
 
 func (x *RemoveTopicReplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[94]
+	mi := &file_api_client_v1_admin_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6098,7 +6661,7 @@ func (x *RemoveTopicReplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicReplicationResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTopicReplicationResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{94}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{104}
 }
 
 type ListRegionsRequest struct {
@@ -6109,7 +6672,7 @@ type ListRegionsRequest struct {
 
 func (x *ListRegionsRequest) Reset() {
 	*x = ListRegionsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6684,7 @@ func (x *ListRegionsRequest) String() string {
 func (*ListRegionsRequest) ProtoMessage() {}
 
 func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[95]
+	mi := &file_api_client_v1_admin_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6697,7 @@ func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{95}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{105}
 }
 
 // RegionReplicationLag sums the replication towards one region of the
@@ -6158,7 +6721,7 @@ type RegionReplicationLag struct {
 
 func (x *RegionReplicationLag) Reset() {
 	*x = RegionReplicationLag{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6170,7 +6733,7 @@ func (x *RegionReplicationLag) String() string {
 func (*RegionReplicationLag) ProtoMessage() {}
 
 func (x *RegionReplicationLag) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[96]
+	mi := &file_api_client_v1_admin_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6183,7 +6746,7 @@ func (x *RegionReplicationLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionReplicationLag.ProtoReflect.Descriptor instead.
 func (*RegionReplicationLag) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{96}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RegionReplicationLag) GetAvailable() bool {
@@ -6252,7 +6815,7 @@ type RegionStatus struct {
 
 func (x *RegionStatus) Reset() {
 	*x = RegionStatus{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6264,7 +6827,7 @@ func (x *RegionStatus) String() string {
 func (*RegionStatus) ProtoMessage() {}
 
 func (x *RegionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[97]
+	mi := &file_api_client_v1_admin_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6277,7 +6840,7 @@ func (x *RegionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionStatus.ProtoReflect.Descriptor instead.
 func (*RegionStatus) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{97}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RegionStatus) GetName() string {
@@ -6347,7 +6910,7 @@ type ListRegionsResponse struct {
 
 func (x *ListRegionsResponse) Reset() {
 	*x = ListRegionsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6359,7 +6922,7 @@ func (x *ListRegionsResponse) String() string {
 func (*ListRegionsResponse) ProtoMessage() {}
 
 func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[98]
+	mi := &file_api_client_v1_admin_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6372,7 +6935,7 @@ func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsResponse.ProtoReflect.Descriptor instead.
 func (*ListRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{98}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ListRegionsResponse) GetRegions() []*RegionStatus {
@@ -6430,7 +6993,7 @@ type ReplicatorStats struct {
 
 func (x *ReplicatorStats) Reset() {
 	*x = ReplicatorStats{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6442,7 +7005,7 @@ func (x *ReplicatorStats) String() string {
 func (*ReplicatorStats) ProtoMessage() {}
 
 func (x *ReplicatorStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[99]
+	mi := &file_api_client_v1_admin_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6455,7 +7018,7 @@ func (x *ReplicatorStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicatorStats.ProtoReflect.Descriptor instead.
 func (*ReplicatorStats) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{99}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ReplicatorStats) GetRemoteRegion() string {
@@ -6584,7 +7147,7 @@ type DeleteReplicationCursorsRequest struct {
 
 func (x *DeleteReplicationCursorsRequest) Reset() {
 	*x = DeleteReplicationCursorsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	mi := &file_api_client_v1_admin_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6596,7 +7159,7 @@ func (x *DeleteReplicationCursorsRequest) String() string {
 func (*DeleteReplicationCursorsRequest) ProtoMessage() {}
 
 func (x *DeleteReplicationCursorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[100]
+	mi := &file_api_client_v1_admin_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6609,7 +7172,7 @@ func (x *DeleteReplicationCursorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReplicationCursorsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteReplicationCursorsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{100}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *DeleteReplicationCursorsRequest) GetNamespace() string {
@@ -6645,7 +7208,7 @@ type DeleteReplicationCursorsResponse struct {
 
 func (x *DeleteReplicationCursorsResponse) Reset() {
 	*x = DeleteReplicationCursorsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[101]
+	mi := &file_api_client_v1_admin_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6657,7 +7220,7 @@ func (x *DeleteReplicationCursorsResponse) String() string {
 func (*DeleteReplicationCursorsResponse) ProtoMessage() {}
 
 func (x *DeleteReplicationCursorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[101]
+	mi := &file_api_client_v1_admin_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6670,7 +7233,7 @@ func (x *DeleteReplicationCursorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReplicationCursorsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteReplicationCursorsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{101}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *DeleteReplicationCursorsResponse) GetTopics() []string {
@@ -6700,7 +7263,7 @@ type SetFailoverTargetRequest struct {
 
 func (x *SetFailoverTargetRequest) Reset() {
 	*x = SetFailoverTargetRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[102]
+	mi := &file_api_client_v1_admin_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6712,7 +7275,7 @@ func (x *SetFailoverTargetRequest) String() string {
 func (*SetFailoverTargetRequest) ProtoMessage() {}
 
 func (x *SetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[102]
+	mi := &file_api_client_v1_admin_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6725,7 +7288,7 @@ func (x *SetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFailoverTargetRequest.ProtoReflect.Descriptor instead.
 func (*SetFailoverTargetRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{102}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *SetFailoverTargetRequest) GetGroup() string {
@@ -6751,7 +7314,7 @@ type GetFailoverTargetRequest struct {
 
 func (x *GetFailoverTargetRequest) Reset() {
 	*x = GetFailoverTargetRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[103]
+	mi := &file_api_client_v1_admin_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6763,7 +7326,7 @@ func (x *GetFailoverTargetRequest) String() string {
 func (*GetFailoverTargetRequest) ProtoMessage() {}
 
 func (x *GetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[103]
+	mi := &file_api_client_v1_admin_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6776,7 +7339,7 @@ func (x *GetFailoverTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailoverTargetRequest.ProtoReflect.Descriptor instead.
 func (*GetFailoverTargetRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{103}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *GetFailoverTargetRequest) GetGroup() string {
@@ -6809,7 +7372,7 @@ type FailoverTarget struct {
 
 func (x *FailoverTarget) Reset() {
 	*x = FailoverTarget{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[104]
+	mi := &file_api_client_v1_admin_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6821,7 +7384,7 @@ func (x *FailoverTarget) String() string {
 func (*FailoverTarget) ProtoMessage() {}
 
 func (x *FailoverTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[104]
+	mi := &file_api_client_v1_admin_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6834,7 +7397,7 @@ func (x *FailoverTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverTarget.ProtoReflect.Descriptor instead.
 func (*FailoverTarget) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{104}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *FailoverTarget) GetGroup() string {
@@ -6895,7 +7458,7 @@ type SetTopicPoliciesRequest struct {
 
 func (x *SetTopicPoliciesRequest) Reset() {
 	*x = SetTopicPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	mi := &file_api_client_v1_admin_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6907,7 +7470,7 @@ func (x *SetTopicPoliciesRequest) String() string {
 func (*SetTopicPoliciesRequest) ProtoMessage() {}
 
 func (x *SetTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[105]
+	mi := &file_api_client_v1_admin_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6920,7 +7483,7 @@ func (x *SetTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetTopicPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{105}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *SetTopicPoliciesRequest) GetTopic() string {
@@ -6952,7 +7515,7 @@ type SetTopicPoliciesResponse struct {
 
 func (x *SetTopicPoliciesResponse) Reset() {
 	*x = SetTopicPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	mi := &file_api_client_v1_admin_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6964,7 +7527,7 @@ func (x *SetTopicPoliciesResponse) String() string {
 func (*SetTopicPoliciesResponse) ProtoMessage() {}
 
 func (x *SetTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[106]
+	mi := &file_api_client_v1_admin_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6977,7 +7540,7 @@ func (x *SetTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetTopicPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{106}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{116}
 }
 
 type GetTopicPoliciesRequest struct {
@@ -6989,7 +7552,7 @@ type GetTopicPoliciesRequest struct {
 
 func (x *GetTopicPoliciesRequest) Reset() {
 	*x = GetTopicPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	mi := &file_api_client_v1_admin_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7001,7 +7564,7 @@ func (x *GetTopicPoliciesRequest) String() string {
 func (*GetTopicPoliciesRequest) ProtoMessage() {}
 
 func (x *GetTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[107]
+	mi := &file_api_client_v1_admin_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7014,7 +7577,7 @@ func (x *GetTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{107}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GetTopicPoliciesRequest) GetTopic() string {
@@ -7039,7 +7602,7 @@ type GetTopicPoliciesResponse struct {
 
 func (x *GetTopicPoliciesResponse) Reset() {
 	*x = GetTopicPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	mi := &file_api_client_v1_admin_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7051,7 +7614,7 @@ func (x *GetTopicPoliciesResponse) String() string {
 func (*GetTopicPoliciesResponse) ProtoMessage() {}
 
 func (x *GetTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[108]
+	mi := &file_api_client_v1_admin_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7064,7 +7627,7 @@ func (x *GetTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*GetTopicPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{108}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *GetTopicPoliciesResponse) GetPolicies() *NamespacePolicies {
@@ -7099,7 +7662,7 @@ type RemoveTopicPoliciesRequest struct {
 
 func (x *RemoveTopicPoliciesRequest) Reset() {
 	*x = RemoveTopicPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	mi := &file_api_client_v1_admin_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7111,7 +7674,7 @@ func (x *RemoveTopicPoliciesRequest) String() string {
 func (*RemoveTopicPoliciesRequest) ProtoMessage() {}
 
 func (x *RemoveTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[109]
+	mi := &file_api_client_v1_admin_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7124,7 +7687,7 @@ func (x *RemoveTopicPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTopicPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{109}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *RemoveTopicPoliciesRequest) GetTopic() string {
@@ -7149,7 +7712,7 @@ type RemoveTopicPoliciesResponse struct {
 
 func (x *RemoveTopicPoliciesResponse) Reset() {
 	*x = RemoveTopicPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[110]
+	mi := &file_api_client_v1_admin_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7161,7 +7724,7 @@ func (x *RemoveTopicPoliciesResponse) String() string {
 func (*RemoveTopicPoliciesResponse) ProtoMessage() {}
 
 func (x *RemoveTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[110]
+	mi := &file_api_client_v1_admin_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7174,7 +7737,7 @@ func (x *RemoveTopicPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTopicPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTopicPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{110}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{120}
 }
 
 type SetPrefixPoliciesRequest struct {
@@ -7191,7 +7754,7 @@ type SetPrefixPoliciesRequest struct {
 
 func (x *SetPrefixPoliciesRequest) Reset() {
 	*x = SetPrefixPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[111]
+	mi := &file_api_client_v1_admin_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7203,7 +7766,7 @@ func (x *SetPrefixPoliciesRequest) String() string {
 func (*SetPrefixPoliciesRequest) ProtoMessage() {}
 
 func (x *SetPrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[111]
+	mi := &file_api_client_v1_admin_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7216,7 +7779,7 @@ func (x *SetPrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPrefixPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*SetPrefixPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{111}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *SetPrefixPoliciesRequest) GetPrefix() string {
@@ -7248,7 +7811,7 @@ type SetPrefixPoliciesResponse struct {
 
 func (x *SetPrefixPoliciesResponse) Reset() {
 	*x = SetPrefixPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[112]
+	mi := &file_api_client_v1_admin_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7260,7 +7823,7 @@ func (x *SetPrefixPoliciesResponse) String() string {
 func (*SetPrefixPoliciesResponse) ProtoMessage() {}
 
 func (x *SetPrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[112]
+	mi := &file_api_client_v1_admin_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7273,7 +7836,7 @@ func (x *SetPrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPrefixPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*SetPrefixPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{112}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{122}
 }
 
 type ListPrefixPoliciesRequest struct {
@@ -7285,7 +7848,7 @@ type ListPrefixPoliciesRequest struct {
 
 func (x *ListPrefixPoliciesRequest) Reset() {
 	*x = ListPrefixPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[113]
+	mi := &file_api_client_v1_admin_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7297,7 +7860,7 @@ func (x *ListPrefixPoliciesRequest) String() string {
 func (*ListPrefixPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[113]
+	mi := &file_api_client_v1_admin_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7310,7 +7873,7 @@ func (x *ListPrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPrefixPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{113}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListPrefixPoliciesRequest) GetNamespace() string {
@@ -7331,7 +7894,7 @@ type PrefixPolicies struct {
 
 func (x *PrefixPolicies) Reset() {
 	*x = PrefixPolicies{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[114]
+	mi := &file_api_client_v1_admin_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7343,7 +7906,7 @@ func (x *PrefixPolicies) String() string {
 func (*PrefixPolicies) ProtoMessage() {}
 
 func (x *PrefixPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[114]
+	mi := &file_api_client_v1_admin_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7356,7 +7919,7 @@ func (x *PrefixPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixPolicies.ProtoReflect.Descriptor instead.
 func (*PrefixPolicies) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{114}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *PrefixPolicies) GetPrefix() string {
@@ -7390,7 +7953,7 @@ type ListPrefixPoliciesResponse struct {
 
 func (x *ListPrefixPoliciesResponse) Reset() {
 	*x = ListPrefixPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[115]
+	mi := &file_api_client_v1_admin_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7402,7 +7965,7 @@ func (x *ListPrefixPoliciesResponse) String() string {
 func (*ListPrefixPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[115]
+	mi := &file_api_client_v1_admin_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7415,7 +7978,7 @@ func (x *ListPrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPrefixPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{115}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListPrefixPoliciesResponse) GetPrefixes() []*PrefixPolicies {
@@ -7443,7 +8006,7 @@ type RemovePrefixPoliciesRequest struct {
 
 func (x *RemovePrefixPoliciesRequest) Reset() {
 	*x = RemovePrefixPoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[116]
+	mi := &file_api_client_v1_admin_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7455,7 +8018,7 @@ func (x *RemovePrefixPoliciesRequest) String() string {
 func (*RemovePrefixPoliciesRequest) ProtoMessage() {}
 
 func (x *RemovePrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[116]
+	mi := &file_api_client_v1_admin_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7468,7 +8031,7 @@ func (x *RemovePrefixPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePrefixPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*RemovePrefixPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{116}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *RemovePrefixPoliciesRequest) GetPrefix() string {
@@ -7493,7 +8056,7 @@ type RemovePrefixPoliciesResponse struct {
 
 func (x *RemovePrefixPoliciesResponse) Reset() {
 	*x = RemovePrefixPoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[117]
+	mi := &file_api_client_v1_admin_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7505,7 +8068,7 @@ func (x *RemovePrefixPoliciesResponse) String() string {
 func (*RemovePrefixPoliciesResponse) ProtoMessage() {}
 
 func (x *RemovePrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[117]
+	mi := &file_api_client_v1_admin_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7518,7 +8081,7 @@ func (x *RemovePrefixPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePrefixPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*RemovePrefixPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{117}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{127}
 }
 
 type GetEffectivePoliciesRequest struct {
@@ -7530,7 +8093,7 @@ type GetEffectivePoliciesRequest struct {
 
 func (x *GetEffectivePoliciesRequest) Reset() {
 	*x = GetEffectivePoliciesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[118]
+	mi := &file_api_client_v1_admin_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7542,7 +8105,7 @@ func (x *GetEffectivePoliciesRequest) String() string {
 func (*GetEffectivePoliciesRequest) ProtoMessage() {}
 
 func (x *GetEffectivePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[118]
+	mi := &file_api_client_v1_admin_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7555,7 +8118,7 @@ func (x *GetEffectivePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectivePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectivePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{118}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *GetEffectivePoliciesRequest) GetTopic() string {
@@ -7581,7 +8144,7 @@ type GetEffectivePoliciesResponse struct {
 
 func (x *GetEffectivePoliciesResponse) Reset() {
 	*x = GetEffectivePoliciesResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[119]
+	mi := &file_api_client_v1_admin_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7593,7 +8156,7 @@ func (x *GetEffectivePoliciesResponse) String() string {
 func (*GetEffectivePoliciesResponse) ProtoMessage() {}
 
 func (x *GetEffectivePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[119]
+	mi := &file_api_client_v1_admin_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7606,7 +8169,7 @@ func (x *GetEffectivePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectivePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*GetEffectivePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{119}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *GetEffectivePoliciesResponse) GetPolicies() *NamespacePolicies {
@@ -7645,7 +8208,7 @@ type SkipMessagesRequest struct {
 
 func (x *SkipMessagesRequest) Reset() {
 	*x = SkipMessagesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[120]
+	mi := &file_api_client_v1_admin_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7657,7 +8220,7 @@ func (x *SkipMessagesRequest) String() string {
 func (*SkipMessagesRequest) ProtoMessage() {}
 
 func (x *SkipMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[120]
+	mi := &file_api_client_v1_admin_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7670,7 +8233,7 @@ func (x *SkipMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipMessagesRequest.ProtoReflect.Descriptor instead.
 func (*SkipMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{120}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *SkipMessagesRequest) GetTopic() string {
@@ -7712,7 +8275,7 @@ type ClearBacklogRequest struct {
 
 func (x *ClearBacklogRequest) Reset() {
 	*x = ClearBacklogRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[121]
+	mi := &file_api_client_v1_admin_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7724,7 +8287,7 @@ func (x *ClearBacklogRequest) String() string {
 func (*ClearBacklogRequest) ProtoMessage() {}
 
 func (x *ClearBacklogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[121]
+	mi := &file_api_client_v1_admin_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7737,7 +8300,7 @@ func (x *ClearBacklogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearBacklogRequest.ProtoReflect.Descriptor instead.
 func (*ClearBacklogRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{121}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *ClearBacklogRequest) GetTopic() string {
@@ -7775,7 +8338,7 @@ type ExpireMessagesRequest struct {
 
 func (x *ExpireMessagesRequest) Reset() {
 	*x = ExpireMessagesRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[122]
+	mi := &file_api_client_v1_admin_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7787,7 +8350,7 @@ func (x *ExpireMessagesRequest) String() string {
 func (*ExpireMessagesRequest) ProtoMessage() {}
 
 func (x *ExpireMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[122]
+	mi := &file_api_client_v1_admin_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7800,7 +8363,7 @@ func (x *ExpireMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ExpireMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{122}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *ExpireMessagesRequest) GetTopic() string {
@@ -7841,7 +8404,7 @@ type BacklogOpResponse struct {
 
 func (x *BacklogOpResponse) Reset() {
 	*x = BacklogOpResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[123]
+	mi := &file_api_client_v1_admin_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7853,7 +8416,7 @@ func (x *BacklogOpResponse) String() string {
 func (*BacklogOpResponse) ProtoMessage() {}
 
 func (x *BacklogOpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[123]
+	mi := &file_api_client_v1_admin_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7866,7 +8429,7 @@ func (x *BacklogOpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BacklogOpResponse.ProtoReflect.Descriptor instead.
 func (*BacklogOpResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{123}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *BacklogOpResponse) GetSubscriptions() []*BacklogOpResult {
@@ -7894,7 +8457,7 @@ type BacklogOpResult struct {
 
 func (x *BacklogOpResult) Reset() {
 	*x = BacklogOpResult{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[124]
+	mi := &file_api_client_v1_admin_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7906,7 +8469,7 @@ func (x *BacklogOpResult) String() string {
 func (*BacklogOpResult) ProtoMessage() {}
 
 func (x *BacklogOpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[124]
+	mi := &file_api_client_v1_admin_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7919,7 +8482,7 @@ func (x *BacklogOpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BacklogOpResult.ProtoReflect.Descriptor instead.
 func (*BacklogOpResult) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{124}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *BacklogOpResult) GetSubscription() string {
@@ -7969,7 +8532,7 @@ type CreatePartitionedTopicRequest struct {
 
 func (x *CreatePartitionedTopicRequest) Reset() {
 	*x = CreatePartitionedTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[125]
+	mi := &file_api_client_v1_admin_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7981,7 +8544,7 @@ func (x *CreatePartitionedTopicRequest) String() string {
 func (*CreatePartitionedTopicRequest) ProtoMessage() {}
 
 func (x *CreatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[125]
+	mi := &file_api_client_v1_admin_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7994,7 +8557,7 @@ func (x *CreatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{125}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *CreatePartitionedTopicRequest) GetTopic() string {
@@ -8022,7 +8585,7 @@ type UpdatePartitionedTopicRequest struct {
 
 func (x *UpdatePartitionedTopicRequest) Reset() {
 	*x = UpdatePartitionedTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[126]
+	mi := &file_api_client_v1_admin_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8034,7 +8597,7 @@ func (x *UpdatePartitionedTopicRequest) String() string {
 func (*UpdatePartitionedTopicRequest) ProtoMessage() {}
 
 func (x *UpdatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[126]
+	mi := &file_api_client_v1_admin_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8047,7 +8610,7 @@ func (x *UpdatePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePartitionedTopicRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePartitionedTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{126}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *UpdatePartitionedTopicRequest) GetTopic() string {
@@ -8073,7 +8636,7 @@ type GetPartitionedTopicMetadataRequest struct {
 
 func (x *GetPartitionedTopicMetadataRequest) Reset() {
 	*x = GetPartitionedTopicMetadataRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[127]
+	mi := &file_api_client_v1_admin_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8085,7 +8648,7 @@ func (x *GetPartitionedTopicMetadataRequest) String() string {
 func (*GetPartitionedTopicMetadataRequest) ProtoMessage() {}
 
 func (x *GetPartitionedTopicMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[127]
+	mi := &file_api_client_v1_admin_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8098,7 +8661,7 @@ func (x *GetPartitionedTopicMetadataRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetPartitionedTopicMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionedTopicMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{127}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *GetPartitionedTopicMetadataRequest) GetTopic() string {
@@ -8122,7 +8685,7 @@ type PartitionedTopicMetadata struct {
 
 func (x *PartitionedTopicMetadata) Reset() {
 	*x = PartitionedTopicMetadata{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[128]
+	mi := &file_api_client_v1_admin_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8134,7 +8697,7 @@ func (x *PartitionedTopicMetadata) String() string {
 func (*PartitionedTopicMetadata) ProtoMessage() {}
 
 func (x *PartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[128]
+	mi := &file_api_client_v1_admin_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8147,7 +8710,7 @@ func (x *PartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionedTopicMetadata.ProtoReflect.Descriptor instead.
 func (*PartitionedTopicMetadata) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{128}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *PartitionedTopicMetadata) GetTopic() string {
@@ -8182,7 +8745,7 @@ type DeletePartitionedTopicRequest struct {
 
 func (x *DeletePartitionedTopicRequest) Reset() {
 	*x = DeletePartitionedTopicRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[129]
+	mi := &file_api_client_v1_admin_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8194,7 +8757,7 @@ func (x *DeletePartitionedTopicRequest) String() string {
 func (*DeletePartitionedTopicRequest) ProtoMessage() {}
 
 func (x *DeletePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[129]
+	mi := &file_api_client_v1_admin_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8207,7 +8770,7 @@ func (x *DeletePartitionedTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePartitionedTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeletePartitionedTopicRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{129}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *DeletePartitionedTopicRequest) GetTopic() string {
@@ -8234,7 +8797,7 @@ type DeletePartitionedTopicResponse struct {
 
 func (x *DeletePartitionedTopicResponse) Reset() {
 	*x = DeletePartitionedTopicResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[130]
+	mi := &file_api_client_v1_admin_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8246,7 +8809,7 @@ func (x *DeletePartitionedTopicResponse) String() string {
 func (*DeletePartitionedTopicResponse) ProtoMessage() {}
 
 func (x *DeletePartitionedTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[130]
+	mi := &file_api_client_v1_admin_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8259,7 +8822,7 @@ func (x *DeletePartitionedTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePartitionedTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeletePartitionedTopicResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{130}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *DeletePartitionedTopicResponse) GetDeletedPartitions() int32 {
@@ -8278,7 +8841,7 @@ type ListPartitionedTopicsRequest struct {
 
 func (x *ListPartitionedTopicsRequest) Reset() {
 	*x = ListPartitionedTopicsRequest{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[131]
+	mi := &file_api_client_v1_admin_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8290,7 +8853,7 @@ func (x *ListPartitionedTopicsRequest) String() string {
 func (*ListPartitionedTopicsRequest) ProtoMessage() {}
 
 func (x *ListPartitionedTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[131]
+	mi := &file_api_client_v1_admin_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8303,7 +8866,7 @@ func (x *ListPartitionedTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionedTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionedTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{131}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ListPartitionedTopicsRequest) GetNamespace() string {
@@ -8325,7 +8888,7 @@ type ListPartitionedTopicsResponse struct {
 
 func (x *ListPartitionedTopicsResponse) Reset() {
 	*x = ListPartitionedTopicsResponse{}
-	mi := &file_api_client_v1_admin_proto_msgTypes[132]
+	mi := &file_api_client_v1_admin_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8337,7 +8900,7 @@ func (x *ListPartitionedTopicsResponse) String() string {
 func (*ListPartitionedTopicsResponse) ProtoMessage() {}
 
 func (x *ListPartitionedTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_client_v1_admin_proto_msgTypes[132]
+	mi := &file_api_client_v1_admin_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8350,7 +8913,7 @@ func (x *ListPartitionedTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionedTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionedTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{132}
+	return file_api_client_v1_admin_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *ListPartitionedTopicsResponse) GetTopics() []*PartitionedTopicMetadata {
@@ -8374,14 +8937,16 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x19api/client/v1/admin.proto\x12\x12meridian.client.v1\x1a\x19api/client/v1/entry.proto\x1a\x1aapi/client/v1/client.proto\x1a\x1aapi/client/v1/schema.proto\"\x14\n" +
 	"\x12ListTenantsRequest\"/\n" +
 	"\x13ListTenantsResponse\x12\x18\n" +
-	"\atenants\x18\x01 \x03(\tR\atenants\"V\n" +
+	"\atenants\x18\x01 \x03(\tR\atenants\"w\n" +
 	"\x13CreateTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
-	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\"\x16\n" +
+	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\x12\x1f\n" +
+	"\vadmin_roles\x18\x03 \x03(\tR\n" +
+	"adminRoles\"\x16\n" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xe0\f\n" +
+	"\x14DeleteTenantResponse\"\xf9\x0f\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -8407,7 +8972,15 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14schema_compatibility\x18\x14 \x01(\x0e2'.meridian.client.v1.SchemaCompatibilityR\x13schemaCompatibility\x121\n" +
 	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01\x12J\n" +
 	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\aR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
-	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaActionB\x1d\n" +
+	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaAction\x12X\n" +
+	"\vpermissions\x18> \x03(\v26.meridian.client.v1.NamespacePolicies.PermissionsEntryR\vpermissions\x12k\n" +
+	"\x12prefix_permissions\x18? \x03(\v2<.meridian.client.v1.NamespacePolicies.PrefixPermissionsEntryR\x11prefixPermissions\x1ae\n" +
+	"\x10PermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
+	"\x05value\x18\x02 \x01(\v2%.meridian.client.v1.PermissionActionsR\x05value:\x028\x01\x1ai\n" +
+	"\x16PrefixPermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
+	"\x05value\x18\x02 \x01(\v2#.meridian.client.v1.RolePermissionsR\x05value:\x028\x01B\x1d\n" +
 	"\x1b_cursor_persist_interval_msB\x16\n" +
 	"\x14_backlog_quota_bytesB\x16\n" +
 	"\x14_message_ttl_secondsB\x1c\n" +
@@ -8415,7 +8988,47 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x16_deduplication_enabledB\x1b\n" +
 	"\x19_delayed_delivery_enabledB\x15\n" +
 	"\x13_schema_auto_updateB\"\n" +
-	" _replication_backlog_quota_bytes\"/\n" +
+	" _replication_backlog_quota_bytes\"-\n" +
+	"\x11PermissionActions\x12\x18\n" +
+	"\aactions\x18\x01 \x03(\tR\aactions\"\xb8\x01\n" +
+	"\x0fRolePermissions\x12D\n" +
+	"\x05roles\x18\x01 \x03(\v2..meridian.client.v1.RolePermissions.RolesEntryR\x05roles\x1a_\n" +
+	"\n" +
+	"RolesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
+	"\x05value\x18\x02 \x01(\v2%.meridian.client.v1.PermissionActionsR\x05value:\x028\x01\"N\n" +
+	"\x13UpdateTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1f\n" +
+	"\vadmin_roles\x18\x02 \x03(\tR\n" +
+	"adminRoles\"\x16\n" +
+	"\x14UpdateTenantResponse\"\x92\x01\n" +
+	"\x16GrantPermissionRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x18\n" +
+	"\aactions\x18\x05 \x03(\tR\aactions\"\x19\n" +
+	"\x17GrantPermissionResponse\"y\n" +
+	"\x17RevokePermissionRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\"\x1a\n" +
+	"\x18RevokePermissionResponse\"c\n" +
+	"\x15GetPermissionsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\"\xd1\x03\n" +
+	"\x16GetPermissionsResponse\x12]\n" +
+	"\vpermissions\x18\x01 \x03(\v2;.meridian.client.v1.GetPermissionsResponse.PermissionsEntryR\vpermissions\x12p\n" +
+	"\x12prefix_permissions\x18\x02 \x03(\v2A.meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntryR\x11prefixPermissions\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\x1ae\n" +
+	"\x10PermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12;\n" +
+	"\x05value\x18\x02 \x01(\v2%.meridian.client.v1.PermissionActionsR\x05value:\x028\x01\x1ai\n" +
+	"\x16PrefixPermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
+	"\x05value\x18\x02 \x01(\v2#.meridian.client.v1.RolePermissionsR\x05value:\x028\x01\"/\n" +
 	"\x15ListNamespacesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"8\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
@@ -8779,12 +9392,14 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"*\n" +
 	"\x10GetTenantRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"c\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x84\x01\n" +
 	"\n" +
 	"TenantInfo\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\x12\x14\n" +
-	"\x05stale\x18\x03 \x01(\bR\x05stale\"a\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\x12\x1f\n" +
+	"\vadmin_roles\x18\x04 \x03(\tR\n" +
+	"adminRoles\"a\n" +
 	"\x1eSetTenantAllowedRegionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fallowed_regions\x18\x02 \x03(\tR\x0eallowedRegions\"!\n" +
@@ -8969,7 +9584,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"&QUOTA_ACTION_CONSUMER_BACKLOG_EVICTION\x10\x02*G\n" +
 	"\rMetadataShard\x12\x1b\n" +
 	"\x17METADATA_SHARD_REGIONAL\x10\x00\x12\x19\n" +
-	"\x15METADATA_SHARD_GLOBAL\x10\x012\xc28\n" +
+	"\x15METADATA_SHARD_GLOBAL\x10\x012\xe9;\n" +
 	"\x05Admin\x12^\n" +
 	"\vListTenants\x12&.meridian.client.v1.ListTenantsRequest\x1a'.meridian.client.v1.ListTenantsResponse\x12a\n" +
 	"\fCreateTenant\x12'.meridian.client.v1.CreateTenantRequest\x1a(.meridian.client.v1.CreateTenantResponse\x12a\n" +
@@ -9036,7 +9651,11 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x16UpdatePartitionedTopic\x121.meridian.client.v1.UpdatePartitionedTopicRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x83\x01\n" +
 	"\x1bGetPartitionedTopicMetadata\x126.meridian.client.v1.GetPartitionedTopicMetadataRequest\x1a,.meridian.client.v1.PartitionedTopicMetadata\x12\x7f\n" +
 	"\x16DeletePartitionedTopic\x121.meridian.client.v1.DeletePartitionedTopicRequest\x1a2.meridian.client.v1.DeletePartitionedTopicResponse\x12|\n" +
-	"\x15ListPartitionedTopics\x120.meridian.client.v1.ListPartitionedTopicsRequest\x1a1.meridian.client.v1.ListPartitionedTopicsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
+	"\x15ListPartitionedTopics\x120.meridian.client.v1.ListPartitionedTopicsRequest\x1a1.meridian.client.v1.ListPartitionedTopicsResponse\x12a\n" +
+	"\fUpdateTenant\x12'.meridian.client.v1.UpdateTenantRequest\x1a(.meridian.client.v1.UpdateTenantResponse\x12j\n" +
+	"\x0fGrantPermission\x12*.meridian.client.v1.GrantPermissionRequest\x1a+.meridian.client.v1.GrantPermissionResponse\x12m\n" +
+	"\x10RevokePermission\x12+.meridian.client.v1.RevokePermissionRequest\x1a,.meridian.client.v1.RevokePermissionResponse\x12g\n" +
+	"\x0eGetPermissions\x12).meridian.client.v1.GetPermissionsRequest\x1a*.meridian.client.v1.GetPermissionsResponseB7Z5github.com/meridianmq/meridian/api/client/v1;clientv1b\x06proto3"
 
 var (
 	file_api_client_v1_admin_proto_rawDescOnce sync.Once
@@ -9051,7 +9670,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 150)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(QuotaAction)(0),                           // 0: meridian.client.v1.QuotaAction
 	(MetadataShard)(0),                         // 1: meridian.client.v1.MetadataShard
@@ -9062,345 +9681,378 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	(*DeleteTenantRequest)(nil),                // 6: meridian.client.v1.DeleteTenantRequest
 	(*DeleteTenantResponse)(nil),               // 7: meridian.client.v1.DeleteTenantResponse
 	(*NamespacePolicies)(nil),                  // 8: meridian.client.v1.NamespacePolicies
-	(*ListNamespacesRequest)(nil),              // 9: meridian.client.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),             // 10: meridian.client.v1.ListNamespacesResponse
-	(*CreateNamespaceRequest)(nil),             // 11: meridian.client.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil),            // 12: meridian.client.v1.CreateNamespaceResponse
-	(*DeleteNamespaceRequest)(nil),             // 13: meridian.client.v1.DeleteNamespaceRequest
-	(*DeleteNamespaceResponse)(nil),            // 14: meridian.client.v1.DeleteNamespaceResponse
-	(*GetNamespacePoliciesRequest)(nil),        // 15: meridian.client.v1.GetNamespacePoliciesRequest
-	(*GetNamespacePoliciesResponse)(nil),       // 16: meridian.client.v1.GetNamespacePoliciesResponse
-	(*SetNamespacePoliciesRequest)(nil),        // 17: meridian.client.v1.SetNamespacePoliciesRequest
-	(*SetNamespacePoliciesResponse)(nil),       // 18: meridian.client.v1.SetNamespacePoliciesResponse
-	(*ListTopicsRequest)(nil),                  // 19: meridian.client.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),                 // 20: meridian.client.v1.ListTopicsResponse
-	(*CreateTopicRequest)(nil),                 // 21: meridian.client.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),                // 22: meridian.client.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),                 // 23: meridian.client.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),                // 24: meridian.client.v1.DeleteTopicResponse
-	(*GetTopicStatsRequest)(nil),               // 25: meridian.client.v1.GetTopicStatsRequest
-	(*GetTopicInternalStatsRequest)(nil),       // 26: meridian.client.v1.GetTopicInternalStatsRequest
-	(*UnloadTopicRequest)(nil),                 // 27: meridian.client.v1.UnloadTopicRequest
-	(*UnloadTopicResponse)(nil),                // 28: meridian.client.v1.UnloadTopicResponse
-	(*ProducerStats)(nil),                      // 29: meridian.client.v1.ProducerStats
-	(*ConsumerStats)(nil),                      // 30: meridian.client.v1.ConsumerStats
-	(*SubscriptionStats)(nil),                  // 31: meridian.client.v1.SubscriptionStats
-	(*AckReplicationStats)(nil),                // 32: meridian.client.v1.AckReplicationStats
-	(*BlockedRead)(nil),                        // 33: meridian.client.v1.BlockedRead
-	(*TopicStats)(nil),                         // 34: meridian.client.v1.TopicStats
-	(*LedgerInfo)(nil),                         // 35: meridian.client.v1.LedgerInfo
-	(*CursorInfo)(nil),                         // 36: meridian.client.v1.CursorInfo
-	(*TopicInternalStats)(nil),                 // 37: meridian.client.v1.TopicInternalStats
-	(*ListSubscriptionsRequest)(nil),           // 38: meridian.client.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),          // 39: meridian.client.v1.ListSubscriptionsResponse
-	(*CreateSubscriptionRequest)(nil),          // 40: meridian.client.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),         // 41: meridian.client.v1.CreateSubscriptionResponse
-	(*DeleteSubscriptionRequest)(nil),          // 42: meridian.client.v1.DeleteSubscriptionRequest
-	(*DeleteSubscriptionResponse)(nil),         // 43: meridian.client.v1.DeleteSubscriptionResponse
-	(*ResetSubscriptionRequest)(nil),           // 44: meridian.client.v1.ResetSubscriptionRequest
-	(*ResetSubscriptionResponse)(nil),          // 45: meridian.client.v1.ResetSubscriptionResponse
-	(*ListBrokersRequest)(nil),                 // 46: meridian.client.v1.ListBrokersRequest
-	(*BrokerInfo)(nil),                         // 47: meridian.client.v1.BrokerInfo
-	(*ListBrokersResponse)(nil),                // 48: meridian.client.v1.ListBrokersResponse
-	(*BookieStatus)(nil),                       // 49: meridian.client.v1.BookieStatus
-	(*ListBookiesRequest)(nil),                 // 50: meridian.client.v1.ListBookiesRequest
-	(*ListBookiesResponse)(nil),                // 51: meridian.client.v1.ListBookiesResponse
-	(*UnderReplicatedLedger)(nil),              // 52: meridian.client.v1.UnderReplicatedLedger
-	(*GetAutorecoveryStatusRequest)(nil),       // 53: meridian.client.v1.GetAutorecoveryStatusRequest
-	(*AutorecoveryStatus)(nil),                 // 54: meridian.client.v1.AutorecoveryStatus
-	(*PauseAutorecoveryRequest)(nil),           // 55: meridian.client.v1.PauseAutorecoveryRequest
-	(*PauseAutorecoveryResponse)(nil),          // 56: meridian.client.v1.PauseAutorecoveryResponse
-	(*ResumeAutorecoveryRequest)(nil),          // 57: meridian.client.v1.ResumeAutorecoveryRequest
-	(*ResumeAutorecoveryResponse)(nil),         // 58: meridian.client.v1.ResumeAutorecoveryResponse
-	(*DecommissionBookieRequest)(nil),          // 59: meridian.client.v1.DecommissionBookieRequest
-	(*DecommissionBookieResponse)(nil),         // 60: meridian.client.v1.DecommissionBookieResponse
-	(*RecommissionBookieRequest)(nil),          // 61: meridian.client.v1.RecommissionBookieRequest
-	(*RecommissionBookieResponse)(nil),         // 62: meridian.client.v1.RecommissionBookieResponse
-	(*GetMetadataStatusRequest)(nil),           // 63: meridian.client.v1.GetMetadataStatusRequest
-	(*MetadataShardStatus)(nil),                // 64: meridian.client.v1.MetadataShardStatus
-	(*MetadataNodeStatus)(nil),                 // 65: meridian.client.v1.MetadataNodeStatus
-	(*MetadataStatus)(nil),                     // 66: meridian.client.v1.MetadataStatus
-	(*MetadataKeyValue)(nil),                   // 67: meridian.client.v1.MetadataKeyValue
-	(*GetMetadataKeyRequest)(nil),              // 68: meridian.client.v1.GetMetadataKeyRequest
-	(*ListMetadataKeysRequest)(nil),            // 69: meridian.client.v1.ListMetadataKeysRequest
-	(*ListMetadataKeysResponse)(nil),           // 70: meridian.client.v1.ListMetadataKeysResponse
-	(*LedgerBookie)(nil),                       // 71: meridian.client.v1.LedgerBookie
-	(*LedgerSegment)(nil),                      // 72: meridian.client.v1.LedgerSegment
-	(*LedgerDetails)(nil),                      // 73: meridian.client.v1.LedgerDetails
-	(*GetLedgerRequest)(nil),                   // 74: meridian.client.v1.GetLedgerRequest
-	(*ListTopicLedgersRequest)(nil),            // 75: meridian.client.v1.ListTopicLedgersRequest
-	(*ListTopicLedgersResponse)(nil),           // 76: meridian.client.v1.ListTopicLedgersResponse
-	(*ScrubBookieRequest)(nil),                 // 77: meridian.client.v1.ScrubBookieRequest
-	(*BookieCorruptRange)(nil),                 // 78: meridian.client.v1.BookieCorruptRange
-	(*BookieDamagedJournalRange)(nil),          // 79: meridian.client.v1.BookieDamagedJournalRange
-	(*ScrubBookieResponse)(nil),                // 80: meridian.client.v1.ScrubBookieResponse
-	(*SkipLostEntriesRequest)(nil),             // 81: meridian.client.v1.SkipLostEntriesRequest
-	(*SkipLostEntriesResponse)(nil),            // 82: meridian.client.v1.SkipLostEntriesResponse
-	(*SetNamespaceReplicationRequest)(nil),     // 83: meridian.client.v1.SetNamespaceReplicationRequest
-	(*SetNamespaceReplicationResponse)(nil),    // 84: meridian.client.v1.SetNamespaceReplicationResponse
-	(*GetNamespaceReplicationRequest)(nil),     // 85: meridian.client.v1.GetNamespaceReplicationRequest
-	(*GetNamespaceReplicationResponse)(nil),    // 86: meridian.client.v1.GetNamespaceReplicationResponse
-	(*GetTenantRequest)(nil),                   // 87: meridian.client.v1.GetTenantRequest
-	(*TenantInfo)(nil),                         // 88: meridian.client.v1.TenantInfo
-	(*SetTenantAllowedRegionsRequest)(nil),     // 89: meridian.client.v1.SetTenantAllowedRegionsRequest
-	(*SetTenantAllowedRegionsResponse)(nil),    // 90: meridian.client.v1.SetTenantAllowedRegionsResponse
-	(*SetTopicReplicationRequest)(nil),         // 91: meridian.client.v1.SetTopicReplicationRequest
-	(*SetTopicReplicationResponse)(nil),        // 92: meridian.client.v1.SetTopicReplicationResponse
-	(*GetTopicReplicationRequest)(nil),         // 93: meridian.client.v1.GetTopicReplicationRequest
-	(*GetTopicReplicationResponse)(nil),        // 94: meridian.client.v1.GetTopicReplicationResponse
-	(*RemoveTopicReplicationRequest)(nil),      // 95: meridian.client.v1.RemoveTopicReplicationRequest
-	(*RemoveTopicReplicationResponse)(nil),     // 96: meridian.client.v1.RemoveTopicReplicationResponse
-	(*ListRegionsRequest)(nil),                 // 97: meridian.client.v1.ListRegionsRequest
-	(*RegionReplicationLag)(nil),               // 98: meridian.client.v1.RegionReplicationLag
-	(*RegionStatus)(nil),                       // 99: meridian.client.v1.RegionStatus
-	(*ListRegionsResponse)(nil),                // 100: meridian.client.v1.ListRegionsResponse
-	(*ReplicatorStats)(nil),                    // 101: meridian.client.v1.ReplicatorStats
-	(*DeleteReplicationCursorsRequest)(nil),    // 102: meridian.client.v1.DeleteReplicationCursorsRequest
-	(*DeleteReplicationCursorsResponse)(nil),   // 103: meridian.client.v1.DeleteReplicationCursorsResponse
-	(*SetFailoverTargetRequest)(nil),           // 104: meridian.client.v1.SetFailoverTargetRequest
-	(*GetFailoverTargetRequest)(nil),           // 105: meridian.client.v1.GetFailoverTargetRequest
-	(*FailoverTarget)(nil),                     // 106: meridian.client.v1.FailoverTarget
-	(*SetTopicPoliciesRequest)(nil),            // 107: meridian.client.v1.SetTopicPoliciesRequest
-	(*SetTopicPoliciesResponse)(nil),           // 108: meridian.client.v1.SetTopicPoliciesResponse
-	(*GetTopicPoliciesRequest)(nil),            // 109: meridian.client.v1.GetTopicPoliciesRequest
-	(*GetTopicPoliciesResponse)(nil),           // 110: meridian.client.v1.GetTopicPoliciesResponse
-	(*RemoveTopicPoliciesRequest)(nil),         // 111: meridian.client.v1.RemoveTopicPoliciesRequest
-	(*RemoveTopicPoliciesResponse)(nil),        // 112: meridian.client.v1.RemoveTopicPoliciesResponse
-	(*SetPrefixPoliciesRequest)(nil),           // 113: meridian.client.v1.SetPrefixPoliciesRequest
-	(*SetPrefixPoliciesResponse)(nil),          // 114: meridian.client.v1.SetPrefixPoliciesResponse
-	(*ListPrefixPoliciesRequest)(nil),          // 115: meridian.client.v1.ListPrefixPoliciesRequest
-	(*PrefixPolicies)(nil),                     // 116: meridian.client.v1.PrefixPolicies
-	(*ListPrefixPoliciesResponse)(nil),         // 117: meridian.client.v1.ListPrefixPoliciesResponse
-	(*RemovePrefixPoliciesRequest)(nil),        // 118: meridian.client.v1.RemovePrefixPoliciesRequest
-	(*RemovePrefixPoliciesResponse)(nil),       // 119: meridian.client.v1.RemovePrefixPoliciesResponse
-	(*GetEffectivePoliciesRequest)(nil),        // 120: meridian.client.v1.GetEffectivePoliciesRequest
-	(*GetEffectivePoliciesResponse)(nil),       // 121: meridian.client.v1.GetEffectivePoliciesResponse
-	(*SkipMessagesRequest)(nil),                // 122: meridian.client.v1.SkipMessagesRequest
-	(*ClearBacklogRequest)(nil),                // 123: meridian.client.v1.ClearBacklogRequest
-	(*ExpireMessagesRequest)(nil),              // 124: meridian.client.v1.ExpireMessagesRequest
-	(*BacklogOpResponse)(nil),                  // 125: meridian.client.v1.BacklogOpResponse
-	(*BacklogOpResult)(nil),                    // 126: meridian.client.v1.BacklogOpResult
-	(*CreatePartitionedTopicRequest)(nil),      // 127: meridian.client.v1.CreatePartitionedTopicRequest
-	(*UpdatePartitionedTopicRequest)(nil),      // 128: meridian.client.v1.UpdatePartitionedTopicRequest
-	(*GetPartitionedTopicMetadataRequest)(nil), // 129: meridian.client.v1.GetPartitionedTopicMetadataRequest
-	(*PartitionedTopicMetadata)(nil),           // 130: meridian.client.v1.PartitionedTopicMetadata
-	(*DeletePartitionedTopicRequest)(nil),      // 131: meridian.client.v1.DeletePartitionedTopicRequest
-	(*DeletePartitionedTopicResponse)(nil),     // 132: meridian.client.v1.DeletePartitionedTopicResponse
-	(*ListPartitionedTopicsRequest)(nil),       // 133: meridian.client.v1.ListPartitionedTopicsRequest
-	(*ListPartitionedTopicsResponse)(nil),      // 134: meridian.client.v1.ListPartitionedTopicsResponse
-	nil,                                        // 135: meridian.client.v1.LedgerDetails.PropertiesEntry
-	nil,                                        // 136: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	(SchemaCompatibility)(0),                   // 137: meridian.client.v1.SchemaCompatibility
-	(*HashRange)(nil),                          // 138: meridian.client.v1.HashRange
-	(SubscriptionType)(0),                      // 139: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                          // 140: meridian.client.v1.MessageId
-	(InitialPosition)(0),                       // 141: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                     // 142: meridian.client.v1.OriginPosition
-	(*UploadSchemaRequest)(nil),                // 143: meridian.client.v1.UploadSchemaRequest
-	(*GetSchemaRequest)(nil),                   // 144: meridian.client.v1.GetSchemaRequest
-	(*ListSchemaVersionsRequest)(nil),          // 145: meridian.client.v1.ListSchemaVersionsRequest
-	(*DeleteSchemaRequest)(nil),                // 146: meridian.client.v1.DeleteSchemaRequest
-	(*TestSchemaCompatibilityRequest)(nil),     // 147: meridian.client.v1.TestSchemaCompatibilityRequest
-	(*SetSchemaCompatibilityRequest)(nil),      // 148: meridian.client.v1.SetSchemaCompatibilityRequest
-	(*GetSchemaCompatibilityRequest)(nil),      // 149: meridian.client.v1.GetSchemaCompatibilityRequest
-	(*UploadSchemaResponse)(nil),               // 150: meridian.client.v1.UploadSchemaResponse
-	(*GetSchemaResponse)(nil),                  // 151: meridian.client.v1.GetSchemaResponse
-	(*ListSchemaVersionsResponse)(nil),         // 152: meridian.client.v1.ListSchemaVersionsResponse
-	(*DeleteSchemaResponse)(nil),               // 153: meridian.client.v1.DeleteSchemaResponse
-	(*TestSchemaCompatibilityResponse)(nil),    // 154: meridian.client.v1.TestSchemaCompatibilityResponse
-	(*SetSchemaCompatibilityResponse)(nil),     // 155: meridian.client.v1.SetSchemaCompatibilityResponse
-	(*GetSchemaCompatibilityResponse)(nil),     // 156: meridian.client.v1.GetSchemaCompatibilityResponse
+	(*PermissionActions)(nil),                  // 9: meridian.client.v1.PermissionActions
+	(*RolePermissions)(nil),                    // 10: meridian.client.v1.RolePermissions
+	(*UpdateTenantRequest)(nil),                // 11: meridian.client.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),               // 12: meridian.client.v1.UpdateTenantResponse
+	(*GrantPermissionRequest)(nil),             // 13: meridian.client.v1.GrantPermissionRequest
+	(*GrantPermissionResponse)(nil),            // 14: meridian.client.v1.GrantPermissionResponse
+	(*RevokePermissionRequest)(nil),            // 15: meridian.client.v1.RevokePermissionRequest
+	(*RevokePermissionResponse)(nil),           // 16: meridian.client.v1.RevokePermissionResponse
+	(*GetPermissionsRequest)(nil),              // 17: meridian.client.v1.GetPermissionsRequest
+	(*GetPermissionsResponse)(nil),             // 18: meridian.client.v1.GetPermissionsResponse
+	(*ListNamespacesRequest)(nil),              // 19: meridian.client.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),             // 20: meridian.client.v1.ListNamespacesResponse
+	(*CreateNamespaceRequest)(nil),             // 21: meridian.client.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil),            // 22: meridian.client.v1.CreateNamespaceResponse
+	(*DeleteNamespaceRequest)(nil),             // 23: meridian.client.v1.DeleteNamespaceRequest
+	(*DeleteNamespaceResponse)(nil),            // 24: meridian.client.v1.DeleteNamespaceResponse
+	(*GetNamespacePoliciesRequest)(nil),        // 25: meridian.client.v1.GetNamespacePoliciesRequest
+	(*GetNamespacePoliciesResponse)(nil),       // 26: meridian.client.v1.GetNamespacePoliciesResponse
+	(*SetNamespacePoliciesRequest)(nil),        // 27: meridian.client.v1.SetNamespacePoliciesRequest
+	(*SetNamespacePoliciesResponse)(nil),       // 28: meridian.client.v1.SetNamespacePoliciesResponse
+	(*ListTopicsRequest)(nil),                  // 29: meridian.client.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),                 // 30: meridian.client.v1.ListTopicsResponse
+	(*CreateTopicRequest)(nil),                 // 31: meridian.client.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),                // 32: meridian.client.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),                 // 33: meridian.client.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),                // 34: meridian.client.v1.DeleteTopicResponse
+	(*GetTopicStatsRequest)(nil),               // 35: meridian.client.v1.GetTopicStatsRequest
+	(*GetTopicInternalStatsRequest)(nil),       // 36: meridian.client.v1.GetTopicInternalStatsRequest
+	(*UnloadTopicRequest)(nil),                 // 37: meridian.client.v1.UnloadTopicRequest
+	(*UnloadTopicResponse)(nil),                // 38: meridian.client.v1.UnloadTopicResponse
+	(*ProducerStats)(nil),                      // 39: meridian.client.v1.ProducerStats
+	(*ConsumerStats)(nil),                      // 40: meridian.client.v1.ConsumerStats
+	(*SubscriptionStats)(nil),                  // 41: meridian.client.v1.SubscriptionStats
+	(*AckReplicationStats)(nil),                // 42: meridian.client.v1.AckReplicationStats
+	(*BlockedRead)(nil),                        // 43: meridian.client.v1.BlockedRead
+	(*TopicStats)(nil),                         // 44: meridian.client.v1.TopicStats
+	(*LedgerInfo)(nil),                         // 45: meridian.client.v1.LedgerInfo
+	(*CursorInfo)(nil),                         // 46: meridian.client.v1.CursorInfo
+	(*TopicInternalStats)(nil),                 // 47: meridian.client.v1.TopicInternalStats
+	(*ListSubscriptionsRequest)(nil),           // 48: meridian.client.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),          // 49: meridian.client.v1.ListSubscriptionsResponse
+	(*CreateSubscriptionRequest)(nil),          // 50: meridian.client.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),         // 51: meridian.client.v1.CreateSubscriptionResponse
+	(*DeleteSubscriptionRequest)(nil),          // 52: meridian.client.v1.DeleteSubscriptionRequest
+	(*DeleteSubscriptionResponse)(nil),         // 53: meridian.client.v1.DeleteSubscriptionResponse
+	(*ResetSubscriptionRequest)(nil),           // 54: meridian.client.v1.ResetSubscriptionRequest
+	(*ResetSubscriptionResponse)(nil),          // 55: meridian.client.v1.ResetSubscriptionResponse
+	(*ListBrokersRequest)(nil),                 // 56: meridian.client.v1.ListBrokersRequest
+	(*BrokerInfo)(nil),                         // 57: meridian.client.v1.BrokerInfo
+	(*ListBrokersResponse)(nil),                // 58: meridian.client.v1.ListBrokersResponse
+	(*BookieStatus)(nil),                       // 59: meridian.client.v1.BookieStatus
+	(*ListBookiesRequest)(nil),                 // 60: meridian.client.v1.ListBookiesRequest
+	(*ListBookiesResponse)(nil),                // 61: meridian.client.v1.ListBookiesResponse
+	(*UnderReplicatedLedger)(nil),              // 62: meridian.client.v1.UnderReplicatedLedger
+	(*GetAutorecoveryStatusRequest)(nil),       // 63: meridian.client.v1.GetAutorecoveryStatusRequest
+	(*AutorecoveryStatus)(nil),                 // 64: meridian.client.v1.AutorecoveryStatus
+	(*PauseAutorecoveryRequest)(nil),           // 65: meridian.client.v1.PauseAutorecoveryRequest
+	(*PauseAutorecoveryResponse)(nil),          // 66: meridian.client.v1.PauseAutorecoveryResponse
+	(*ResumeAutorecoveryRequest)(nil),          // 67: meridian.client.v1.ResumeAutorecoveryRequest
+	(*ResumeAutorecoveryResponse)(nil),         // 68: meridian.client.v1.ResumeAutorecoveryResponse
+	(*DecommissionBookieRequest)(nil),          // 69: meridian.client.v1.DecommissionBookieRequest
+	(*DecommissionBookieResponse)(nil),         // 70: meridian.client.v1.DecommissionBookieResponse
+	(*RecommissionBookieRequest)(nil),          // 71: meridian.client.v1.RecommissionBookieRequest
+	(*RecommissionBookieResponse)(nil),         // 72: meridian.client.v1.RecommissionBookieResponse
+	(*GetMetadataStatusRequest)(nil),           // 73: meridian.client.v1.GetMetadataStatusRequest
+	(*MetadataShardStatus)(nil),                // 74: meridian.client.v1.MetadataShardStatus
+	(*MetadataNodeStatus)(nil),                 // 75: meridian.client.v1.MetadataNodeStatus
+	(*MetadataStatus)(nil),                     // 76: meridian.client.v1.MetadataStatus
+	(*MetadataKeyValue)(nil),                   // 77: meridian.client.v1.MetadataKeyValue
+	(*GetMetadataKeyRequest)(nil),              // 78: meridian.client.v1.GetMetadataKeyRequest
+	(*ListMetadataKeysRequest)(nil),            // 79: meridian.client.v1.ListMetadataKeysRequest
+	(*ListMetadataKeysResponse)(nil),           // 80: meridian.client.v1.ListMetadataKeysResponse
+	(*LedgerBookie)(nil),                       // 81: meridian.client.v1.LedgerBookie
+	(*LedgerSegment)(nil),                      // 82: meridian.client.v1.LedgerSegment
+	(*LedgerDetails)(nil),                      // 83: meridian.client.v1.LedgerDetails
+	(*GetLedgerRequest)(nil),                   // 84: meridian.client.v1.GetLedgerRequest
+	(*ListTopicLedgersRequest)(nil),            // 85: meridian.client.v1.ListTopicLedgersRequest
+	(*ListTopicLedgersResponse)(nil),           // 86: meridian.client.v1.ListTopicLedgersResponse
+	(*ScrubBookieRequest)(nil),                 // 87: meridian.client.v1.ScrubBookieRequest
+	(*BookieCorruptRange)(nil),                 // 88: meridian.client.v1.BookieCorruptRange
+	(*BookieDamagedJournalRange)(nil),          // 89: meridian.client.v1.BookieDamagedJournalRange
+	(*ScrubBookieResponse)(nil),                // 90: meridian.client.v1.ScrubBookieResponse
+	(*SkipLostEntriesRequest)(nil),             // 91: meridian.client.v1.SkipLostEntriesRequest
+	(*SkipLostEntriesResponse)(nil),            // 92: meridian.client.v1.SkipLostEntriesResponse
+	(*SetNamespaceReplicationRequest)(nil),     // 93: meridian.client.v1.SetNamespaceReplicationRequest
+	(*SetNamespaceReplicationResponse)(nil),    // 94: meridian.client.v1.SetNamespaceReplicationResponse
+	(*GetNamespaceReplicationRequest)(nil),     // 95: meridian.client.v1.GetNamespaceReplicationRequest
+	(*GetNamespaceReplicationResponse)(nil),    // 96: meridian.client.v1.GetNamespaceReplicationResponse
+	(*GetTenantRequest)(nil),                   // 97: meridian.client.v1.GetTenantRequest
+	(*TenantInfo)(nil),                         // 98: meridian.client.v1.TenantInfo
+	(*SetTenantAllowedRegionsRequest)(nil),     // 99: meridian.client.v1.SetTenantAllowedRegionsRequest
+	(*SetTenantAllowedRegionsResponse)(nil),    // 100: meridian.client.v1.SetTenantAllowedRegionsResponse
+	(*SetTopicReplicationRequest)(nil),         // 101: meridian.client.v1.SetTopicReplicationRequest
+	(*SetTopicReplicationResponse)(nil),        // 102: meridian.client.v1.SetTopicReplicationResponse
+	(*GetTopicReplicationRequest)(nil),         // 103: meridian.client.v1.GetTopicReplicationRequest
+	(*GetTopicReplicationResponse)(nil),        // 104: meridian.client.v1.GetTopicReplicationResponse
+	(*RemoveTopicReplicationRequest)(nil),      // 105: meridian.client.v1.RemoveTopicReplicationRequest
+	(*RemoveTopicReplicationResponse)(nil),     // 106: meridian.client.v1.RemoveTopicReplicationResponse
+	(*ListRegionsRequest)(nil),                 // 107: meridian.client.v1.ListRegionsRequest
+	(*RegionReplicationLag)(nil),               // 108: meridian.client.v1.RegionReplicationLag
+	(*RegionStatus)(nil),                       // 109: meridian.client.v1.RegionStatus
+	(*ListRegionsResponse)(nil),                // 110: meridian.client.v1.ListRegionsResponse
+	(*ReplicatorStats)(nil),                    // 111: meridian.client.v1.ReplicatorStats
+	(*DeleteReplicationCursorsRequest)(nil),    // 112: meridian.client.v1.DeleteReplicationCursorsRequest
+	(*DeleteReplicationCursorsResponse)(nil),   // 113: meridian.client.v1.DeleteReplicationCursorsResponse
+	(*SetFailoverTargetRequest)(nil),           // 114: meridian.client.v1.SetFailoverTargetRequest
+	(*GetFailoverTargetRequest)(nil),           // 115: meridian.client.v1.GetFailoverTargetRequest
+	(*FailoverTarget)(nil),                     // 116: meridian.client.v1.FailoverTarget
+	(*SetTopicPoliciesRequest)(nil),            // 117: meridian.client.v1.SetTopicPoliciesRequest
+	(*SetTopicPoliciesResponse)(nil),           // 118: meridian.client.v1.SetTopicPoliciesResponse
+	(*GetTopicPoliciesRequest)(nil),            // 119: meridian.client.v1.GetTopicPoliciesRequest
+	(*GetTopicPoliciesResponse)(nil),           // 120: meridian.client.v1.GetTopicPoliciesResponse
+	(*RemoveTopicPoliciesRequest)(nil),         // 121: meridian.client.v1.RemoveTopicPoliciesRequest
+	(*RemoveTopicPoliciesResponse)(nil),        // 122: meridian.client.v1.RemoveTopicPoliciesResponse
+	(*SetPrefixPoliciesRequest)(nil),           // 123: meridian.client.v1.SetPrefixPoliciesRequest
+	(*SetPrefixPoliciesResponse)(nil),          // 124: meridian.client.v1.SetPrefixPoliciesResponse
+	(*ListPrefixPoliciesRequest)(nil),          // 125: meridian.client.v1.ListPrefixPoliciesRequest
+	(*PrefixPolicies)(nil),                     // 126: meridian.client.v1.PrefixPolicies
+	(*ListPrefixPoliciesResponse)(nil),         // 127: meridian.client.v1.ListPrefixPoliciesResponse
+	(*RemovePrefixPoliciesRequest)(nil),        // 128: meridian.client.v1.RemovePrefixPoliciesRequest
+	(*RemovePrefixPoliciesResponse)(nil),       // 129: meridian.client.v1.RemovePrefixPoliciesResponse
+	(*GetEffectivePoliciesRequest)(nil),        // 130: meridian.client.v1.GetEffectivePoliciesRequest
+	(*GetEffectivePoliciesResponse)(nil),       // 131: meridian.client.v1.GetEffectivePoliciesResponse
+	(*SkipMessagesRequest)(nil),                // 132: meridian.client.v1.SkipMessagesRequest
+	(*ClearBacklogRequest)(nil),                // 133: meridian.client.v1.ClearBacklogRequest
+	(*ExpireMessagesRequest)(nil),              // 134: meridian.client.v1.ExpireMessagesRequest
+	(*BacklogOpResponse)(nil),                  // 135: meridian.client.v1.BacklogOpResponse
+	(*BacklogOpResult)(nil),                    // 136: meridian.client.v1.BacklogOpResult
+	(*CreatePartitionedTopicRequest)(nil),      // 137: meridian.client.v1.CreatePartitionedTopicRequest
+	(*UpdatePartitionedTopicRequest)(nil),      // 138: meridian.client.v1.UpdatePartitionedTopicRequest
+	(*GetPartitionedTopicMetadataRequest)(nil), // 139: meridian.client.v1.GetPartitionedTopicMetadataRequest
+	(*PartitionedTopicMetadata)(nil),           // 140: meridian.client.v1.PartitionedTopicMetadata
+	(*DeletePartitionedTopicRequest)(nil),      // 141: meridian.client.v1.DeletePartitionedTopicRequest
+	(*DeletePartitionedTopicResponse)(nil),     // 142: meridian.client.v1.DeletePartitionedTopicResponse
+	(*ListPartitionedTopicsRequest)(nil),       // 143: meridian.client.v1.ListPartitionedTopicsRequest
+	(*ListPartitionedTopicsResponse)(nil),      // 144: meridian.client.v1.ListPartitionedTopicsResponse
+	nil,                                        // 145: meridian.client.v1.NamespacePolicies.PermissionsEntry
+	nil,                                        // 146: meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry
+	nil,                                        // 147: meridian.client.v1.RolePermissions.RolesEntry
+	nil,                                        // 148: meridian.client.v1.GetPermissionsResponse.PermissionsEntry
+	nil,                                        // 149: meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry
+	nil,                                        // 150: meridian.client.v1.LedgerDetails.PropertiesEntry
+	nil,                                        // 151: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	(SchemaCompatibility)(0),                   // 152: meridian.client.v1.SchemaCompatibility
+	(*HashRange)(nil),                          // 153: meridian.client.v1.HashRange
+	(SubscriptionType)(0),                      // 154: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                          // 155: meridian.client.v1.MessageId
+	(InitialPosition)(0),                       // 156: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                     // 157: meridian.client.v1.OriginPosition
+	(*UploadSchemaRequest)(nil),                // 158: meridian.client.v1.UploadSchemaRequest
+	(*GetSchemaRequest)(nil),                   // 159: meridian.client.v1.GetSchemaRequest
+	(*ListSchemaVersionsRequest)(nil),          // 160: meridian.client.v1.ListSchemaVersionsRequest
+	(*DeleteSchemaRequest)(nil),                // 161: meridian.client.v1.DeleteSchemaRequest
+	(*TestSchemaCompatibilityRequest)(nil),     // 162: meridian.client.v1.TestSchemaCompatibilityRequest
+	(*SetSchemaCompatibilityRequest)(nil),      // 163: meridian.client.v1.SetSchemaCompatibilityRequest
+	(*GetSchemaCompatibilityRequest)(nil),      // 164: meridian.client.v1.GetSchemaCompatibilityRequest
+	(*UploadSchemaResponse)(nil),               // 165: meridian.client.v1.UploadSchemaResponse
+	(*GetSchemaResponse)(nil),                  // 166: meridian.client.v1.GetSchemaResponse
+	(*ListSchemaVersionsResponse)(nil),         // 167: meridian.client.v1.ListSchemaVersionsResponse
+	(*DeleteSchemaResponse)(nil),               // 168: meridian.client.v1.DeleteSchemaResponse
+	(*TestSchemaCompatibilityResponse)(nil),    // 169: meridian.client.v1.TestSchemaCompatibilityResponse
+	(*SetSchemaCompatibilityResponse)(nil),     // 170: meridian.client.v1.SetSchemaCompatibilityResponse
+	(*GetSchemaCompatibilityResponse)(nil),     // 171: meridian.client.v1.GetSchemaCompatibilityResponse
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
 	0,   // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
-	137, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
+	152, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
 	0,   // 3: meridian.client.v1.NamespacePolicies.replication_backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
-	8,   // 4: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 5: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 6: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	138, // 7: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
-	139, // 8: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
-	30,  // 9: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	140, // 10: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	33,  // 11: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
-	32,  // 12: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	140, // 13: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	29,  // 14: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	31,  // 15: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	101, // 16: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	34,  // 17: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
-	140, // 18: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	35,  // 19: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	36,  // 20: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	140, // 21: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	141, // 22: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	140, // 23: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	141, // 24: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	142, // 25: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	47,  // 26: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	49,  // 27: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	52,  // 28: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	49,  // 29: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	64,  // 30: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	65,  // 31: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 32: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 33: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	67,  // 34: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	71,  // 35: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	72,  // 36: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	135, // 37: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	73,  // 38: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	78,  // 39: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	79,  // 40: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	140, // 41: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	98,  // 42: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	99,  // 43: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	8,   // 44: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 45: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 46: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 47: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
-	116, // 48: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
-	8,   // 49: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	136, // 50: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	126, // 51: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
-	140, // 52: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	130, // 53: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
-	2,   // 54: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 55: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 56: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	9,   // 57: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	11,  // 58: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	13,  // 59: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	15,  // 60: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	17,  // 61: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	19,  // 62: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	21,  // 63: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	23,  // 64: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	25,  // 65: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	26,  // 66: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	27,  // 67: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	38,  // 68: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	40,  // 69: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	42,  // 70: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	44,  // 71: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	46,  // 72: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	50,  // 73: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	53,  // 74: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	55,  // 75: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	57,  // 76: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	59,  // 77: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	61,  // 78: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	63,  // 79: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	68,  // 80: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	69,  // 81: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	74,  // 82: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	75,  // 83: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	77,  // 84: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	81,  // 85: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	83,  // 86: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	85,  // 87: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	87,  // 88: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	89,  // 89: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	91,  // 90: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	93,  // 91: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	95,  // 92: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	97,  // 93: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	102, // 94: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	104, // 95: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	105, // 96: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	107, // 97: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	109, // 98: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	111, // 99: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	113, // 100: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	115, // 101: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	118, // 102: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	120, // 103: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	122, // 104: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
-	123, // 105: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
-	124, // 106: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
-	143, // 107: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
-	144, // 108: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
-	145, // 109: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
-	146, // 110: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
-	147, // 111: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
-	148, // 112: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
-	149, // 113: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
-	127, // 114: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
-	128, // 115: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
-	129, // 116: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
-	131, // 117: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
-	133, // 118: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
-	3,   // 119: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 120: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 121: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	10,  // 122: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	12,  // 123: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	14,  // 124: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	16,  // 125: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	18,  // 126: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	20,  // 127: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	22,  // 128: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	24,  // 129: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	34,  // 130: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	37,  // 131: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	28,  // 132: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	39,  // 133: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	41,  // 134: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	43,  // 135: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	45,  // 136: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	48,  // 137: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	51,  // 138: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	54,  // 139: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	56,  // 140: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	58,  // 141: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	60,  // 142: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	62,  // 143: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	66,  // 144: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	67,  // 145: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	70,  // 146: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	73,  // 147: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	76,  // 148: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	80,  // 149: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	82,  // 150: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	84,  // 151: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	86,  // 152: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	88,  // 153: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	90,  // 154: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	92,  // 155: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	94,  // 156: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	96,  // 157: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	100, // 158: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	103, // 159: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	106, // 160: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	106, // 161: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	108, // 162: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	110, // 163: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	112, // 164: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	114, // 165: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	117, // 166: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	119, // 167: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	121, // 168: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	125, // 169: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 170: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
-	125, // 171: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	150, // 172: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
-	151, // 173: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
-	152, // 174: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
-	153, // 175: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
-	154, // 176: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
-	155, // 177: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
-	156, // 178: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
-	130, // 179: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	130, // 180: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	130, // 181: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	132, // 182: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
-	134, // 183: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
-	119, // [119:184] is the sub-list for method output_type
-	54,  // [54:119] is the sub-list for method input_type
-	54,  // [54:54] is the sub-list for extension type_name
-	54,  // [54:54] is the sub-list for extension extendee
-	0,   // [0:54] is the sub-list for field type_name
+	145, // 4: meridian.client.v1.NamespacePolicies.permissions:type_name -> meridian.client.v1.NamespacePolicies.PermissionsEntry
+	146, // 5: meridian.client.v1.NamespacePolicies.prefix_permissions:type_name -> meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry
+	147, // 6: meridian.client.v1.RolePermissions.roles:type_name -> meridian.client.v1.RolePermissions.RolesEntry
+	148, // 7: meridian.client.v1.GetPermissionsResponse.permissions:type_name -> meridian.client.v1.GetPermissionsResponse.PermissionsEntry
+	149, // 8: meridian.client.v1.GetPermissionsResponse.prefix_permissions:type_name -> meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry
+	8,   // 9: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 10: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 11: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	153, // 12: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	154, // 13: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	40,  // 14: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
+	155, // 15: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	43,  // 16: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
+	42,  // 17: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
+	155, // 18: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	39,  // 19: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	41,  // 20: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	111, // 21: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	44,  // 22: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
+	155, // 23: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	45,  // 24: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	46,  // 25: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	155, // 26: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	156, // 27: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	155, // 28: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	156, // 29: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	157, // 30: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	57,  // 31: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	59,  // 32: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	62,  // 33: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	59,  // 34: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	74,  // 35: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	75,  // 36: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 37: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 38: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	77,  // 39: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	81,  // 40: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	82,  // 41: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	150, // 42: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	83,  // 43: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	88,  // 44: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	89,  // 45: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	155, // 46: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	108, // 47: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	109, // 48: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	8,   // 49: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 50: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 51: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 52: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
+	126, // 53: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
+	8,   // 54: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	151, // 55: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	136, // 56: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	155, // 57: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	140, // 58: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
+	9,   // 59: meridian.client.v1.NamespacePolicies.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
+	10,  // 60: meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
+	9,   // 61: meridian.client.v1.RolePermissions.RolesEntry.value:type_name -> meridian.client.v1.PermissionActions
+	9,   // 62: meridian.client.v1.GetPermissionsResponse.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
+	10,  // 63: meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
+	2,   // 64: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 65: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 66: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	19,  // 67: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	21,  // 68: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	23,  // 69: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	25,  // 70: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	27,  // 71: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	29,  // 72: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	31,  // 73: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	33,  // 74: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	35,  // 75: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	36,  // 76: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	37,  // 77: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	48,  // 78: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	50,  // 79: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	52,  // 80: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	54,  // 81: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	56,  // 82: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	60,  // 83: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	63,  // 84: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	65,  // 85: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	67,  // 86: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	69,  // 87: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	71,  // 88: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	73,  // 89: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	78,  // 90: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	79,  // 91: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	84,  // 92: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	85,  // 93: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	87,  // 94: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	91,  // 95: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	93,  // 96: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	95,  // 97: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	97,  // 98: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	99,  // 99: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	101, // 100: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	103, // 101: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	105, // 102: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	107, // 103: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	112, // 104: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	114, // 105: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	115, // 106: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	117, // 107: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	119, // 108: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	121, // 109: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	123, // 110: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	125, // 111: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	128, // 112: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	130, // 113: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	132, // 114: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	133, // 115: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	134, // 116: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	158, // 117: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
+	159, // 118: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
+	160, // 119: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
+	161, // 120: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
+	162, // 121: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
+	163, // 122: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
+	164, // 123: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
+	137, // 124: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
+	138, // 125: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
+	139, // 126: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
+	141, // 127: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
+	143, // 128: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
+	11,  // 129: meridian.client.v1.Admin.UpdateTenant:input_type -> meridian.client.v1.UpdateTenantRequest
+	13,  // 130: meridian.client.v1.Admin.GrantPermission:input_type -> meridian.client.v1.GrantPermissionRequest
+	15,  // 131: meridian.client.v1.Admin.RevokePermission:input_type -> meridian.client.v1.RevokePermissionRequest
+	17,  // 132: meridian.client.v1.Admin.GetPermissions:input_type -> meridian.client.v1.GetPermissionsRequest
+	3,   // 133: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 134: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 135: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	20,  // 136: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	22,  // 137: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	24,  // 138: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	26,  // 139: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	28,  // 140: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	30,  // 141: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	32,  // 142: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	34,  // 143: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	44,  // 144: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	47,  // 145: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	38,  // 146: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	49,  // 147: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	51,  // 148: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	53,  // 149: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	55,  // 150: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	58,  // 151: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	61,  // 152: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	64,  // 153: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	66,  // 154: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	68,  // 155: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	70,  // 156: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	72,  // 157: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	76,  // 158: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	77,  // 159: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	80,  // 160: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	83,  // 161: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	86,  // 162: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	90,  // 163: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	92,  // 164: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	94,  // 165: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	96,  // 166: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	98,  // 167: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	100, // 168: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	102, // 169: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	104, // 170: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	106, // 171: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	110, // 172: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	113, // 173: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	116, // 174: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	116, // 175: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	118, // 176: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	120, // 177: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	122, // 178: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	124, // 179: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	127, // 180: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	129, // 181: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	131, // 182: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	135, // 183: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	135, // 184: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	135, // 185: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	165, // 186: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
+	166, // 187: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
+	167, // 188: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
+	168, // 189: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
+	169, // 190: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
+	170, // 191: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
+	171, // 192: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
+	140, // 193: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	140, // 194: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	140, // 195: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	142, // 196: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
+	144, // 197: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
+	12,  // 198: meridian.client.v1.Admin.UpdateTenant:output_type -> meridian.client.v1.UpdateTenantResponse
+	14,  // 199: meridian.client.v1.Admin.GrantPermission:output_type -> meridian.client.v1.GrantPermissionResponse
+	16,  // 200: meridian.client.v1.Admin.RevokePermission:output_type -> meridian.client.v1.RevokePermissionResponse
+	18,  // 201: meridian.client.v1.Admin.GetPermissions:output_type -> meridian.client.v1.GetPermissionsResponse
+	133, // [133:202] is the sub-list for method output_type
+	64,  // [64:133] is the sub-list for method input_type
+	64,  // [64:64] is the sub-list for extension type_name
+	64,  // [64:64] is the sub-list for extension extendee
+	0,   // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -9412,13 +10064,13 @@ func file_api_client_v1_admin_proto_init() {
 	file_api_client_v1_client_proto_init()
 	file_api_client_v1_schema_proto_init()
 	file_api_client_v1_admin_proto_msgTypes[6].OneofWrappers = []any{}
-	file_api_client_v1_admin_proto_msgTypes[42].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[52].OneofWrappers = []any{
 		(*ResetSubscriptionRequest_MessageId)(nil),
 		(*ResetSubscriptionRequest_PublishTimeMs)(nil),
 		(*ResetSubscriptionRequest_InitialPosition)(nil),
 		(*ResetSubscriptionRequest_OriginPosition)(nil),
 	}
-	file_api_client_v1_admin_proto_msgTypes[79].OneofWrappers = []any{
+	file_api_client_v1_admin_proto_msgTypes[89].OneofWrappers = []any{
 		(*SkipLostEntriesRequest_Entry)(nil),
 		(*SkipLostEntriesRequest_LedgerId)(nil),
 	}
@@ -9428,7 +10080,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   135,
+			NumMessages:   150,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

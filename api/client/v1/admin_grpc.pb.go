@@ -95,6 +95,10 @@ const (
 	Admin_GetPartitionedTopicMetadata_FullMethodName = "/meridian.client.v1.Admin/GetPartitionedTopicMetadata"
 	Admin_DeletePartitionedTopic_FullMethodName      = "/meridian.client.v1.Admin/DeletePartitionedTopic"
 	Admin_ListPartitionedTopics_FullMethodName       = "/meridian.client.v1.Admin/ListPartitionedTopics"
+	Admin_UpdateTenant_FullMethodName                = "/meridian.client.v1.Admin/UpdateTenant"
+	Admin_GrantPermission_FullMethodName             = "/meridian.client.v1.Admin/GrantPermission"
+	Admin_RevokePermission_FullMethodName            = "/meridian.client.v1.Admin/RevokePermission"
+	Admin_GetPermissions_FullMethodName              = "/meridian.client.v1.Admin/GetPermissions"
 )
 
 // AdminClient is the client API for Admin service.
@@ -279,6 +283,20 @@ type AdminClient interface {
 	// partition counts (ListTopics lists the partitions themselves, as
 	// topics of this region).
 	ListPartitionedTopics(ctx context.Context, in *ListPartitionedTopicsRequest, opts ...grpc.CallOption) (*ListPartitionedTopicsResponse, error)
+	// UpdateTenant replaces a tenant's admin roles (the roles that may do
+	// every admin operation inside the tenant; empty = none).
+	UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error)
+	// GrantPermission grants a role actions ("produce", "consume") on exactly
+	// one of a namespace, a topic or a topic-name prefix, replacing the
+	// role's earlier actions on that scope. A grant on a partitioned topic
+	// covers its partitions; a prefix grant covers the longer names that
+	// start with the prefix, never the prefix itself.
+	GrantPermission(ctx context.Context, in *GrantPermissionRequest, opts ...grpc.CallOption) (*GrantPermissionResponse, error)
+	// RevokePermission removes a role's grant on a scope (NOT_FOUND if none).
+	RevokePermission(ctx context.Context, in *RevokePermissionRequest, opts ...grpc.CallOption) (*RevokePermissionResponse, error)
+	// GetPermissions reports the grants of a scope (a namespace's answer
+	// holds its prefix grants too).
+	GetPermissions(ctx context.Context, in *GetPermissionsRequest, opts ...grpc.CallOption) (*GetPermissionsResponse, error)
 }
 
 type adminClient struct {
@@ -939,6 +957,46 @@ func (c *adminClient) ListPartitionedTopics(ctx context.Context, in *ListPartiti
 	return out, nil
 }
 
+func (c *adminClient) UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateTenantResponse)
+	err := c.cc.Invoke(ctx, Admin_UpdateTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GrantPermission(ctx context.Context, in *GrantPermissionRequest, opts ...grpc.CallOption) (*GrantPermissionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrantPermissionResponse)
+	err := c.cc.Invoke(ctx, Admin_GrantPermission_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RevokePermission(ctx context.Context, in *RevokePermissionRequest, opts ...grpc.CallOption) (*RevokePermissionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokePermissionResponse)
+	err := c.cc.Invoke(ctx, Admin_RevokePermission_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetPermissions(ctx context.Context, in *GetPermissionsRequest, opts ...grpc.CallOption) (*GetPermissionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPermissionsResponse)
+	err := c.cc.Invoke(ctx, Admin_GetPermissions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -1121,6 +1179,20 @@ type AdminServer interface {
 	// partition counts (ListTopics lists the partitions themselves, as
 	// topics of this region).
 	ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error)
+	// UpdateTenant replaces a tenant's admin roles (the roles that may do
+	// every admin operation inside the tenant; empty = none).
+	UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error)
+	// GrantPermission grants a role actions ("produce", "consume") on exactly
+	// one of a namespace, a topic or a topic-name prefix, replacing the
+	// role's earlier actions on that scope. A grant on a partitioned topic
+	// covers its partitions; a prefix grant covers the longer names that
+	// start with the prefix, never the prefix itself.
+	GrantPermission(context.Context, *GrantPermissionRequest) (*GrantPermissionResponse, error)
+	// RevokePermission removes a role's grant on a scope (NOT_FOUND if none).
+	RevokePermission(context.Context, *RevokePermissionRequest) (*RevokePermissionResponse, error)
+	// GetPermissions reports the grants of a scope (a namespace's answer
+	// holds its prefix grants too).
+	GetPermissions(context.Context, *GetPermissionsRequest) (*GetPermissionsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1325,6 +1397,18 @@ func (UnimplementedAdminServer) DeletePartitionedTopic(context.Context, *DeleteP
 }
 func (UnimplementedAdminServer) ListPartitionedTopics(context.Context, *ListPartitionedTopicsRequest) (*ListPartitionedTopicsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListPartitionedTopics not implemented")
+}
+func (UnimplementedAdminServer) UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateTenant not implemented")
+}
+func (UnimplementedAdminServer) GrantPermission(context.Context, *GrantPermissionRequest) (*GrantPermissionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GrantPermission not implemented")
+}
+func (UnimplementedAdminServer) RevokePermission(context.Context, *RevokePermissionRequest) (*RevokePermissionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RevokePermission not implemented")
+}
+func (UnimplementedAdminServer) GetPermissions(context.Context, *GetPermissionsRequest) (*GetPermissionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetPermissions not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -2517,6 +2601,78 @@ func _Admin_ListPartitionedTopics_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_UpdateTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UpdateTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UpdateTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UpdateTenant(ctx, req.(*UpdateTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GrantPermission_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrantPermissionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GrantPermission(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GrantPermission_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GrantPermission(ctx, req.(*GrantPermissionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RevokePermission_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokePermissionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RevokePermission(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RevokePermission_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RevokePermission(ctx, req.(*RevokePermissionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetPermissions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPermissionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetPermissions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetPermissions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetPermissions(ctx, req.(*GetPermissionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2783,6 +2939,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPartitionedTopics",
 			Handler:    _Admin_ListPartitionedTopics_Handler,
+		},
+		{
+			MethodName: "UpdateTenant",
+			Handler:    _Admin_UpdateTenant_Handler,
+		},
+		{
+			MethodName: "GrantPermission",
+			Handler:    _Admin_GrantPermission_Handler,
+		},
+		{
+			MethodName: "RevokePermission",
+			Handler:    _Admin_RevokePermission_Handler,
+		},
+		{
+			MethodName: "GetPermissions",
+			Handler:    _Admin_GetPermissions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
