@@ -27,8 +27,8 @@ import (
 // (admin "other-admin"), and grants on acme/ns: "prod" produce, "cons"
 // consume.
 type authzEnv struct {
-	t    *testing.T
-	env  *securitytest.Env
+	t     *testing.T
+	env   *securitytest.Env
 	addr  string
 	addrs []string
 	ca    security.TLSFiles

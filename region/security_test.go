@@ -29,7 +29,9 @@ import (
 func startSecureRegion(t *testing.T, env *securitytest.Env, opts regiontest.Options) *regiontest.Cluster {
 	t.Helper()
 	opts.Security = func(kind string, _ int) security.Config {
-		return env.Component(security.ComponentRole(kind, regiontest.Region))
+		c := env.Component(security.ComponentRole(kind, regiontest.Region))
+		c.Superusers = []string{"alice", "admin.test"} // the callers of these tests may do everything
+		return c
 	}
 	return regiontest.Start(t, opts)
 }
@@ -50,7 +52,7 @@ func TestSecurityEveryListener(t *testing.T) {
 
 	anon := clientSec(t, env.CA.CAOnly(), nil)
 	withToken := clientSec(t, env.CA.CAOnly(), security.StaticToken(env.Token("alice")))
-	withCert := clientSec(t, env.CA.Files("autorecovery.test"), nil)
+	withCert := clientSec(t, env.CA.Files("admin.test"), nil)
 	badToken := clientSec(t, env.CA.CAOnly(), security.StaticToken(securitytest.Token(t, security.GenerateSecretKey(), "alice")))
 
 	grpcListeners := []struct {
