@@ -71,6 +71,9 @@ type dedupSnap struct {
 	// R is the exact set of stored sequence IDs of a failover-identity key
 	// (ident_dedup.go), as intervals; absent for other keys.
 	R [][2]int64 `json:"r,omitempty"`
+	// O is the role the producer is bound to (producer_bind.go); absent
+	// when unbound.
+	O string `json:"o,omitempty"`
 }
 
 // dedupProducer is what a topic remembers about one producer name.
@@ -90,6 +93,9 @@ type dedupProducer struct {
 	// ranges is the exact set of stored sequence IDs of a
 	// failover-identity key (ident_dedup.go); nil for other keys.
 	ranges *seqRanges
+	// role is the authenticated role the name is bound to ("" unbound;
+	// producer_bind.go).
+	role string
 }
 
 // remember adds a stored batch to the recent ring.
@@ -146,6 +152,9 @@ func (d *dedupTable) restore(snap map[string]dedupSnap, legacy map[string]int64)
 		p := d.upsert(name)
 		p.raise(s.Seq, s.First, pos{s.L, s.E}, s.E >= 0)
 		p.usedMs = max(p.usedMs, s.Used)
+		if p.role == "" {
+			p.role = s.O
+		}
 		if len(s.R) > 0 && isIdentName(name) {
 			p.ranges = &seqRanges{}
 			p.ranges.load(s.R, maxIdentRanges)
@@ -302,7 +311,11 @@ func (d *dedupTable) snapshot(ledgers []ledgerInfo, covered int64) (map[string]d
 		if isReplName(p.name) || len(snap) < maxDedupSnapshotProducers && size < maxDedupSnapshotBytes {
 			n, _ := json.Marshal(p.name)
 			size += len(n) + dedupSnapStateBytes
-			s := dedupSnap{Seq: p.stored, First: p.first, L: p.at.L, E: p.at.E, Used: p.usedMs}
+			s := dedupSnap{Seq: p.stored, First: p.first, L: p.at.L, E: p.at.E, Used: p.usedMs, O: p.role}
+			if p.role != "" {
+				r, _ := json.Marshal(p.role)
+				size += len(r) + 6 // ,"o":
+			}
 			if p.ranges != nil {
 				s.R = p.ranges.intervals()
 				size += len(s.R) * dedupSnapRangeBytes

@@ -282,6 +282,9 @@ func (ml *managedLedger) load(ctx context.Context, create bool) error {
 					localSeq = observeLocalSeq(localSeq, rec.Incarnation, md)
 					if name, first, hs, ok := dedupKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())
+						if !md.GetReplicated() {
+							dedup.bindScanned(name, md.GetProducerRole()) // producer_bind.go
+						}
 					}
 					if name, first, hs, ok := originProducerKey(md); ok {
 						dedup.observe(name, first, hs, pos{li.ID, e.EntryID}, md.GetBrokerPublishTimeMs())

@@ -117,6 +117,7 @@ func (t *topic) shipForm(e LedgerEntry) ([]byte, *clientv1.EntryMetadata, error)
 	}
 	md.OriginRegion = t.b.cfg.Region
 	md.OriginLedgerId, md.OriginEntryId = p.L, p.E
+	md.ProducerRole = "" // bound here only (producer_bind.go)
 	data, err := wire.EncodeEntry(md, payload)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: re-encode entry %d:%d of %s: %v", ErrInvalidArgument, e.LedgerID, e.EntryID, t.name, err)

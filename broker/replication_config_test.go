@@ -34,3 +34,23 @@ func TestReplicationConfigRelayBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicationConfigMaxOriginSeqJump: replication.max_origin_seq_jump
+// defaults when zero, accepts -1 (strict), and is refused, naming the
+// field, when out of range.
+func TestReplicationConfigMaxOriginSeqJump(t *testing.T) {
+	if d := broker.DefaultReplicationConfig(); d.MaxOriginSeqJump != broker.DefaultMaxOriginSeqJump {
+		t.Fatalf("default max_origin_seq_jump %d", d.MaxOriginSeqJump)
+	}
+	for _, ok := range []int64{-1, 0, 1, 1 << 40} {
+		if err := (broker.ReplicationConfig{MaxOriginSeqJump: ok}).Validate(); err != nil {
+			t.Fatalf("max_origin_seq_jump %d: %v", ok, err)
+		}
+	}
+	for _, bad := range []int64{-2, 1<<40 + 1} {
+		err := (broker.ReplicationConfig{MaxOriginSeqJump: bad}).Validate()
+		if !errors.Is(err, broker.ErrInvalidArgument) || !strings.Contains(err.Error(), "max_origin_seq_jump") {
+			t.Fatalf("max_origin_seq_jump %d: %v, want INVALID_ARGUMENT naming it", bad, err)
+		}
+	}
+}

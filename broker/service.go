@@ -87,6 +87,11 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	if p.identity != "" {
 		p.ident = identDedupName(p.identity, pname)
 	}
+	// Security on: the name may be bound to another role (producer_bind.go).
+	p.role, p.bound = b.producerRole(ctx)
+	if err := b.checkProducerOpen(ctx, t, pname, p.dedupName()); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	if t.closing {
 		t.mu.Unlock()
@@ -251,8 +256,17 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	var dup bool
 	var d dupResult
 	var err error
+	if p.bound && !t.ml.bindProducer(p.dedupName(), p.role) {
+		// Bound to another role since this producer opened (producer_bind.go).
+		fail(errProducerOtherRole(p.name, t.name))
+		return
+	}
 	if t.dedupEnabled() { // the effective deduplication_enabled (policies.go)
 		dup, d, err = t.ml.checkDupIdent(ctx, p.dedupName(), p.ident, sd.GetSequenceId(), highest)
+		if err == nil && !dup && p.bound && p.role != "" {
+			// A new name is tracked from this check: bind it.
+			t.ml.bindProducer(p.dedupName(), p.role)
+		}
 	}
 	if err != nil {
 		// Refused like a quota refusal: a later batch stored first would
@@ -287,6 +301,7 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		ReplicateTo: sd.GetReplicateTo(), DisableReplication: sd.GetDisableReplication(),
 		BrokerPublishTimeMs: now.UnixMilli(), ProducerIdentity: p.identity,
 		DeliverAtMs: sd.GetDeliverAtMs(), BatchKey: sd.GetBatchKey(), SchemaVersion: sd.GetSchemaVersion(),
+		ProducerRole: p.role,
 		// origin_ledger_id/origin_entry_id stay 0 for local entries: the
 		// position is known only after the add; dispatch fills them in.
 	}

@@ -782,6 +782,7 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 		// is only known after the add, so it is filled in here).
 		md.OriginLedgerId, md.OriginEntryId = p.L, p.E
 	}
+	md.ProducerRole = "" // the binding's, not the consumers' (producer_bind.go)
 	ml := s.t.ml
 	ml.mu.Lock()
 	ml.noteMsgsLocked(p, max(md.GetNumMessages(), 1))

@@ -31,6 +31,11 @@ type producer struct {
 	// schemaVersion is the registry version of the producer's schema (0 =
 	// none; schema.go), stamped on its entries.
 	schemaVersion int32
+	// role is the authenticated role its dedup key is bound to, and
+	// bound whether names are bound at all (security on;
+	// producer_bind.go).
+	role  string
+	bound bool
 }
 
 func (p *producer) close() { p.once.Do(func() { close(p.done) }) }

@@ -26,7 +26,7 @@ func repSubClient(t *testing.T, g *geoCluster, region string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, client.Options{URL: g.url(region), MaxBackoff: 500 * time.Millisecond})
+	cl, err := client.New(ctx, g.clientOptions(region))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,8 +396,17 @@ func TestReplicatedSubscriptionResetAllRegions(t *testing.T) {
 // TestReplicatedSubscriptionRelay: with the link a-c cut (b reaching
 // both), acknowledgements made in a reach c through b (every region ships
 // its joined vector), so a consumer moving from a to c gets no duplicate.
-func TestReplicatedSubscriptionRelay(t *testing.T) {
-	g := startGeo(t, []string{"a", "b", "c"}, geoOptions{})
+func TestReplicatedSubscriptionRelay(t *testing.T) { repSubRelay(t, geoOptions{}) }
+
+// TestReplicatedSubscriptionRelaySecure is TestReplicatedSubscriptionRelay
+// with security on (each region authenticated as broker.<region>): b
+// relays a's entries and acknowledgements to c, both regions of the set.
+func TestReplicatedSubscriptionRelaySecure(t *testing.T) {
+	repSubRelay(t, geoOptions{secure: newGeoSecurity(t)})
+}
+
+func repSubRelay(t *testing.T, gopts geoOptions) {
+	g := startGeo(t, []string{"a", "b", "c"}, gopts)
 	g.net.Cut("a", "c", false)
 	g.createNamespace(repSubNamespace, "a", "b", "c")
 	topic := repSubNamespace + "/relay"

@@ -228,8 +228,14 @@ type EntryMetadata struct {
 	// for this region (ReplicateEntries.skipped). Local to the region that
 	// stored the entry (a relay's receiver sets its own); 0 = none known.
 	OriginSkippedBefore int64 `protobuf:"varint,61,opt,name=origin_skipped_before,json=originSkippedBefore,proto3" json:"origin_skipped_before,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// producer_role is the authenticated role that sent the batch (security
+	// on; "" otherwise): the role its producer name is bound to, found again
+	// by a takeover scan (broker/producer_bind.go). Local to the region that
+	// stored it: cleared when the entry is delivered to a consumer or
+	// shipped to another region.
+	ProducerRole  string `protobuf:"bytes,62,opt,name=producer_role,json=producerRole,proto3" json:"producer_role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EntryMetadata) Reset() {
@@ -409,6 +415,13 @@ func (x *EntryMetadata) GetOriginSkippedBefore() int64 {
 	return 0
 }
 
+func (x *EntryMetadata) GetProducerRole() string {
+	if x != nil {
+		return x.ProducerRole
+	}
+	return ""
+}
+
 // SingleMessage is one message inside a Batch.
 type SingleMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -535,7 +548,7 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1f\n" +
 	"\vbatch_index\x18\x03 \x01(\x05R\n" +
-	"batchIndex\"\xfb\x06\n" +
+	"batchIndex\"\xa0\a\n" +
 	"\rEntryMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x03R\n" +
@@ -562,7 +575,8 @@ const file_api_client_v1_entry_proto_rawDesc = "" +
 	"\tbatch_key\x18\x12 \x01(\tR\bbatchKey\x12%\n" +
 	"\x0eschema_version\x18\x13 \x01(\x05R\rschemaVersion\x12-\n" +
 	"\x12origin_incarnation\x181 \x01(\x04R\x11originIncarnation\x122\n" +
-	"\x15origin_skipped_before\x18= \x01(\x03R\x13originSkippedBefore\"\xf1\x01\n" +
+	"\x15origin_skipped_before\x18= \x01(\x03R\x13originSkippedBefore\x12#\n" +
+	"\rproducer_role\x18> \x01(\tR\fproducerRole\"\xf1\x01\n" +
 	"\rSingleMessage\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12Q\n" +
 	"\n" +
