@@ -9,6 +9,7 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/internal/wire"
 )
 
 // TestReplicateRefusesForgedOriginJump: a direct entry whose origin_seq
@@ -79,5 +80,47 @@ func TestReplicateRefusesForgedOriginJump(t *testing.T) {
 		if m.seq != want[i] || m.payload != fmt.Sprintf("a-%d", want[i]) {
 			t.Fatalf("stored entry %d: %+v, want origin_seq %d", i, m, want[i])
 		}
+	}
+}
+
+// TestReplicateOriginJumpStrict: with replication.max_origin_seq_jump -1
+// a direct entry passing even one unreported number is REJECTED, one
+// passing only reported numbers is stored, and a new incarnation of the
+// origin starts at 1.
+func TestReplicateOriginJumpStrict(t *testing.T) {
+	_, adm, rc := oneBroker(t, func(c *broker.Config) { c.Replication.MaxOriginSeqJump = -1 })
+	ctx := context.Background()
+	topic := "public/default/repl-jump-strict"
+	createTopicWithSub(t, ctx, adm, topic, "all")
+	rs, _ := mustOpenRepl(t, rc.Addrs()[0], topic, "a", "test")
+	wantResults(t, "1..2", rs.roundTrip(replRange(t, "a", 1, 2)), rP, rP)
+	wantResults(t, "unreported jump of one", rs.roundTrip([][]byte{replEntryBytes(t, "a", 4)}), rR)
+	rs.cancel()
+	rs, _ = mustOpenRepl(t, rc.Addrs()[0], topic, "a", "test")
+	id := rs.nextID
+	rs.nextID++
+	if err := rs.st.Send(&clientv1.ReplicateRequest{Kind: &clientv1.ReplicateRequest_Entries{Entries: &clientv1.ReplicateEntries{
+		RequestId: id, Entries: [][]byte{replEntryBytes(t, "a", 4)}, Skipped: []*clientv1.SkippedSeqs{{Stream: "a", First: 3, Last: 3}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := rs.ack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResults(t, "reported jump", a, rP)
+	// A new incarnation of a: a new origin stream, from 1.
+	md, payload, err := wire.DecodeEntry(replEntryBytes(t, "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.OriginIncarnation = 7
+	data, err := wire.EncodeEntry(md, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = rs.roundTrip([][]byte{data})
+	wantResults(t, "new incarnation", a, rP)
+	if a.GetApplied()["a"] != 4 || a.GetApplied()["a@7"] != 1 {
+		t.Fatalf("applied %v, want a=4 a@7=1", a.GetApplied())
 	}
 }
