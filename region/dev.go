@@ -568,6 +568,7 @@ func (d *Dev) start(ctx context.Context) error {
 	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, DevClusterFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
+	d.register()
 	return nil
 }
 
@@ -836,6 +837,7 @@ func (d *Dev) writeProcConfig(role, region string, index int, cfg map[string]any
 func (d *Dev) Stop(ctx context.Context) {
 	d.stopOnce.Do(func() {
 		_ = os.Remove(filepath.Join(d.cfg.DataDir, DevClusterFile))
+		d.unregister()
 		for _, role := range []string{RoleBroker, RoleBookie, RoleMeta} {
 			var wg sync.WaitGroup
 			for _, p := range d.procs {

@@ -4,6 +4,7 @@ package region
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
@@ -214,4 +215,79 @@ func (info DevClusterInfo) HasAddress(addr string) bool {
 		}
 	}
 	return false
+}
+
+// The registry of running dev clusters: a ready cluster writes its data
+// directory's path into a file of DevRegistryDir (removed at Stop), so
+// that the tools find its cluster file whatever its --data-dir.
+
+// DevRegistryDir is the directory of the registry: meridian/dev under
+// the user's cache directory ($XDG_CACHE_HOME or ~/.cache on Linux).
+func DevRegistryDir() (string, error) {
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(c, "meridian", "dev"), nil
+}
+
+// registryEntry is the registry file of the cluster in dataDir.
+func registryEntry(dataDir string) (string, error) {
+	dir, err := DevRegistryDir()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(dir, hex.EncodeToString(sum[:8])+".path"), nil
+}
+
+// register records the cluster in the registry (best effort: a tool
+// then finds it only through the default data dir).
+func (d *Dev) register() {
+	p, err := registryEntry(d.cfg.DataDir)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(p), 0o700)
+	}
+	if err == nil {
+		err = writeFileAtomic(p, []byte(d.cfg.DataDir+"\n"))
+	}
+	if err != nil {
+		d.log.Warn("dev: cannot register the cluster for the tools (they find it through the default data dir only)", "err", err)
+	}
+}
+
+// unregister removes the cluster's registry file.
+func (d *Dev) unregister() {
+	if p, err := registryEntry(d.cfg.DataDir); err == nil {
+		_ = os.Remove(p)
+	}
+}
+
+// RegisteredDevClusters returns the data directories of the registered
+// dev clusters whose cluster.json exists (a cluster killed with SIGKILL
+// leaves its entry, but its cluster file is removed at the next start).
+func RegisteredDevClusters() []string {
+	dir, err := DevRegistryDir()
+	if err != nil {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".path") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		dd := strings.TrimSpace(string(b))
+		if _, err := os.Stat(filepath.Join(dd, DevClusterFile)); err == nil {
+			out = append(out, dd)
+		}
+	}
+	return out
 }

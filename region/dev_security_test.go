@@ -173,3 +173,28 @@ func TestDevControlRequiresToken(t *testing.T) {
 		}
 	}
 }
+
+// A ready cluster registers its data dir for the tools; an entry whose
+// cluster.json is gone is skipped; Stop removes the entry.
+func TestDevRegistry(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	d := devForSecurity(t, false)
+	d.register()
+	if got := RegisteredDevClusters(); len(got) != 0 {
+		t.Fatalf("registered without cluster.json: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(d.cfg.DataDir, DevClusterFile), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := RegisteredDevClusters(); len(got) != 1 || got[0] != d.cfg.DataDir {
+		t.Fatalf("registered: %v, want [%s]", got, d.cfg.DataDir)
+	}
+	entry, err := registryEntry(d.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Stop(context.Background())
+	if _, err := os.Stat(entry); !os.IsNotExist(err) {
+		t.Fatalf("after Stop: %s: %v", entry, err)
+	}
+}

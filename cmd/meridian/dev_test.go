@@ -38,9 +38,9 @@ type devCluster struct {
 func startDev(t *testing.T, dir string, args ...string) *devCluster {
 	t.Helper()
 	// The tools find the cluster file (and the credentials in it) through
-	// the default dev data dir, as a user's shell in the directory
-	// where `meridian dev` runs would.
-	t.Setenv(devDirEnv, dir)
+	// the registry of running clusters (region.DevRegistryDir, under the
+	// user's cache directory: one of the test's own here).
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	p := startProc(t, "dev", append([]string{"dev", "--data-dir", dir}, args...)...)
 	t.Cleanup(func() {
 		if !t.Failed() {

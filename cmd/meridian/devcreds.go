@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/meridianmq/meridian/region"
@@ -12,9 +13,11 @@ import (
 
 // How the tools find a secured dev cluster's credentials: `meridian dev`
 // writes DIR/cluster.json (0600) with its CA bundle and admin token files
-// and every broker's and metadata node's address. DIR is the dev
-// commands' default --data-dir: $MERIDIAN_DEV_DIR, else ./meridian-dev.
-// When a tool command has no credential flag (and no context gave one)
+// and every broker's and metadata node's address. The tools look at the
+// dev commands' default --data-dir ($MERIDIAN_DEV_DIR, else
+// ./meridian-dev) and at every running cluster registered in
+// region.DevRegistryDir (~/.cache/meridian/dev: a ready cluster records
+// its --data-dir there). When a tool command has no credential flag (and no context gave one)
 // and one of its --url or --metadata addresses (or one of a multi-region
 // url's) is an address of that cluster, it connects with the cluster's CA
 // and admin token: the README walk-throughs run unchanged against a
@@ -66,14 +69,24 @@ func applyDevCluster(cmd *cobra.Command) {
 	if len(addrs) == 0 {
 		return
 	}
-	info, err := region.ReadDevCluster(devDataDirDefault())
-	if err != nil || info.CA == "" {
-		return
-	}
-	for _, a := range addrs {
-		if info.HasAddress(a) {
-			cliSecurity.tlsCA, cliSecurity.tokenFile = info.CA, info.AdminToken
-			return
+	seen := map[string]bool{}
+	for _, dir := range append([]string{devDataDirDefault()}, region.RegisteredDevClusters()...) {
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		info, err := region.ReadDevCluster(dir)
+		if err != nil || info.CA == "" {
+			continue
+		}
+		for _, a := range addrs {
+			if info.HasAddress(a) {
+				cliSecurity.tlsCA, cliSecurity.tokenFile = info.CA, info.AdminToken
+				return
+			}
 		}
 	}
 }
