@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -202,8 +203,12 @@ func (info DevClusterInfo) ControlClient(hc *http.Client) (*DevControlClient, er
 }
 
 // HasAddress reports whether addr is an address of the cluster (a
-// broker's or metadata node's gRPC or HTTP address).
+// broker's or metadata node's gRPC or HTTP address, or a link proxy's in
+// front of one); localhost stands for 127.0.0.1.
 func (info DevClusterInfo) HasAddress(addr string) bool {
+	if h, p, err := net.SplitHostPort(addr); err == nil && h == "localhost" {
+		addr = net.JoinHostPort("127.0.0.1", p)
+	}
 	for _, a := range info.Addresses {
 		if a == addr {
 			return true

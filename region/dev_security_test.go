@@ -89,7 +89,8 @@ func TestDevSecuredConfigs(t *testing.T) {
 	}
 	info := d.Info()
 	if info.CA != d.sec.CA || info.AdminToken != d.sec.AdminToken || info.ControlToken != filepath.Join(dir, DevControlTokenFile) ||
-		!info.HasAddress(d.plan.Regions[2].Brokers[1].GRPC) || !info.HasAddress(d.plan.Regions[0].Meta[0].GRPC) || info.HasAddress("127.0.0.1:1") {
+		!info.HasAddress(d.plan.Regions[2].Brokers[1].GRPC) ||
+		!info.HasAddress(strings.Replace(d.plan.Regions[1].Brokers[0].HTTP, "127.0.0.1", "localhost", 1)) || !info.HasAddress(d.plan.Regions[0].Meta[0].GRPC) || info.HasAddress("127.0.0.1:1") {
 		t.Fatalf("cluster info %+v", info)
 	}
 	if f, tok := info.Credentials(); f.CAFile != d.sec.CA || tok != d.sec.AdminToken {
