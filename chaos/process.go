@@ -43,6 +43,9 @@ type ProcessSpec struct {
 	// ReadyURL answers HTTP 200 once the process is ready ("" = ready as
 	// soon as it runs); see WaitReady.
 	ReadyURL string
+	// ReadyClient polls ReadyURL (default: plain HTTP, 2s timeout); a
+	// secured process's https URL needs one that trusts its CA.
+	ReadyClient *http.Client
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL
 	// (default 20s).
 	StopTimeout time.Duration
@@ -258,7 +261,10 @@ func (p *Process) WaitReady(ctx context.Context) error {
 	if p.spec.ReadyURL == "" {
 		return nil
 	}
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := p.spec.ReadyClient
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
 	last := "no answer yet"
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.spec.ReadyURL, nil)

@@ -47,9 +47,11 @@ func newID() string {
 
 // run is one drill in progress.
 type run struct {
-	cfg   Config
-	log   *slog.Logger
-	ctl   *region.DevControlClient
+	cfg Config
+	log *slog.Logger
+	ctl *region.DevControlClient
+	// info is the cluster file: its credentials apply to every client.
+	info  region.DevClusterInfo
 	st    region.DevStatus
 	rec   *Recorder
 	topic string
@@ -103,7 +105,7 @@ func (r *run) progress(format string, args ...any) {
 // clientOptions returns the workload client's options in ModeClient.
 func (r *run) clientOptions() client.Options {
 	cfg := r.cfg
-	o := client.Options{
+	o := r.secure(client.Options{
 		Regions:        []client.RegionURL{{Name: cfg.From, URL: joinAddrs(r.brokers[cfg.From])}, {Name: cfg.To, URL: joinAddrs(r.brokers[cfg.To])}},
 		ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second,
 		Logger: r.log.With("component", "client"),
@@ -111,7 +113,7 @@ func (r *run) clientOptions() client.Options {
 			r.rec.Event(Event{Kind: EventSwitch, At: ev.Switched, From: ev.From, To: ev.To, Reason: ev.Reason, Took: ev.Took})
 			r.progress("[drill] client switched %s → %s (%s) in %v", ev.From, ev.To, ev.Reason, ev.Took.Round(time.Millisecond))
 		},
-	}
+	})
 	if cfg.Kind == KindFailover {
 		// No automatic return during the drill: the return trip is
 		// `drill switchback`.
@@ -133,8 +135,15 @@ func (r *run) clientOptions() client.Options {
 // regionOptions returns a single-region client's options (ModeReconnect,
 // observer).
 func (r *run) regionOptions(reg string) client.Options {
-	return client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second,
-		MaxBackoff: time.Second, Logger: r.log.With("component", "client", "region", reg)}
+	return r.secure(client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second,
+		MaxBackoff: time.Second, Logger: r.log.With("component", "client", "region", reg)})
+}
+
+// secure adds the cluster's credentials (a secured dev cluster's CA and
+// admin token, from cluster.json) to client options.
+func (r *run) secure(o client.Options) client.Options {
+	o.TLSFiles, o.TokenFile = r.info.Credentials()
+	return o
 }
 
 func (r *run) run(ctx context.Context) (*Result, error) {

@@ -25,7 +25,10 @@ func (r *run) setup(ctx context.Context) (*client.Admin, *client.Admin, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--cluster: %w", err)
 	}
-	r.ctl = &region.DevControlClient{Addr: info.Control}
+	r.info = info
+	if r.ctl, err = info.ControlClient(nil); err != nil {
+		return nil, nil, fmt.Errorf("--cluster: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if r.st, err = r.ctl.Status(sctx); err != nil {
@@ -54,11 +57,11 @@ func (r *run) setup(ctx context.Context) (*client.Admin, *client.Admin, error) {
 	if cfg.Fault == FaultCutLinks && cfg.Mode != ModeClient {
 		return nil, nil, errors.New("--fault cut-links needs --mode client: only the client's DialRewrite routes the workload through the drill's proxies")
 	}
-	adminFrom, err := client.NewAdminWithOptions(ctx, client.Options{URL: joinAddrs(r.brokers[cfg.From]), ConnectTimeout: 10 * time.Second})
+	adminFrom, err := client.NewAdminWithOptions(ctx, r.secure(client.Options{URL: joinAddrs(r.brokers[cfg.From]), ConnectTimeout: 10 * time.Second}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("region %s: %w", cfg.From, err)
 	}
-	adminTo, err := client.NewAdminWithOptions(ctx, client.Options{URL: joinAddrs(r.brokers[cfg.To]), ConnectTimeout: 10 * time.Second})
+	adminTo, err := client.NewAdminWithOptions(ctx, r.secure(client.Options{URL: joinAddrs(r.brokers[cfg.To]), ConnectTimeout: 10 * time.Second}))
 	if err != nil {
 		_ = adminFrom.Close(context.Background())
 		return nil, nil, fmt.Errorf("region %s: %w", cfg.To, err)

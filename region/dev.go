@@ -21,6 +21,7 @@ import (
 
 	"github.com/meridianmq/meridian/chaos"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"gopkg.in/yaml.v3"
 )
 
@@ -82,6 +83,10 @@ type DevConfig struct {
 	// unsafe_ack_before_sync: adds acknowledged before their fsync, a
 	// deliberately broken build for the chaos suite's own test.
 	UnsafeAckBeforeSync bool
+	// Insecure runs the processes in plaintext without authentication (as
+	// before dev was secured by default; dev_security.go). The control
+	// endpoint requires its token either way.
+	Insecure bool
 	// Logger receives the dev process's own logs (default: discard).
 	Logger *slog.Logger
 }
@@ -191,6 +196,18 @@ type DevProxyPlan struct {
 type DevClusterInfo struct {
 	Regions []DevClusterRegion `json:"regions"`
 	Control string             `json:"control"`
+	// ControlToken is the file holding the control endpoint's bearer
+	// token (DataDir/control.token, mode 0600).
+	ControlToken string `json:"control_token,omitempty"`
+	// CA is the CA bundle (PEM) the processes' certificates chain to, and
+	// AdminToken the file of a superuser token: the credentials of a
+	// secured cluster ("" with --insecure).
+	CA         string `json:"ca,omitempty"`
+	AdminToken string `json:"admin_token,omitempty"`
+	// Addresses are every broker's and metadata node's gRPC and HTTP
+	// addresses, and the gRPC and HTTP link proxies' in front of them: the
+	// CLI recognises the cluster's addresses by them.
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // DevClusterRegion is a region's first broker in cluster.json.
@@ -212,6 +229,9 @@ func ReadDevCluster(dataDir string) (DevClusterInfo, error) {
 	}
 	if info.Control == "" {
 		return info, fmt.Errorf("dev: %s has no control address", filepath.Join(dataDir, DevClusterFile))
+	}
+	if info.ControlToken == "" {
+		info.ControlToken = filepath.Join(dataDir, DevControlTokenFile)
 	}
 	return info, nil
 }
@@ -450,6 +470,16 @@ type Dev struct {
 	// the plan's regional shard IDs and rewrite dev.json.
 	rebuildMu sync.Mutex
 	stopOnce  sync.Once
+
+	// sec is the provisioned credentials (zero with Insecure), rt the dev
+	// process's client runtime with the CA and the admin token (nil with
+	// Insecure), ctlToken the control endpoint's token.
+	sec      security.Provisioned
+	rt       *security.Runtime
+	ctlToken string
+	// hc is the HTTP client of the processes' endpoints (httpClient).
+	hcOnce sync.Once
+	hc     *http.Client
 }
 
 // StartDev lays out (or reloads from DataDir/dev.json) and starts the
@@ -492,6 +522,10 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 		return nil, err
 	}
 	d := &Dev{cfg: cfg, plan: plan, log: log, net: chaos.NewNetwork(log.With("component", "linkproxy"))}
+	if err := d.setupSecurity(); err != nil {
+		d.Stop(context.Background())
+		return nil, err
+	}
 	if err := d.start(ctx); err != nil {
 		d.Stop(context.Background())
 		return nil, err
@@ -525,17 +559,16 @@ func (d *Dev) start(ctx context.Context) error {
 	if err := d.startRoles(ctx, ""); err != nil {
 		return err
 	}
-	info := DevClusterInfo{Control: d.ctlLis.Addr().String()}
 	for _, r := range d.plan.Regions {
 		if err := d.waitNamespace(ctx, r.Brokers[0].HTTP, "public/default"); err != nil {
 			return fmt.Errorf("dev: region %s: %w", r.Name, err)
 		}
-		info.Regions = append(info.Regions, DevClusterRegion{Name: r.Name, GRPC: r.Brokers[0].GRPC, HTTP: r.Brokers[0].HTTP})
 	}
-	b, _ := json.MarshalIndent(info, "", "  ")
+	b, _ := json.MarshalIndent(d.Info(), "", "  ")
 	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, DevClusterFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
+	d.register()
 	return nil
 }
 
@@ -571,11 +604,11 @@ func (d *Dev) startRoles(ctx context.Context, region string) error {
 
 // waitNamespace polls a broker's admin API until namespace ns exists.
 func (d *Dev) waitNamespace(ctx context.Context, brokerHTTP, ns string) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := d.httpClient(5 * time.Second)
 	body := fmt.Sprintf(`{"namespace":%q}`, ns)
 	last := ""
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+brokerHTTP+"/admin/v1/GetNamespacePolicies", strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.scheme()+"://"+brokerHTTP+"/admin/v1/GetNamespacePolicies", strings.NewReader(body))
 		if err != nil {
 			return err
 		}
@@ -775,11 +808,12 @@ func (d *Dev) addProc(role, region string, index int, node DevNodePlan, cfg map[
 	d.procs = append(d.procs, &devProc{
 		role: role, region: region, index: index, node: node,
 		p: chaos.NewProcess(chaos.ProcessSpec{
-			Name:     fmt.Sprintf("%s/%s-%d", region, role, index),
-			Path:     d.cfg.Binary,
-			Args:     []string{role, "--config", base + ".yaml"},
-			LogFile:  base + ".log",
-			ReadyURL: "http://" + node.HTTP + "/readyz",
+			Name:        fmt.Sprintf("%s/%s-%d", region, role, index),
+			Path:        d.cfg.Binary,
+			Args:        []string{role, "--config", base + ".yaml"},
+			LogFile:     base + ".log",
+			ReadyURL:    d.scheme() + "://" + node.HTTP + "/readyz",
+			ReadyClient: d.httpClient(2 * time.Second),
 		}, d.log),
 	})
 	return nil
@@ -790,6 +824,7 @@ func (d *Dev) addProc(role, region string, index int, node DevNodePlan, cfg map[
 func (d *Dev) writeProcConfig(role, region string, index int, cfg map[string]any) error {
 	base := filepath.Join(d.cfg.DataDir, region, fmt.Sprintf("%s-%d", role, index))
 	d.addFaultConfig(role, cfg)
+	d.addSecurityConfig(role, region, cfg)
 	if err := writeYAML(base+".yaml", cfg); err != nil {
 		return fmt.Errorf("dev: %s/%s-%d config: %w", region, role, index, err)
 	}
@@ -802,6 +837,7 @@ func (d *Dev) writeProcConfig(role, region string, index int, cfg map[string]any
 func (d *Dev) Stop(ctx context.Context) {
 	d.stopOnce.Do(func() {
 		_ = os.Remove(filepath.Join(d.cfg.DataDir, DevClusterFile))
+		d.unregister()
 		for _, role := range []string{RoleBroker, RoleBookie, RoleMeta} {
 			var wg sync.WaitGroup
 			for _, p := range d.procs {
@@ -815,18 +851,35 @@ func (d *Dev) Stop(ctx context.Context) {
 			_ = d.control.Close()
 		}
 		d.net.Close()
+		if d.rt != nil {
+			_ = d.rt.Close()
+		}
 		d.log.Info("dev cluster stopped")
 	})
 }
 
 // Info returns what cluster.json holds.
 func (d *Dev) Info() DevClusterInfo {
-	info := DevClusterInfo{}
+	info := DevClusterInfo{ControlToken: filepath.Join(d.cfg.DataDir, DevControlTokenFile)}
 	if d.ctlLis != nil {
 		info.Control = d.ctlLis.Addr().String()
 	}
+	if d.secure() {
+		info.CA, info.AdminToken = d.sec.CA, d.sec.AdminToken
+	}
 	for _, r := range d.plan.Regions {
 		info.Regions = append(info.Regions, DevClusterRegion{Name: r.Name, GRPC: r.Brokers[0].GRPC, HTTP: r.Brokers[0].HTTP})
+		for _, nodes := range [][]DevNodePlan{r.Meta, r.Brokers} {
+			for _, n := range nodes {
+				info.Addresses = append(info.Addresses, n.GRPC, n.HTTP)
+			}
+		}
+	}
+	// The link proxies in front of them too (a request through a link).
+	for _, x := range d.plan.Proxies {
+		if x.Kind == "grpc" || x.Kind == "http" {
+			info.Addresses = append(info.Addresses, x.Listen)
+		}
 	}
 	return info
 }

@@ -265,7 +265,7 @@ func (d *Dev) startControl() error {
 	mux.HandleFunc("POST /v1/disk", d.handleDisk)
 	mux.HandleFunc("POST /v1/clock", d.handleClock)
 	mux.HandleFunc("POST /v1/region", d.handleRegion)
-	d.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.control = &http.Server{Handler: d.controlAuth(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = d.control.Serve(lis) }()
 	d.log.Info("control server listening", "addr", lis.Addr().String())
 	return nil
@@ -306,6 +306,9 @@ type DevControlClient struct {
 	// HTTP is the client used (default: 5 minute timeout, as a start waits
 	// for readiness).
 	HTTP *http.Client
+	// Token is the control endpoint's bearer token (the content of
+	// DataDir/control.token; DevClusterInfo.ControlClient reads it).
+	Token string
 }
 
 // Status fetches the cluster's status.
@@ -340,6 +343,9 @@ func (c *DevControlClient) do(ctx context.Context, method, path string, in, out 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 5 * time.Minute}

@@ -36,9 +36,6 @@ type DevFaultResponse struct {
 // without FaultInjection (HTTP 409).
 var errNoFaultInjection = fmt.Errorf("%w: the cluster was not started with fault injection (meridian dev --fault-injection)", errConflict)
 
-// devFaultHTTP is the client of the processes' debug endpoints.
-var devFaultHTTP = &http.Client{Timeout: 30 * time.Second}
-
 // addFaultConfig adds the fault-injection keys to a process's YAML config.
 func (d *Dev) addFaultConfig(role string, cfg map[string]any) {
 	if !d.cfg.FaultInjection {
@@ -73,7 +70,7 @@ func (d *Dev) Disk(ctx context.Context, req DevDiskRequest) (string, error) {
 	if st := p.p.Status().State; st != chaos.StateRunning {
 		return "", fmt.Errorf("%w: %s is %s, not running", errConflict, p.p.Spec().Name, st)
 	}
-	ans, err := postDebug(ctx, "http://"+p.node.HTTP+"/debug/faults", "text/plain", []byte(req.Command))
+	ans, err := d.postDebug(ctx, d.scheme()+"://"+p.node.HTTP+"/debug/faults", "text/plain", []byte(req.Command))
 	if err != nil {
 		return "", fmt.Errorf("command: %s: %w", p.p.Spec().Name, err)
 	}
@@ -109,7 +106,7 @@ func (d *Dev) Clock(ctx context.Context, req DevClockRequest) (string, error) {
 		return "", fmt.Errorf("%w: %s is %s, not running", errConflict, p.p.Spec().Name, st)
 	}
 	body, _ := json.Marshal(metadata.ClockSkewRequest{Skew: skew.String()})
-	ans, err := postDebug(ctx, "http://"+p.node.HTTP+"/debug/clock", "application/json", body)
+	ans, err := d.postDebug(ctx, d.scheme()+"://"+p.node.HTTP+"/debug/clock", "application/json", body)
 	if err != nil {
 		return "", fmt.Errorf("skew: %s: %w", p.p.Spec().Name, err)
 	}
@@ -120,13 +117,15 @@ func (d *Dev) Clock(ctx context.Context, req DevClockRequest) (string, error) {
 	return st.Skew, nil
 }
 
-func postDebug(ctx context.Context, url, ctype string, body []byte) (string, error) {
+// postDebug posts to a process's debug endpoint (with the admin token
+// when secured).
+func (d *Dev) postDebug(ctx context.Context, url, ctype string, body []byte) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Content-Type", ctype)
-	resp, err := devFaultHTTP.Do(req)
+	resp, err := d.httpClient(30 * time.Second).Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -83,8 +83,8 @@ func (c *cluster) lastLog(name string) string {
 }
 
 // newCluster reads the cluster's status through its control address.
-func newCluster(ctx context.Context, addr string, log *slog.Logger) (*cluster, region.DevStatus, error) {
-	c := &cluster{addr: addr, ctl: &region.DevControlClient{Addr: addr, HTTP: &http.Client{Timeout: faultTimeout}}, log: log, base: map[string][2]time.Duration{}}
+func newCluster(ctx context.Context, addr, token string, log *slog.Logger) (*cluster, region.DevStatus, error) {
+	c := &cluster{addr: addr, ctl: &region.DevControlClient{Addr: addr, Token: token, HTTP: &http.Client{Timeout: faultTimeout}}, log: log, base: map[string][2]time.Duration{}}
 	st, err := c.status(ctx)
 	if err != nil {
 		return nil, st, err

@@ -18,6 +18,7 @@ import (
 	"github.com/meridianmq/meridian/chaos/check"
 	"github.com/meridianmq/meridian/client"
 	"github.com/meridianmq/meridian/region"
+	"github.com/meridianmq/meridian/security"
 )
 
 // ErrIncomplete wraps every error that kept a run from completing (exit
@@ -37,6 +38,14 @@ type Config struct {
 	// Control is the dev cluster's control address (cluster.json
 	// "control"). Required.
 	Control string
+	// ControlToken is the control endpoint's bearer token (the content
+	// of the cluster's control.token).
+	ControlToken string
+	// TLS and TokenFile are the credentials of a secured dev cluster
+	// (cluster.json "ca" and "admin_token"; zero with --insecure), used
+	// by every client of the run.
+	TLS       security.TLSFiles
+	TokenFile string
 	// ID names the run (topics, payloads); default random.
 	ID string
 	// Seed seeds the schedule.
@@ -65,6 +74,12 @@ type Config struct {
 	// Progress receives the progress lines (may be nil).
 	Progress io.Writer
 	Logger   *slog.Logger
+}
+
+// secure adds the run's credentials to client options.
+func (c *Config) secure(o client.Options) client.Options {
+	o.TLSFiles, o.TokenFile = c.TLS, c.TokenFile
+	return o
 }
 
 // Validate names the first bad field by its flag.
@@ -209,7 +224,7 @@ func Schedule(cfg Config, s Shape) ([]Step, time.Duration, error) {
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	cfg := r.cfg
-	cl, st, err := newCluster(ctx, cfg.Control, r.log)
+	cl, st, err := newCluster(ctx, cfg.Control, cfg.ControlToken, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("dev cluster at %s: %w", cfg.Control, err)
 	}
@@ -262,7 +277,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		r.progress("  step %s", s)
 	}
 
-	w := &workload{id: cfg.ID, rate: cfg.Rate, size: cfg.Size, rec: r.rec, log: r.log, regions: cl.shape.Regions, brokers: r.brokers}
+	w := &workload{secure: cfg.secure, id: cfg.ID, rate: cfg.Rate, size: cfg.Size, rec: r.rec, log: r.log, regions: cl.shape.Regions, brokers: r.brokers}
 	defer w.close()
 	if err := w.open(ctx, r.topics, r.subs); err != nil {
 		return nil, err

@@ -247,8 +247,8 @@ func (r *runner) readTopic(ctx context.Context, reg, topic string) error {
 	if last == nil || last.GetLedgerId() < 0 || last.GetEntryId() < 0 {
 		return complete(0)
 	}
-	c, err := client.New(ctx, client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 10 * time.Second, OperationTimeout: 20 * time.Second,
-		MaxBackoff: time.Second, Logger: r.log.With("component", "reader", "region", reg)})
+	c, err := client.New(ctx, r.cfg.secure(client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 10 * time.Second, OperationTimeout: 20 * time.Second,
+		MaxBackoff: time.Second, Logger: r.log.With("component", "reader", "region", reg)}))
 	if err != nil {
 		return fmt.Errorf("read-back of %s in %s: %w", topic, reg, err)
 	}

@@ -19,7 +19,7 @@ import (
 func (r *runner) setup(ctx context.Context) error {
 	regions := r.cl.shape.Regions
 	for _, reg := range regions {
-		a, err := client.NewAdminWithOptions(ctx, client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 10 * time.Second, OperationTimeout: 10 * time.Second})
+		a, err := client.NewAdminWithOptions(ctx, r.cfg.secure(client.Options{URL: joinAddrs(r.brokers[reg]), ConnectTimeout: 10 * time.Second, OperationTimeout: 10 * time.Second}))
 		if err != nil {
 			return fmt.Errorf("admin of region %s: %w", reg, err)
 		}

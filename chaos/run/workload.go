@@ -100,6 +100,8 @@ type subSpec struct {
 
 // workload runs the producers and consumers.
 type workload struct {
+	// secure adds the cluster's credentials to client options.
+	secure  func(client.Options) client.Options
 	id      string
 	rate    float64
 	size    int
@@ -163,7 +165,7 @@ func (w *workload) failoverClient(ctx context.Context, home string) (*client.Cli
 	if len(regs) == 1 {
 		opts = client.Options{URL: regs[0].URL, ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second, Logger: opts.Logger}
 	}
-	c, err := client.New(ctx, opts)
+	c, err := client.New(ctx, w.secure(opts))
 	if err != nil {
 		return nil, fmt.Errorf("client of region %s: %w", home, err)
 	}
@@ -187,12 +189,12 @@ func (w *workload) controlledClient(ctx context.Context, group, home string) (*c
 			regs = append(regs, client.RegionURL{Name: r, URL: joinAddrs(w.brokers[r])})
 		}
 	}
-	c, err := client.New(ctx, client.Options{Regions: regs, ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second,
+	c, err := client.New(ctx, w.secure(client.Options{Regions: regs, ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second, MaxBackoff: time.Second,
 		Logger:   w.log.With("component", "client", "group", group),
 		Failover: client.FailoverOptions{Mode: client.FailoverControlled, Group: group, ProbeInterval: 500 * time.Millisecond},
 		OnFailover: func(ev client.FailoverEvent) {
 			w.log.Info("chaos: controlled failover", "group", group, "from", ev.From, "to", ev.To, "reason", ev.Reason)
-		}})
+		}}))
 	if err != nil {
 		return nil, fmt.Errorf("controlled client of group %s: %w", group, err)
 	}
@@ -211,8 +213,8 @@ func (w *workload) addConsumer(c *cons) {
 
 // regionClient opens a client of region r only.
 func (w *workload) regionClient(ctx context.Context, r string) (*client.Client, error) {
-	c, err := client.New(ctx, client.Options{URL: joinAddrs(w.brokers[r]), ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second,
-		MaxBackoff: time.Second, Logger: w.log.With("component", "client", "region", r)})
+	c, err := client.New(ctx, w.secure(client.Options{URL: joinAddrs(w.brokers[r]), ConnectTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second,
+		MaxBackoff: time.Second, Logger: w.log.With("component", "client", "region", r)}))
 	if err != nil {
 		return nil, fmt.Errorf("client of region %s: %w", r, err)
 	}

@@ -142,7 +142,6 @@ func runChaos(cmd *cobra.Command, o *chaosRunOpts) error {
 	defer hf.Close()
 
 	// The cluster: a running one, or one started for the run.
-	var control string
 	if o.dev != "" {
 		d, dataDir, err := startChaosDev(ctx, o, log, stderr)
 		if err != nil {
@@ -160,9 +159,8 @@ func runChaos(cmd *cobra.Command, o *chaosRunOpts) error {
 				fmt.Fprintf(stderr, "[chaos %s] dev cluster data and logs kept in %s\n", o.cfg.ID, dataDir)
 			}
 		}()
-		control = d.Info().Control
 		o.cfg.Progress = stderr
-		code, err := chaosRunOn(ctx, o, control, hf, dir, log, cmd.OutOrStdout())
+		code, err := chaosRunOn(ctx, o, d.Info(), hf, dir, log, cmd.OutOrStdout())
 		valid = code == 0 && err == nil
 		if err != nil {
 			return &exitCodeError{code, err}
@@ -178,7 +176,7 @@ func runChaos(cmd *cobra.Command, o *chaosRunOpts) error {
 		return &exitCodeError{2, fmt.Errorf("--cluster: %w", err)}
 	}
 	o.cfg.Progress = stderr
-	code, err := chaosRunOn(ctx, o, info.Control, hf, dir, log, cmd.OutOrStdout())
+	code, err := chaosRunOn(ctx, o, info, hf, dir, log, cmd.OutOrStdout())
 	if err != nil {
 		return &exitCodeError{code, err}
 	}
@@ -211,11 +209,18 @@ func startChaosDev(ctx context.Context, o *chaosRunOpts, log *slog.Logger, stder
 	return d, dataDir, nil
 }
 
-// chaosRunOn runs the chaos run against the cluster at control, writes
+// chaosRunOn runs the chaos run against the cluster of info (its control
+// endpoint with its token, its brokers with its credentials), writes
 // the report files and prints the verdict. It returns the exit code.
-func chaosRunOn(ctx context.Context, o *chaosRunOpts, control string, hf *os.File, dir string, log *slog.Logger, stdout io.Writer) (int, error) {
+func chaosRunOn(ctx context.Context, o *chaosRunOpts, info region.DevClusterInfo, hf *os.File, dir string, log *slog.Logger, stdout io.Writer) (int, error) {
 	cfg := o.cfg
-	cfg.Control, cfg.History, cfg.Logger = control, hf, log
+	cfg.Control, cfg.History, cfg.Logger = info.Control, hf, log
+	tok, err := region.ReadControlToken(info.ControlToken)
+	if err != nil {
+		return 2, err
+	}
+	cfg.ControlToken = tok
+	cfg.TLS, cfg.TokenFile = info.Credentials()
 	start := time.Now()
 	res, err := run.Run(ctx, cfg)
 	if err != nil {

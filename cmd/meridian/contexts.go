@@ -133,7 +133,11 @@ func init() {
 		if serverCommands[cmd.Name()] && cmd.Parent() == rootCmd {
 			privateFiles()
 		}
-		return applyContext(cmd)
+		if err := applyContext(cmd); err != nil {
+			return err
+		}
+		applyDevCluster(cmd)
+		return nil
 	}
 	rootCmd.AddCommand(newContextCmd())
 }

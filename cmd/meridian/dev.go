@@ -40,7 +40,16 @@ goes through link proxies in this process that add --wan-latency and --jitter
 and can be cut (see 'meridian dev link'). Once every region is ready,
 DIR/cluster.json names each region's first broker and the control address that
 'meridian dev link|kill|start|status' use. Ctrl-C stops every process; running
-again on the same --data-dir restarts the same cluster with its data.`,
+again on the same --data-dir restarts the same cluster with its data.
+
+The cluster is secured by default: TLS on every listener and link (mutual
+between the processes), token authentication, encrypted broker gossip, with a
+CA, certificates, a key and an admin token generated once in DIR/security.
+cluster.json names the CA and the admin token: every meridian tool command
+given the address of one of its brokers (--url) and no credential flags or
+context uses them. The control endpoint requires DIR/control.token. The
+default DIR is $MERIDIAN_DEV_DIR, else ./meridian-dev. --insecure runs the
+processes in plaintext without authentication.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
@@ -89,6 +98,11 @@ again on the same --data-dir restarts the same cluster with its data.`,
 			for _, r := range info.Regions {
 				fmt.Fprintf(cmd.OutOrStdout(), "  region %s: grpc %s  http %s\n", r.Name, r.GRPC, r.HTTP)
 			}
+			if info.CA != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "secured: TLS with CA %s, admin token %s (the meridian tools find them through the cluster file)\n", info.CA, info.AdminToken)
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), "INSECURE (--insecure): plaintext, no authentication")
+			}
 			<-startCtx.Done()
 			d.Stop(stopCtx)
 			fmt.Fprintln(cmd.OutOrStdout(), "meridian dev: stopped")
@@ -104,9 +118,10 @@ again on the same --data-dir restarts the same cluster with its data.`,
 	f.IntVar(&cfg.Brokers, "brokers", def.Brokers, "brokers per region")
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", def.ReadyTimeout, "how long the cluster may take to start")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the dev process: debug, info, warn, error")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "run the processes in plaintext without authentication (default: TLS and tokens with credentials generated in DIR/security)")
 	f.BoolVar(&cfg.FaultInjection, "fault-injection", false, "start bookies and metadata nodes with their fault controls ('meridian dev disk|clock'; chaos testing only)")
 	f.BoolVar(&cfg.UnsafeAckBeforeSync, "unsafe-ack-before-sync", false, "BREAKS DURABILITY: bookies acknowledge before fsync (needs --fault-injection; for testing the chaos suite)")
-	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", def.DataDir, "the cluster's directory (configs, data, logs, cluster.json)")
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", devDataDirDefault(), "the cluster's directory (configs, data, logs, cluster.json; default $"+devDirEnv+" or ./"+def.DataDir+")")
 	cmd.AddCommand(devLinkCmd(&dataDir), devKillCmd(&dataDir), devStartCmd(&dataDir), devStatusCmd(&dataDir))
 	cmd.AddCommand(devFaultCmds(&dataDir)...)
 	rootCmd.AddCommand(cmd)
@@ -118,7 +133,7 @@ func devControl(dataDir string) (*region.DevControlClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &region.DevControlClient{Addr: info.Control}, nil
+	return info.ControlClient(nil)
 }
 
 func devLinkCmd(dataDir *string) *cobra.Command {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/region"
+	"github.com/meridianmq/meridian/security"
 )
 
 // Process-level tests of `meridian dev`: the cluster runs as separate
@@ -27,11 +29,18 @@ type devCluster struct {
 	dir  string
 	p    *proc
 	info region.DevClusterInfo
+	// tr reaches the processes' HTTP endpoints: TLS with the cluster's
+	// CA and its admin token when secured.
+	tr http.RoundTripper
 }
 
 // startDev runs `meridian dev` with args on dir and waits for cluster.json.
 func startDev(t *testing.T, dir string, args ...string) *devCluster {
 	t.Helper()
+	// The tools find the cluster file (and the credentials in it) through
+	// the registry of running clusters (region.DevRegistryDir, under the
+	// user's cache directory: one of the test's own here).
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	p := startProc(t, "dev", append([]string{"dev", "--data-dir", dir}, args...)...)
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -57,7 +66,42 @@ func startDev(t *testing.T, dir string, args ...string) *devCluster {
 		d.info = info
 		return true, ""
 	})
+	tlsFiles, tok := d.info.Credentials()
+	var src security.TokenSource
+	if tok != "" {
+		src = security.TokenFromFile(tok)
+	}
+	rt, err := security.ClientRuntime(tlsFiles, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	d.tr = rt.HTTPClient(0).Transport
 	return d
+}
+
+// url is the URL of path on a process's (or proxy's) HTTP address.
+func (d *devCluster) url(addr, path string) string {
+	if d.info.CA != "" {
+		return "https://" + addr + path
+	}
+	return "http://" + addr + path
+}
+
+// probe is probe with the cluster's credentials.
+func (d *devCluster) probe(url string, timeout time.Duration) (time.Duration, error) {
+	return probeWith(&http.Client{Transport: d.tr, Timeout: timeout}, url)
+}
+
+// get returns the body of a GET of url ("" on error).
+func (d *devCluster) get(url string) string {
+	resp, err := (&http.Client{Transport: d.tr, Timeout: 30 * time.Second}).Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // cli runs a meridian subcommand and fails the test unless it succeeds.
@@ -166,7 +210,11 @@ func grepLines(s, sub string) string {
 // probe GETs url with a timeout and reports how long it took and whether
 // it answered 200.
 func probe(url string, timeout time.Duration) (time.Duration, error) {
-	c := &http.Client{Timeout: timeout}
+	return probeWith(&http.Client{Timeout: timeout}, url)
+}
+
+// probeWith is probe with client c.
+func probeWith(c *http.Client, url string) (time.Duration, error) {
 	start := time.Now()
 	resp, err := c.Get(url)
 	if err != nil {
@@ -278,7 +326,7 @@ func TestDevCluster(t *testing.T) {
 		t.Helper()
 		want := fmt.Sprintf("meridian_broker_wan_region_reachable{region=%q} %d", to, map[bool]int{true: 1}[reachable])
 		waitFor(t, "a's broker: "+want, 60*time.Second, func() (bool, string) {
-			m := httpGet("http://" + d.info.Regions[0].HTTP + "/metrics")
+			m := d.get(d.url(d.info.Regions[0].HTTP, "/metrics"))
 			return strings.Contains(m, want), grepLines(m, "wan_region_reachable")
 		})
 	}
@@ -295,13 +343,13 @@ func TestDevCluster(t *testing.T) {
 
 	// A request through a→b's proxy to b's broker crosses the link twice.
 	px := devProxy(t, st, "a", "b", "http")
-	url := "http://" + px.Listen + "/readyz"
-	took, err := probe(url, 30*time.Second)
+	url := d.url(px.Listen, "/readyz")
+	took, err := d.probe(url, 30*time.Second)
 	if err != nil || took < 40*time.Millisecond {
 		t.Fatalf("through the proxy at 20ms: %v after %v (want 200 after >= 40ms)", err, took)
 	}
 	d.dev(t, "link", "latency", "a", "b", "150ms", "--jitter", "5ms")
-	took, err = probe(url, 30*time.Second)
+	took, err = d.probe(url, 30*time.Second)
 	if err != nil || took < 290*time.Millisecond {
 		t.Fatalf("through the proxy at 150ms±5ms: %v after %v (want 200 after >= 290ms)", err, took)
 	}
@@ -312,7 +360,7 @@ func TestDevCluster(t *testing.T) {
 		t.Fatalf("tenants list through the proxy: %q", out)
 	}
 	d.dev(t, "link", "cut", "a", "b")
-	if _, err := probe(url, 2*time.Second); err == nil {
+	if _, err := d.probe(url, 2*time.Second); err == nil {
 		t.Fatal("a request through a cut link was answered")
 	}
 	if r := runCLI(t, "", "admin", "--url", grpcProxy, "--connect-timeout", "2s", "tenants", "list"); r.code == 0 {
@@ -328,7 +376,7 @@ func TestDevCluster(t *testing.T) {
 	waitWAN("b", false)
 	d.dev(t, "link", "heal", "a", "b")
 	waitFor(t, "request through the healed link", 30*time.Second, func() (bool, string) {
-		_, err := probe(url, 5*time.Second)
+		_, err := d.probe(url, 5*time.Second)
 		return err == nil, fmt.Sprint(err)
 	})
 	waitWAN("b", true)
@@ -343,12 +391,12 @@ func TestDevCluster(t *testing.T) {
 			t.Fatalf("after cut b a --oneway: %+v", st.Links)
 		}
 	}
-	if _, err := probe(url, 2*time.Second); err == nil {
+	if _, err := d.probe(url, 2*time.Second); err == nil {
 		t.Fatal("a request whose answer crosses a cut link was answered")
 	}
 	d.dev(t, "link", "heal", "a", "b")
 	waitFor(t, "request after the one-way heal", 30*time.Second, func() (bool, string) {
-		_, err := probe(url, 5*time.Second)
+		_, err := d.probe(url, 5*time.Second)
 		return err == nil, fmt.Sprint(err)
 	})
 
@@ -474,12 +522,12 @@ func TestDevClusterThreeRegions(t *testing.T) {
 	d.dev(t, "link", "cut", "a", "b")
 	for _, pair := range [][2]string{{"a", "c"}, {"b", "c"}} {
 		px := devProxy(t, st, pair[0], pair[1], "http")
-		if _, err := probe("http://"+px.Listen+"/readyz", 30*time.Second); err != nil {
+		if _, err := d.probe(d.url(px.Listen, "/readyz"), 30*time.Second); err != nil {
 			t.Fatalf("%s→%s while a↔b is cut: %v", pair[0], pair[1], err)
 		}
 	}
 	px := devProxy(t, st, "a", "b", "http")
-	if _, err := probe("http://"+px.Listen+"/readyz", 2*time.Second); err == nil {
+	if _, err := d.probe(d.url(px.Listen, "/readyz"), 2*time.Second); err == nil {
 		t.Fatal("a→b answered while cut")
 	}
 	d.dev(t, "link", "heal", "a", "b")
