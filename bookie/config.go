@@ -9,6 +9,7 @@ import (
 
 	"github.com/meridianmq/meridian/internal/faultfs"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -36,6 +37,15 @@ type Config struct {
 	// HTTPAddr serves /metrics, /healthz and /readyz ("" = no HTTP server).
 	// Default "127.0.0.1:0".
 	HTTPAddr string
+	// Security is the bookie's TLS identity and authentication (zero:
+	// plaintext and anonymous). With TLS the gRPC and HTTP listeners serve
+	// TLS only. A ListenAddr or HTTPAddr that is not loopback needs TLS and
+	// auth, or Security.Insecure.
+	Security security.Config
+	// SecurityRuntime, when set, is used instead of building one from
+	// Security (a process sharing one between the bookie, its metadata
+	// client and autorecovery); the bookie does not close it.
+	SecurityRuntime *security.Runtime
 
 	// JournalDir holds the journal files, which are also the entry log
 	// (required).
@@ -237,6 +247,11 @@ func (c *Config) Validate() error {
 		return cfgErr("SessionTTL", "must be >= 100ms, got %s", c.SessionTTL)
 	case c.Metadata != nil && c.LimboCheckInterval < 10*time.Millisecond:
 		return cfgErr("LimboCheckInterval", "must be >= 10ms, got %s", c.LimboCheckInterval)
+	}
+	if c.SecurityRuntime == nil {
+		if err := c.Security.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,10 @@ type Server struct {
 	bg       sync.WaitGroup
 	regState *registration
 	members  *topology.Membership
+	// sec is the security runtime (never nil after NewServer); ownSec:
+	// built by NewServer, closed when the server stops.
+	sec    *security.Runtime
+	ownSec bool
 
 	scrubSem chan struct{} // one scrub at a time
 }
@@ -92,7 +97,25 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.idm, err = newIdentityMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("bookie: register metrics: %w", err)
 	}
+	s.sec = cfg.SecurityRuntime
+	if s.sec == nil {
+		if s.sec, err = security.NewRuntime(cfg.Security, s.log.With("component", "security")); err != nil {
+			return nil, fmt.Errorf("bookie: security: %w", err)
+		}
+		s.ownSec = true
+	}
+	if err := s.sec.Register(s.reg, "bookie"); err != nil {
+		s.closeSec()
+		return nil, fmt.Errorf("bookie: register metrics: %w", err)
+	}
 	return s, nil
+}
+
+// closeSec closes the security runtime if the bookie built it.
+func (s *Server) closeSec() {
+	if s.ownSec {
+		_ = s.sec.Close()
+	}
 }
 
 // Start recovers the storage (replaying the journal), then serves gRPC and
@@ -111,11 +134,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		// Everything started so far was undone; the server cannot be reused.
 		s.stopped = true
+		s.closeSec()
 	}
 	return err
 }
 
 func (s *Server) startLocked(ctx context.Context) error {
+	sc := s.sec.Config()
+	if err := security.CheckExposure("bookie.listen_addr", s.cfg.ListenAddr, sc, s.log); err != nil {
+		return err
+	}
+	if err := security.CheckExposure("bookie.http_addr", s.cfg.HTTPAddr, sc, s.log); err != nil {
+		return err
+	}
 	// The identity first: a bookie whose directories were wiped or swapped
 	// must not serve (not even "not found").
 	cookie, err := checkCookies(ctx, s.cfg, s.fs, s.log)
@@ -147,7 +178,8 @@ func (s *Server) startLocked(ctx context.Context) error {
 	// No static InitialWindowSize: gRPC's BDP-based dynamic window
 	// measured faster for the ledger benchmark than 8/16 MiB windows.
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg + 64<<10),
-		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())}, identityServerOptions(s)...)...)
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())},
+		append(s.sec.ServerOptions(security.AllowAuthenticated), identityServerOptions(s)...)...)...)
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {
@@ -205,9 +237,12 @@ func (s *Server) startLocked(ctx context.Context) error {
 				fmt.Fprintln(w, ans)
 			})
 		}
-		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Health probes stay open: a kubelet cannot present a token.
+		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(mux, "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+		tl := s.sec.HTTPListener(hl)
 		go func() {
-			if err := s.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpSrv.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("bookie http serve", "err", err)
 			}
 		}()
@@ -337,6 +372,7 @@ func (s *Server) stopLocked(graceful bool) {
 	}
 	s.bg.Wait()
 	s.st.close(graceful)
+	s.closeSec()
 	s.log.Info("bookie stopped", "graceful", graceful)
 }
 

@@ -244,7 +244,8 @@ func (s *Server) start(ctx context.Context) error {
 	go func() { _ = s.grpcSrv.Serve(lis) }()
 	if s.httpLis != nil {
 		// Health probes stay open: a kubelet cannot present a token.
-		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(s.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(s.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 		hl := s.sec.HTTPListener(s.httpLis)
 		go func() { _ = s.httpSrv.Serve(hl) }()
 	}

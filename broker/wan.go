@@ -40,6 +40,11 @@ type WANConfig struct {
 	// DiscoverInterval is how often the region registry is read for new
 	// seeds (default 10s).
 	DiscoverInterval time.Duration `yaml:"discover_interval"`
+	// GossipKeyFile, when set, encrypts the WAN pool: one base64 key per
+	// line, the first the primary, reloaded when the file changes (key
+	// rotation; see topology.MembershipConfig.KeyFile). Every broker of
+	// every region needs the same keys.
+	GossipKeyFile string `yaml:"gossip_key_file"`
 }
 
 // enabled reports whether the WAN pool is configured.
@@ -153,6 +158,7 @@ func StartWANPool(cfg WANPoolConfig) (*WANPool, error) {
 	mc.AdvertiseAddr = cfg.WAN.AdvertiseAddress
 	mc.Seeds = slices.Clone(cfg.WAN.Seeds)
 	mc.DialRewrite = cfg.DialRewrite
+	mc.KeyFile = cfg.WAN.GossipKeyFile
 	mc.TCPOnly = true // every broker of the pool must agree on the transport
 	mc.Meta = cfg.Meta
 	mc.Logger = log

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
+
+	"github.com/meridianmq/meridian/security"
 )
 
 // Fixed limits of the store.
@@ -36,7 +38,13 @@ const (
 // UsesMeridianTransport reports whether the node runs Meridian's Raft
 // transport (explicitly, or by default because raft_dial_rewrite is set).
 func (c *NodeConfig) UsesMeridianTransport() bool {
-	return c.RaftTransport == RaftTransportMeridian || (c.RaftTransport == "" && len(c.RaftDialRewrite) > 0)
+	return c.RaftTransport == RaftTransportMeridian || (c.RaftTransport == "" && (len(c.RaftDialRewrite) > 0 || c.tlsOn()))
+}
+
+// tlsOn reports whether the node has TLS (its own block or the runtime
+// given).
+func (c *NodeConfig) tlsOn() bool {
+	return c.Security.Enabled() || (c.SecurityRuntime != nil && c.SecurityRuntime.TLS() != nil)
 }
 
 // NodeConfig configures one metadata node: one Dragonboat NodeHost hosting
@@ -66,8 +74,10 @@ type NodeConfig struct {
 	RaftDialRewrite map[string]string `yaml:"raft_dial_rewrite"`
 	// RaftTransport chooses the Raft transport: "dragonboat" (Dragonboat's
 	// own TCP transport), "meridian" (metadata/transport.go, which applies
-	// RaftDialRewrite) or "" (meridian when raft_dial_rewrite is set, else
-	// dragonboat, so existing deployments do not change). Every replica of
+	// RaftDialRewrite and security.tls) or "" (meridian when
+	// raft_dial_rewrite or security.tls is set, else dragonboat, so
+	// existing deployments do not change). With security.tls it must be
+	// meridian or empty: Raft traffic never falls back to plaintext. Every replica of
 	// a shard must use the same one: the two do not talk to each other, so
 	// set it explicitly on every node of a cluster where only some nodes
 	// have a rewrite map.
@@ -125,6 +135,17 @@ type NodeConfig struct {
 	// serves GET/POST /debug/clock on HTTPAddress to read and set its skew
 	// (see Node.httpHandler). Default false.
 	FaultInjection bool `yaml:"fault_injection"`
+
+	// Security is the node's TLS identity and authentication (zero:
+	// plaintext and anonymous). With TLS the gRPC and HTTP listeners serve
+	// TLS only, and the Raft transport is mutual TLS between metadata nodes
+	// (certificate CN "metadata.<region>"). A non-loopback grpc_address,
+	// http_address or raft_address needs TLS and auth, or
+	// security.insecure.
+	Security security.Config `yaml:"security"`
+	// SecurityRuntime, when set, is used instead of building one from
+	// Security; the node does not close it.
+	SecurityRuntime *security.Runtime `yaml:"-"`
 
 	// Logger receives the node's logs (default slog.Default()).
 	Logger *slog.Logger `yaml:"-"`
@@ -233,11 +254,19 @@ func (c *NodeConfig) Validate() error {
 	if c.DataDir == "" {
 		bad("data_dir must be set")
 	}
+	if c.SecurityRuntime == nil {
+		if err := c.Security.Validate(); err != nil {
+			bad("%v", err)
+		}
+	}
 	switch c.RaftTransport {
 	case "", RaftTransportMeridian:
 	case RaftTransportDragonboat:
 		if len(c.RaftDialRewrite) > 0 {
 			bad("raft_dial_rewrite needs raft_transport %q (or unset), not %q", RaftTransportMeridian, c.RaftTransport)
+		}
+		if c.tlsOn() {
+			bad("security.tls needs raft_transport %q (or unset), not %q: Dragonboat's transport is plaintext", RaftTransportMeridian, c.RaftTransport)
 		}
 	default:
 		bad("raft_transport %q must be %q, %q or empty", c.RaftTransport, RaftTransportMeridian, RaftTransportDragonboat)

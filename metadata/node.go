@@ -17,6 +17,7 @@ import (
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	dblogger "github.com/lni/dragonboat/v4/logger"
 	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 )
 
@@ -46,13 +47,17 @@ type Node struct {
 	clock    Clock
 
 	// Set by Start, read-only afterwards.
-	nh       *dragonboat.NodeHost
-	shards   map[string]*shardStore
-	byID     map[uint64]*shardStore
-	grpcLis  net.Listener
-	grpcSrv  *grpc.Server
-	httpLis  net.Listener
-	httpSrv  *http.Server
+	nh      *dragonboat.NodeHost
+	shards  map[string]*shardStore
+	byID    map[uint64]*shardStore
+	grpcLis net.Listener
+	grpcSrv *grpc.Server
+	httpLis net.Listener
+	httpSrv *http.Server
+	// sec is the security runtime (set by Start); ownSec: built by Start,
+	// closed by Stop.
+	sec      *security.Runtime
+	ownSec   bool
 	watchSem chan struct{}
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -107,10 +112,31 @@ func (n *Node) Start(ctx context.Context) error {
 		return errors.New("metadata: node already started")
 	}
 	n.started = true
+	n.sec = n.cfg.SecurityRuntime
+	if n.sec == nil {
+		sec, err := security.NewRuntime(n.cfg.Security, n.log.With("component", "security"))
+		if err != nil {
+			return fmt.Errorf("metadata: %w", err)
+		}
+		n.sec, n.ownSec = sec, true
+	}
+	sc := n.sec.Config()
+	for _, l := range []struct{ field, addr string }{
+		{"metadata.raft_address", n.cfg.RaftAddress}, {"metadata.grpc_address", n.cfg.GRPCAddress}, {"metadata.http_address", n.cfg.HTTPAddress},
+	} {
+		if err := security.CheckExposure(l.field, l.addr, sc, n.log); err != nil {
+			n.closeSec()
+			return err
+		}
+	}
+	if err := n.sec.Register(n.cfg.Registerer, "metadata"); err != nil {
+		n.closeSec()
+		return fmt.Errorf("metadata: register metrics: %w", err)
+	}
 	quietDragonboat()
 	expert := dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()}
 	if n.cfg.UsesMeridianTransport() {
-		expert.TransportFactory = newRaftTransportFactory(n.cfg.RaftDialRewrite, n.log, n.tmetrics)
+		expert.TransportFactory = newRaftTransportFactory(n.cfg.RaftDialRewrite, n.sec.TLS(), n.log, n.tmetrics)
 	}
 	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, "nodehost"),
@@ -120,6 +146,7 @@ func (n *Node) Start(ctx context.Context) error {
 		Expert:            expert,
 	})
 	if err != nil {
+		n.closeSec()
 		return fmt.Errorf("metadata: start node host at %s: %w", n.cfg.RaftAddress, err)
 	}
 	n.nh = nh
@@ -182,11 +209,14 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("metadata: http_address %s: %w", n.cfg.HTTPAddress, err)
 		}
 		n.httpLis = lis
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// Health probes stay open: a kubelet cannot present a token.
+		n.httpSrv = &http.Server{Handler: n.sec.HTTPHandler(n.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+		tl := n.sec.HTTPListener(lis)
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.httpSrv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := n.httpSrv.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("http server stopped", "err", err)
 			}
 		}()
@@ -253,7 +283,15 @@ func (n *Node) stopLocked() {
 		n.nh.Close()
 		n.nhMu.Unlock()
 	}
+	n.closeSec()
 	n.log.Info("metadata node stopped")
+}
+
+// closeSec closes the security runtime if the node built it.
+func (n *Node) closeSec() {
+	if n.ownSec {
+		_ = n.sec.Close()
+	}
 }
 
 // Store returns the in-process Store of a hosted shard (no gRPC involved).

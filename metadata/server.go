@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metadatav1 "github.com/meridianmq/meridian/api/metadata/v1"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 )
@@ -12,7 +13,8 @@ import (
 // newGRPCServer builds the node's gRPC server with the metadata service
 // and server reflection.
 func newGRPCServer(n *Node) *grpc.Server {
-	s := grpc.NewServer(grpc.MaxRecvMsgSize(n.cfg.MaxTxnBytes+(1<<20)), grpc.MaxSendMsgSize(64<<20))
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(n.cfg.MaxTxnBytes + (1 << 20)), grpc.MaxSendMsgSize(64 << 20)},
+		n.sec.ServerOptions(security.AllowAuthenticated)...)...)
 	metadatav1.RegisterMetadataServer(s, &service{node: n})
 	reflection.Register(s)
 	return s

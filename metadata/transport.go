@@ -3,6 +3,7 @@ package metadata
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -83,9 +85,19 @@ var raftCRC = crc32.MakeTable(crc32.Castagnoli)
 // errRaftTransportClosed is returned by calls after Close.
 var errRaftTransportClosed = errors.New("metadata: raft transport closed")
 
+// TLS. With security.tls configured, every connection is mutual TLS
+// (TLS 1.2+, the node's certificate both ways, verified against the
+// current CA bundle) and the peer's certificate must name a metadata
+// component ("metadata.<region>"): only metadata nodes speak Raft. There
+// is no plaintext fallback: a plaintext peer fails the handshake. The
+// handshake runs under raftPreambleTimeout (accept) or raftDialTimeout
+// (dial), and the server name checked when dialing is the target's host
+// (not the rewritten address's).
+
 // raftTransportFactory builds a rewriteTransport for a NodeHost.
 type raftTransportFactory struct {
 	rewrite map[string]string
+	tls     *security.TLS // nil: plaintext
 	log     *slog.Logger
 	metrics *raftTransportMetrics
 }
@@ -94,12 +106,13 @@ var _ dbconfig.TransportFactory = (*raftTransportFactory)(nil)
 
 // newRaftTransportFactory returns the factory of the rewriting transport;
 // rewrite maps a Raft address to the address dialed instead.
-func newRaftTransportFactory(rewrite map[string]string, log *slog.Logger, m *raftTransportMetrics) *raftTransportFactory {
+// tl (nil: plaintext) secures every connection.
+func newRaftTransportFactory(rewrite map[string]string, tl *security.TLS, log *slog.Logger, m *raftTransportMetrics) *raftTransportFactory {
 	rw := make(map[string]string, len(rewrite))
 	for k, v := range rewrite {
 		rw[k] = v
 	}
-	return &raftTransportFactory{rewrite: rw, log: log, metrics: m}
+	return &raftTransportFactory{rewrite: rw, tls: tl, log: log, metrics: m}
 }
 
 // Create implements dbconfig.TransportFactory.
@@ -107,6 +120,7 @@ func (f *raftTransportFactory) Create(nhc dbconfig.NodeHostConfig, mh raftio.Mes
 	return &rewriteTransport{
 		listen:  nhc.GetListenAddress(),
 		rewrite: f.rewrite,
+		tls:     f.tls,
 		log:     f.log.With("component", "raft-transport"),
 		onBatch: mh,
 		onChunk: ch,
@@ -127,6 +141,7 @@ func (f *raftTransportFactory) Validate(addr string) bool {
 type rewriteTransport struct {
 	listen  string
 	rewrite map[string]string
+	tls     *security.TLS // nil: plaintext
 	log     *slog.Logger
 	onBatch raftio.MessageHandler
 	onChunk raftio.ChunkHandler
@@ -144,7 +159,38 @@ type rewriteTransport struct {
 var _ raftio.ITransport = (*rewriteTransport)(nil)
 
 // Name implements raftio.ITransport.
-func (t *rewriteTransport) Name() string { return "meridian-rewrite-tcp" }
+func (t *rewriteTransport) Name() string {
+	if t.tls != nil {
+		return "meridian-rewrite-tls"
+	}
+	return "meridian-rewrite-tcp"
+}
+
+// checkRaftPeer accepts only a metadata component's certificate.
+func checkRaftPeer(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("raft peer presented no certificate")
+	}
+	cn := cs.PeerCertificates[0].Subject.CommonName
+	if kind, _, ok := security.ParseComponent(cn); !ok || kind != security.KindMetadata {
+		return fmt.Errorf("raft peer certificate %q is not a metadata node's (want metadata.<region>)", cn)
+	}
+	return nil
+}
+
+// serverTLS wraps an accepted connection and completes its handshake.
+func (t *rewriteTransport) serverTLS(c net.Conn) (net.Conn, error) {
+	tc := tls.Server(c, t.tls.MutualServerConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), raftPreambleTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	if err := checkRaftPeer(tc.ConnectionState()); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
 
 // Start implements raftio.ITransport: it listens on the Raft address.
 func (t *rewriteTransport) Start() error {
@@ -238,6 +284,15 @@ func (t *rewriteTransport) serve(c net.Conn) error {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetKeepAlive(true)
 		_ = tc.SetKeepAlivePeriod(raftKeepAlive)
+	}
+	if t.tls != nil {
+		sc, err := t.serverTLS(c)
+		if err != nil {
+			t.metrics.handshakes.WithLabelValues("inbound", "error").Inc()
+			return err
+		}
+		t.metrics.handshakes.WithLabelValues("inbound", "ok").Inc()
+		c = sc // closing the raw connection (Close, the defer) ends it too
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var pre [len(raftMagic) + 1]byte
@@ -335,6 +390,25 @@ func (t *rewriteTransport) dial(ctx context.Context, target string, kind byte) (
 		c.Close()
 		return nil, errRaftTransportClosed
 	}
+	if t.tls != nil {
+		raw := c
+		tc := tls.Client(raw, t.tls.ClientConfig(security.ServerNameOf(target)))
+		hctx, cancel := context.WithTimeout(ctx, raftDialTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err == nil {
+			err = checkRaftPeer(tc.ConnectionState())
+		}
+		if err != nil {
+			t.metrics.handshakes.WithLabelValues("outbound", "error").Inc()
+			raw.Close()
+			t.track(raw, false)
+			return nil, fmt.Errorf("metadata: raft peer %s: tls: %w", target, err)
+		}
+		t.metrics.handshakes.WithLabelValues("outbound", "ok").Inc()
+		t.untrackSwap(raw, tc)
+		c = tc
+	}
 	pre := append([]byte(raftMagic), kind)
 	_ = c.SetWriteDeadline(time.Now().Add(raftWriteTimeout))
 	if _, err := c.Write(pre); err != nil {
@@ -343,6 +417,17 @@ func (t *rewriteTransport) dial(ctx context.Context, target string, kind byte) (
 		return nil, fmt.Errorf("metadata: raft peer %s: write preamble: %w", target, err)
 	}
 	return c, nil
+}
+
+// untrackSwap replaces a tracked raw connection by its TLS wrapper, so
+// that Close closes the wrapper (which closes the raw one).
+func (t *rewriteTransport) untrackSwap(raw, wrapped net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.conns[raw]; ok {
+		delete(t.conns, raw)
+		t.conns[wrapped] = struct{}{}
+	}
 }
 
 // GetConnection implements raftio.ITransport.
@@ -444,6 +529,8 @@ type raftTransportMetrics struct {
 	frames *prometheus.CounterVec
 	bytes  *prometheus.CounterVec
 	dials  *prometheus.CounterVec
+	// handshakes counts TLS handshakes (security.tls only).
+	handshakes *prometheus.CounterVec
 }
 
 func newRaftTransportMetrics(reg prometheus.Registerer) *raftTransportMetrics {
@@ -460,9 +547,13 @@ func newRaftTransportMetrics(reg prometheus.Registerer) *raftTransportMetrics {
 			Name: "meridian_metadata_raft_transport_dials_total",
 			Help: "Outbound Raft connections attempted by the transport with dial rewrite, by result (ok, error).",
 		}, []string{"result"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_metadata_raft_transport_tls_handshakes_total",
+			Help: "TLS handshakes of the Raft transport (security.tls), by direction (inbound, outbound) and result (ok, error: bad or missing certificate, plaintext peer, not a metadata node).",
+		}, []string{"direction", "result"}),
 	}
 	if reg != nil {
-		for _, c := range []**prometheus.CounterVec{&m.frames, &m.bytes, &m.dials} {
+		for _, c := range []**prometheus.CounterVec{&m.frames, &m.bytes, &m.dials, &m.handshakes} {
 			// A node restarted in the same process registers again: keep
 			// counting on the collector already registered.
 			if err := reg.Register(*c); err != nil {

@@ -3,6 +3,7 @@ package metadata
 import (
 	"context"
 	"encoding/binary"
+	"github.com/meridianmq/meridian/security"
 	"io"
 	"log/slog"
 	"net"
@@ -45,8 +46,14 @@ func (r *recorder) counts() (int, int) {
 // newTestTransport starts a rewriting transport listening on a free port.
 func newTestTransport(t *testing.T, rewrite map[string]string) (*rewriteTransport, *recorder) {
 	t.Helper()
+	return newTestTransportTLS(t, rewrite, nil)
+}
+
+// newTestTransportTLS is newTestTransport with TLS material (nil: none).
+func newTestTransportTLS(t *testing.T, rewrite map[string]string, tl *security.TLS) (*rewriteTransport, *recorder) {
+	t.Helper()
 	rec := &recorder{}
-	f := newRaftTransportFactory(rewrite, slog.New(slog.DiscardHandler), newRaftTransportMetrics(nil))
+	f := newRaftTransportFactory(rewrite, tl, slog.New(slog.DiscardHandler), newRaftTransportMetrics(nil))
 	if !f.Validate("127.0.0.1:1") || f.Validate("nope") {
 		t.Fatal("Validate accepts non host:port addresses or refuses host:port")
 	}

@@ -57,16 +57,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 // Register registers the Runtime's metrics (meridian_tls_cert_not_after_seconds,
 // meridian_security_reload_failures_total) with reg under the component
-// label (e.g. "broker"). A nil reg or Runtime registers nothing; a second
-// registration of the same component is not an error.
+// label (e.g. "broker"). A nil reg or Runtime registers nothing. A
+// component registered again (restarted in the same process) replaces
+// the previous registration, so the metrics follow the newest runtime.
 func (rt *Runtime) Register(reg prometheus.Registerer, component string) error {
 	if rt == nil || reg == nil {
 		return nil
 	}
-	err := reg.Register(newCollector(rt, component))
+	c := newCollector(rt, component)
+	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
-		return nil
+		reg.Unregister(are.ExistingCollector)
+		err = reg.Register(c)
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -134,6 +135,15 @@ type MembershipConfig struct {
 	// Every member of a pool must agree: the TCP transport and memberlist's
 	// default UDP+TCP one do not talk to each other. Meant for the WAN pool.
 	TCPOnly bool
+	// KeyFile, when set, encrypts and authenticates the pool with
+	// memberlist's keyring: one base64 key (16, 24 or 32 bytes) per line,
+	// the first the primary; reloaded when the file changes, so keys
+	// rotate without a restart (see membership_keyring.go). Every member
+	// of a pool needs it: members without the key are refused.
+	KeyFile string
+	// KeyReloadInterval is how often KeyFile is re-read when no
+	// file-system event arrived (default 30s).
+	KeyReloadInterval time.Duration
 	// Meta is application metadata published with the node. The JSON
 	// encoding of the whole node metadata must fit memberlist's 512 bytes.
 	Meta map[string]string
@@ -269,6 +279,10 @@ type Membership struct {
 
 	// tcp is the gossip transport when DialRewrite or TCPOnly is set.
 	tcp *TCPTransport
+	// keyring encrypts the pool (nil without KeyFile); keyWatch reloads
+	// it from KeyFile.
+	keyring  *memberlist.Keyring
+	keyWatch *security.Watcher
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -344,6 +358,16 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.SuspicionMult > 0 {
 		mc.SuspicionMult = cfg.SuspicionMult
 	}
+	if cfg.KeyFile != "" {
+		kr, err := newKeyring(cfg.KeyFile)
+		if err != nil {
+			metrics.unregister(cfg.Registerer)
+			return nil, err
+		}
+		m.keyring = kr
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*eventDelegate)(m)
 	mc.Logger = newMemberlistLogger(log)
@@ -367,6 +391,13 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		return nil, fmt.Errorf("topology: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
+	if m.keyring != nil {
+		if err := m.watchKeys(log); err != nil {
+			_ = ml.Shutdown()
+			metrics.unregister(cfg.Registerer)
+			return nil, err
+		}
+	}
 	if len(cfg.Seeds) > 0 {
 		if n, err := ml.Join(cfg.Seeds); err != nil {
 			log.Warn("membership: could not reach seeds yet; retrying in the background", "seeds", cfg.Seeds, "joined", n, "err", err)
@@ -564,6 +595,9 @@ func (m *Membership) markClosed() bool {
 func (m *Membership) finish() {
 	close(m.stop)
 	<-m.done
+	if m.keyWatch != nil {
+		_ = m.keyWatch.Close()
+	}
 	m.metrics.unregister(m.cfg.Registerer)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -713,6 +747,8 @@ type membershipMetrics struct {
 	members prometheus.Gauge
 	events  *prometheus.CounterVec
 	dropped prometheus.Counter
+	// keyReloadFailures counts refused KeyFile reloads.
+	keyReloadFailures prometheus.Counter
 }
 
 func newMembershipMetrics(reg prometheus.Registerer, node string) (*membershipMetrics, error) {
@@ -730,6 +766,10 @@ func newMembershipMetrics(reg prometheus.Registerer, node string) (*membershipMe
 			Name: "meridian_membership_events_dropped_total", Help: "Membership events dropped because a subscriber's buffer was full.",
 			ConstLabels: labels,
 		}),
+		keyReloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_membership_keyring_reload_failures_total", Help: "Reloads of the gossip key file refused (bad file): the keyring stays as it was.",
+			ConstLabels: labels,
+		}),
 	}
 	if reg != nil {
 		for i, c := range m.collectors() {
@@ -745,7 +785,7 @@ func newMembershipMetrics(reg prometheus.Registerer, node string) (*membershipMe
 }
 
 func (m *membershipMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.members, m.events, m.dropped}
+	return []prometheus.Collector{m.members, m.events, m.dropped, m.keyReloadFailures}
 }
 
 func (m *membershipMetrics) unregister(reg prometheus.Registerer) {

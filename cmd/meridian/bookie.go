@@ -13,6 +13,7 @@ import (
 	"github.com/meridianmq/meridian/bookie"
 	"github.com/meridianmq/meridian/bookie/autorecovery"
 	"github.com/meridianmq/meridian/metadata"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -67,6 +68,9 @@ type bookieFileConfig struct {
 		Seeds         []string `yaml:"seeds"`
 		// Profile is "lan" (default) or "wan".
 		Profile string `yaml:"profile"`
+		// GossipKeyFile encrypts the pool (one base64 key per line, the
+		// first the primary; reloaded on change: rotation).
+		GossipKeyFile string `yaml:"gossip_key_file"`
 	} `yaml:"gossip"`
 	Metadata struct {
 		// Endpoints of metadata nodes; empty = run without registration.
@@ -81,6 +85,10 @@ type bookieFileConfig struct {
 	// bookies) to the address to dial instead: a link proxy of
 	// `meridian dev`.
 	DialRewrite map[string]string `yaml:"dial_rewrite"`
+	// Security is the bookie's TLS identity and authentication, used by its
+	// listeners and by every dial of the process (metadata, autorecovery's
+	// bookie connections); see security.Config.
+	Security security.Config `yaml:"security"`
 }
 
 // autorecoveryFileConfig is the autorecovery section of a bookie config.
@@ -183,6 +191,17 @@ func loadBookieConfig(data []byte) (bookie.Config, bookieFileConfig, autorecover
 	return cfg, fc, plan, nil
 }
 
+// bookieSecurity builds the process's security runtime into
+// cfg.SecurityRuntime; close it when the process ends.
+func bookieSecurity(cfg *bookie.Config) (*security.Runtime, error) {
+	rt, err := security.NewRuntime(cfg.Security, cfg.Logger.With("component", "security"))
+	if err != nil {
+		return nil, fmt.Errorf("bookie config: %w", err)
+	}
+	cfg.SecurityRuntime = rt
+	return rt, nil
+}
+
 // bookieMetadataClient connects to the metadata endpoints fc names, on
 // metadata.shard (the bookie's region by default).
 func bookieMetadataClient(ctx context.Context, configPath string, cfg bookie.Config, fc bookieFileConfig) (*metadata.Client, error) {
@@ -193,7 +212,8 @@ func bookieMetadataClient(ctx context.Context, configPath string, cfg bookie.Con
 	if shard == "" {
 		return nil, fmt.Errorf("%s: metadata.shard (or region) must be set when metadata.endpoints is", configPath)
 	}
-	mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger), withDialRewrite(fc.DialRewrite))
+	mc, err := metadata.NewClient(ctx, fc.Metadata.Endpoints, shard, metadata.WithLogger(cfg.Logger), withDialRewrite(fc.DialRewrite),
+		metadata.WithDialOptions(cfg.SecurityRuntime.DialOptions("")...))
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
 	}
@@ -234,6 +254,7 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	setIf(&cfg.ScrubInterval, fc.ScrubInterval)
 	setIf(&cfg.ScrubStartDelay, fc.ScrubStartDelay)
 	setIf(&cfg.ScrubBytesPerSecond, fc.ScrubBytesPerSecond)
+	cfg.Security = fc.Security
 	if fc.LogLevel != nil {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(*fc.LogLevel)); err != nil {
@@ -250,6 +271,7 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	if g := fc.Gossip; g != nil && g.BindAddr != "" {
 		mc := topology.DefaultMembershipConfig()
 		mc.BindAddr, mc.AdvertiseAddr, mc.Seeds = g.BindAddr, g.AdvertiseAddr, g.Seeds
+		mc.KeyFile = g.GossipKeyFile
 		if g.Profile != "" {
 			mc.Profile = topology.Profile(g.Profile)
 		}
@@ -292,6 +314,11 @@ func init() {
 			cfg.Registerer, cfg.Gatherer = reg, reg
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			sec, err := bookieSecurity(&cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", configPath, err)
+			}
+			defer sec.Close()
 			if len(fc.Metadata.Endpoints) > 0 {
 				mc, err := bookieMetadataClient(ctx, configPath, cfg, fc)
 				if err != nil {
@@ -372,6 +399,11 @@ bookies. The bookie must be stopped.`,
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
+			sec, err := bookieSecurity(&cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", configPath, err)
+			}
+			defer sec.Close()
 			if len(fc.Metadata.Endpoints) > 0 {
 				mc, err := bookieMetadataClient(ctx, configPath, cfg, fc)
 				if err != nil {
@@ -407,6 +439,8 @@ func startAutorecovery(plan autorecoveryPlan, cfg bookie.Config, reg *prometheus
 	}
 	a, w := plan.auditor, plan.worker
 	a.Store, w.Store, w.Placement = cfg.Metadata, cfg.Metadata, placement
+	a.DialOptions = append(a.DialOptions, cfg.SecurityRuntime.DialOptions("")...)
+	w.DialOptions = append(w.DialOptions, cfg.SecurityRuntime.DialOptions("")...)
 	a.Logger = cfg.Logger
 	w.Logger = cfg.Logger
 	a.Registerer, w.Registerer = reg, reg

@@ -24,6 +24,7 @@ import (
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/metadata/metadatatest"
+	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -39,6 +40,12 @@ type Options struct {
 	Brokers, Bookies int
 	// Broker edits each broker's config before it starts.
 	Broker func(i int, cfg *broker.Config)
+	// Security, when set, gives each component its security block: kind
+	// is security.KindMetadata, KindBookie or KindBroker, i its index. The
+	// metadata node then also serves gRPC and HTTP (to be reached over
+	// TLS), and each broker's ledger client dials bookies with the
+	// broker's runtime.
+	Security func(kind string, i int) security.Config
 }
 
 // Cluster is a running test region.
@@ -48,6 +55,9 @@ type Cluster struct {
 	Global   metadata.Store
 	Regional metadata.Store
 	Bookies  *bookietest.Cluster
+	// Meta is the metadata cluster (Start only; nil in a Multi region,
+	// see Multi.Meta).
+	Meta *metadatatest.Cluster
 
 	// region is the region's name (Region for Start); idPrefix starts its
 	// broker IDs.
@@ -68,6 +78,15 @@ type Cluster struct {
 type brokerNode struct {
 	srv     *broker.Server
 	ledgers *ledger.Client
+	// sec is the broker's and its ledger client's runtime (nil: security
+	// off), closed with them.
+	sec *security.Runtime
+}
+
+// close stops the node's ledger client and security runtime.
+func (b *brokerNode) close() {
+	_ = b.ledgers.Close()
+	_ = b.sec.Close()
 }
 
 // Start starts a region and stops it in t.Cleanup.
@@ -79,8 +98,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Bookies == 0 {
 		opts.Bookies = 3
 	}
-	mc := metadatatest.StartClusterWith(t, 1, metadatatest.Options{Shards: []string{metadata.GlobalShard, Region}})
-	c := &Cluster{t: t, opts: opts, Global: mc.Store(0, metadata.GlobalShard), Regional: mc.Store(0, Region), region: Region, idPrefix: "broker-"}
+	mopts := metadatatest.Options{Shards: []string{metadata.GlobalShard, Region}}
+	if opts.Security != nil {
+		mopts.GRPC, mopts.HTTP = true, true
+		mopts.Configure = func(i int, cfg *metadata.NodeConfig) { cfg.Security = opts.Security(security.KindMetadata, i) }
+	}
+	mc := metadatatest.StartClusterWith(t, 1, mopts)
+	c := &Cluster{t: t, opts: opts, Meta: mc, Global: mc.Store(0, metadata.GlobalShard), Regional: mc.Store(0, Region), region: Region, idPrefix: "broker-"}
 	c.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -93,7 +117,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 // start starts the region's bookies and brokers (metadata stores set).
 func (c *Cluster) start() {
 	c.Bookies = bookietest.StartCluster(c.t, c.opts.Bookies, bookietest.WithRegion(c.region), bookietest.WithMetadata(c.Regional),
-		bookietest.WithConfig(func(_ int, cfg *bookie.Config) { cfg.MaxEntryBytes = 6 << 20 }))
+		bookietest.WithConfig(func(i int, cfg *bookie.Config) {
+			cfg.MaxEntryBytes = 6 << 20
+			if c.opts.Security != nil {
+				cfg.Security = c.opts.Security(security.KindBookie, i)
+			}
+		}))
 	c.t.Cleanup(c.Close)
 	for i := range c.opts.Brokers {
 		c.startBroker(i)
@@ -117,8 +146,16 @@ func (c *Cluster) startBroker(i int) {
 	lcfg.Region = c.region
 	lcfg.MaxEntryBytes = 6 << 20
 	lcfg.AddTimeout = 3 * time.Second
+	var sec *security.Runtime
+	if c.opts.Security != nil {
+		if sec, err = security.NewRuntime(c.opts.Security(security.KindBroker, i), nil); err != nil {
+			t.Fatal(err)
+		}
+		lcfg.DialOptions = append(lcfg.DialOptions, sec.DialOptions("")...)
+	}
 	lc, err := ledger.NewClient(lcfg)
 	if err != nil {
+		_ = sec.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -158,11 +195,14 @@ func (c *Cluster) startBroker(i int) {
 	cfg.CursorPersistInterval = 100 * time.Millisecond
 	e := min(3, c.opts.Bookies)
 	cfg.DefaultEnsembleSize, cfg.DefaultWriteQuorum, cfg.DefaultAckQuorum = e, min(2, e), min(2, e)
+	cfg.SecurityRuntime = sec
 	if c.opts.Broker != nil {
 		c.opts.Broker(i, &cfg)
 	}
 	srv, err := broker.NewServer(cfg)
 	if err != nil {
+		_ = lc.Close()
+		_ = sec.Close()
 		t.Fatal(err)
 	}
 	// A restart listens on its old address again; another test process
@@ -174,6 +214,7 @@ func (c *Cluster) startBroker(i int) {
 		}
 		if !strings.Contains(err.Error(), "address already in use") || ctx.Err() != nil {
 			_ = lc.Close()
+			_ = sec.Close()
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -185,7 +226,7 @@ func (c *Cluster) startBroker(i int) {
 	for len(c.brokers) <= i {
 		c.brokers = append(c.brokers, nil)
 	}
-	c.brokers[i] = &brokerNode{srv: srv, ledgers: lc}
+	c.brokers[i] = &brokerNode{srv: srv, ledgers: lc, sec: sec}
 	c.mu.Unlock()
 }
 
@@ -214,7 +255,7 @@ func (c *Cluster) Kill(i int) {
 	b := c.brokers[i]
 	c.mu.Unlock()
 	b.srv.Kill()
-	_ = b.ledgers.Close()
+	b.close()
 }
 
 // Restart starts broker i again after Kill (or a stop), with the same ID,
@@ -256,7 +297,7 @@ func (c *Cluster) Close() {
 			continue
 		}
 		_ = b.srv.Stop(ctx)
-		_ = b.ledgers.Close()
+		b.close()
 	}
 }
 
