@@ -445,6 +445,8 @@ func TestAdminHTTPHardening(t *testing.T) {
 		{"tenant admin, own tenant", admin, "POST", "GetTenant", js, `{"tenant":"acme"}`, nil, 200},
 		{"tenant admin, other tenant", admin, "POST", "GetTenant", js, `{"tenant":"other"}`, nil, http.StatusForbidden},
 		{"tenant admin, cluster-wide", admin, "POST", "ListBrokers", js, `{}`, nil, http.StatusForbidden},
+		{"tenant admin, a request naming two tenants", admin, "POST", "GrantPermission", js,
+			`{"namespace":"acme/ns","topic":"other/ns/t","role":"r","actions":["produce"]}`, nil, http.StatusForbidden},
 		{"no grants", nobody, "POST", "ListTenants", js, `{}`, nil, http.StatusForbidden},
 		{"anonymous", anon, "POST", "ListTenants", js, `{}`, nil, http.StatusUnauthorized},
 	} {
