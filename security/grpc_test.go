@@ -179,6 +179,13 @@ func TestGRPCTLSWithoutAuth(t *testing.T) {
 	if id := rec.last(); id.Role != "broker.a" || id.Method != security.MethodTLS {
 		t.Fatalf("identity %+v", id)
 	}
+	// With auth off a token is ignored: the certificate names the caller.
+	if err := check(t, addr, clientRuntime(t, ca.Files("bookie.a"), security.StaticToken("whatever")).DialOptions("")...); err != nil {
+		t.Fatal(err)
+	}
+	if id := rec.last(); id.Role != "bookie.a" || id.Method != security.MethodTLS {
+		t.Fatalf("identity with an ignored token %+v", id)
+	}
 }
 
 // TestTLSRotation rotates the CA then the leaf certificates while a

@@ -60,7 +60,7 @@ func (rt *Runtime) HTTPHandler(h http.Handler, public ...string) http.Handler {
 }
 
 func (rt *Runtime) authenticateHTTP(r *http.Request) (Identity, error) {
-	if v := r.Header.Get("Authorization"); v != "" {
+	if v := r.Header.Get("Authorization"); v != "" && rt.verifier != nil {
 		return rt.authenticateBearer(v)
 	}
 	if r.TLS != nil {

@@ -46,6 +46,9 @@ type Options struct {
 	// TLS), and each broker's ledger client dials bookies with the
 	// broker's runtime.
 	Security func(kind string, i int) security.Config
+	// KeepAddrs restarts a broker on its previous gRPC address (clients
+	// that know only the first addresses keep finding it).
+	KeepAddrs bool
 }
 
 // Cluster is a running test region.
@@ -227,6 +230,12 @@ func (c *Cluster) startBroker(i int) {
 		c.brokers = append(c.brokers, nil)
 	}
 	c.brokers[i] = &brokerNode{srv: srv, ledgers: lc, sec: sec}
+	if c.opts.KeepAddrs {
+		for len(c.grpcAddrs) <= i {
+			c.grpcAddrs = append(c.grpcAddrs, "127.0.0.1:0")
+		}
+		c.grpcAddrs[i] = srv.Addr()
+	}
 	c.mu.Unlock()
 }
 
