@@ -179,7 +179,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 	// measured faster for the ledger benchmark than 8/16 MiB windows.
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg + 64<<10),
 		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())},
-		append(s.sec.ServerOptions(security.AllowAuthenticated), identityServerOptions(s)...)...)...)
+		append(s.sec.ServerOptions(Authorizer(s.sec)), identityServerOptions(s)...)...)...)
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {
@@ -238,7 +238,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 			})
 		}
 		// Health probes stay open: a kubelet cannot present a token.
-		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(mux, "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(httpAuthorize(s.sec, mux), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 		tl := s.sec.HTTPListener(hl)
 		go func() {

@@ -269,16 +269,18 @@ func (s *Server) authorizeRequest(ctx context.Context, method string, id securit
 	case ruleSuperuser, ruleComponent, ruleAuthenticated:
 		return nil // decided by Authorize
 	case ruleTenantAdmin:
-		tenant, err := tenantOf(req)
+		tenants, err := tenantsOf(req)
 		if err != nil {
 			return GRPCError(err)
 		}
-		ok, err := s.isTenantAdmin(ctx, tenant, id.Role)
-		if err != nil {
-			return GRPCError(err)
-		}
-		if !ok {
-			return denied(method, id, "not an admin role of tenant "+tenant)
+		for _, tenant := range tenants {
+			ok, err := s.isTenantAdmin(ctx, tenant, id.Role)
+			if err != nil {
+				return GRPCError(err)
+			}
+			if !ok {
+				return denied(method, id, "not an admin role of tenant "+tenant)
+			}
 		}
 		return nil
 	case ruleProduce, ruleConsume, ruleLookup:
@@ -332,13 +334,15 @@ func stringField(m protoreflect.Message, name string) string {
 // resourceFields are the request fields a tenant is read from, in order.
 var resourceFields = []string{"topic", "namespace", "prefix", "tenant"}
 
-// tenantOf returns the tenant of a request's topic, namespace, prefix or
-// tenant field (the first one set).
-func tenantOf(req proto.Message) (string, error) {
+// tenantsOf returns the tenants of a request's topic, namespace, prefix
+// and tenant fields (every one set: a caller must administer all of
+// them).
+func tenantsOf(req proto.Message) ([]string, error) {
 	if req == nil {
-		return "", fmt.Errorf("%w: no request", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: no request", ErrInvalidArgument)
 	}
 	m := req.ProtoReflect()
+	var out []string
 	for _, f := range resourceFields {
 		v := stringField(m, f)
 		if v == "" {
@@ -346,11 +350,16 @@ func tenantOf(req proto.Message) (string, error) {
 		}
 		tenant, _, _ := strings.Cut(v, "/")
 		if err := ValidateName(f+" (its tenant)", tenant); err != nil {
-			return "", err
+			return nil, err
 		}
-		return tenant, nil
+		if !slices.Contains(out, tenant) {
+			out = append(out, tenant)
+		}
 	}
-	return "", fmt.Errorf("%w: the request names no topic, namespace, prefix or tenant", ErrInvalidArgument)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: the request names no topic, namespace, prefix or tenant", ErrInvalidArgument)
+	}
+	return out, nil
 }
 
 // topicOf returns the topic of a request: its topic field, or the topic of

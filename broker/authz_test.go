@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,7 @@ type authzEnv struct {
 	env   *securitytest.Env
 	addr  string
 	addrs []string
+	http  string // the first broker's HTTP address
 	ca    security.TLSFiles
 }
 
@@ -44,7 +46,7 @@ func startAuthzN(t *testing.T, n int) *authzEnv {
 		c.Security = env.Component(security.ComponentRole(security.KindBroker, c.Region))
 		c.Security.Superusers = []string{"root"}
 	}})
-	e := &authzEnv{t: t, env: env, addr: rc.Addrs()[0], addrs: rc.Addrs(), ca: env.CA.CAOnly()}
+	e := &authzEnv{t: t, env: env, addr: rc.Addrs()[0], addrs: rc.Addrs(), http: rc.Broker(0).HTTPAddr(), ca: env.CA.CAOnly()}
 	ctx := context.Background()
 	root := e.admin("root")
 	for _, tn := range []struct{ tenant, admin string }{{"acme", "acme-admin"}, {"other", "other-admin"}} {
@@ -376,4 +378,80 @@ func TestPermissionGrantCoverage(t *testing.T) {
 	}
 	waitCode("prefix grant revoked", refused, func() codes.Code { return streamCode(shop, true, "acme/ns/orders-eu") })
 	waitCode("topic grant revoked", refused, func() codes.Code { return streamCode(pc, false, "acme/ns/pt-partition-1") })
+}
+
+// TestAdminHTTPHardening: on a secured broker the admin JSON API refuses a
+// GET on a mutating route (405), a POST without a JSON content type
+// (415), a Host that is not an allowed name (421) and a foreign Origin
+// (403); it authenticates Authorization: Bearer and applies each method's
+// rule (403 when refused, 401 without credentials).
+func TestAdminHTTPHardening(t *testing.T) {
+	e := startAuthz(t)
+	client := func(role string) *http.Client {
+		var tok security.TokenSource
+		if role != "" {
+			tok = security.StaticToken(e.env.Token(role))
+		}
+		rt, err := security.ClientRuntime(e.ca, tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close() })
+		return rt.HTTPClient(10 * time.Second)
+	}
+	do := func(c *http.Client, method, path, ctype, body string, edit func(*http.Request)) int {
+		t.Helper()
+		req, err := http.NewRequest(method, "https://"+e.http+"/admin/v1/"+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if edit != nil {
+			edit(req)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	root, admin, nobody, anon := client("root"), client("acme-admin"), client("nobody"), client("")
+	const js = "application/json"
+	for _, tc := range []struct {
+		name       string
+		c          *http.Client
+		method     string
+		path, ct   string
+		body       string
+		edit       func(*http.Request)
+		wantStatus int
+	}{
+		{"bearer superuser", root, "POST", "ListTenants", js, `{}`, nil, 200},
+		{"bearer superuser, charset", root, "POST", "ListTenants", js + "; charset=utf-8", `{}`, nil, 200},
+		{"read route by GET", root, "GET", "ListTenants", "", "", nil, 200},
+		{"mutating route by GET", root, "GET", "CreateTenant", "", "", nil, http.StatusMethodNotAllowed},
+		{"mutating route by PUT", root, "PUT", "CreateTenant", js, `{"tenant":"x"}`, nil, http.StatusMethodNotAllowed},
+		{"form content type", root, "POST", "CreateTenant", "application/x-www-form-urlencoded", `{"tenant":"x"}`, nil, http.StatusUnsupportedMediaType},
+		{"text content type", root, "POST", "ListTenants", "text/plain", `{}`, nil, http.StatusUnsupportedMediaType},
+		{"no content type", root, "POST", "ListTenants", "", `{}`, nil, http.StatusUnsupportedMediaType},
+		{"bad host", root, "POST", "ListTenants", js, `{}`, func(r *http.Request) { r.Host = "evil.example:80" }, http.StatusMisdirectedRequest},
+		{"localhost host", root, "POST", "ListTenants", js, `{}`, func(r *http.Request) { r.Host = "localhost:1" }, 200},
+		{"foreign origin", root, "POST", "ListTenants", js, `{}`, func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }, http.StatusForbidden},
+		{"own origin", root, "POST", "ListTenants", js, `{}`, func(r *http.Request) { r.Header.Set("Origin", "https://"+e.http) }, 200},
+		{"tenant admin, own tenant", admin, "POST", "GetTenant", js, `{"tenant":"acme"}`, nil, 200},
+		{"tenant admin, other tenant", admin, "POST", "GetTenant", js, `{"tenant":"other"}`, nil, http.StatusForbidden},
+		{"tenant admin, cluster-wide", admin, "POST", "ListBrokers", js, `{}`, nil, http.StatusForbidden},
+		{"tenant admin, a request naming two tenants", admin, "POST", "GrantPermission", js,
+			`{"namespace":"acme/ns","topic":"other/ns/t","role":"r","actions":["produce"]}`, nil, http.StatusForbidden},
+		{"no grants", nobody, "POST", "ListTenants", js, `{}`, nil, http.StatusForbidden},
+		{"anonymous", anon, "POST", "ListTenants", js, `{}`, nil, http.StatusUnauthorized},
+	} {
+		if got := do(tc.c, tc.method, tc.path, tc.ct, tc.body, tc.edit); got != tc.wantStatus {
+			t.Errorf("%s: %s %s: %d, want %d", tc.name, tc.method, tc.path, got, tc.wantStatus)
+		}
+	}
 }

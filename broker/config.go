@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/meridianmq/meridian/metadata"
@@ -29,6 +30,12 @@ type Config struct {
 	// (default: the bound addresses).
 	AdvertisedGRPC string `yaml:"advertised_grpc"`
 	AdvertisedHTTP string `yaml:"advertised_http"`
+	// HTTPAllowedHosts are the names the admin HTTP API answers to (the
+	// Host header; an Origin header must be the request's host or one of
+	// them); IP literals are always accepted. Empty: the host of
+	// http_address and advertised_http, localhost, 127.0.0.1, ::1. At most
+	// 64 names.
+	HTTPAllowedHosts []string `yaml:"http_allowed_hosts"`
 
 	// GRPCListener, when set, is the listener the gRPC services use instead
 	// of listening on GRPCAddress (tests that must know a broker's address
@@ -346,6 +353,10 @@ func (c Config) Validate() error {
 		return bad("max_origin_incarnations %d must be in [1, 1000]", c.MaxOriginIncarnations)
 	case c.MaxFailoverConfirmBytes < 4096 || c.MaxFailoverConfirmBytes > 1<<30:
 		return bad("max_failover_confirm_bytes %d must be in [4096, 1073741824]", c.MaxFailoverConfirmBytes)
+	case len(c.HTTPAllowedHosts) > 64:
+		return bad("http_allowed_hosts has %d names, limit 64", len(c.HTTPAllowedHosts))
+	case slices.Contains(c.HTTPAllowedHosts, ""):
+		return bad("http_allowed_hosts holds an empty name")
 	case c.MaxPermissionGrants < 0 || c.MaxPermissionGrants > 100000:
 		return bad("max_permission_grants %d must be in [0 (default %d), 100000]", c.MaxPermissionGrants, DefaultMaxPermissionGrants)
 	case c.KeepaliveTime < time.Second:

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -22,15 +23,21 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // maxAdminBody bounds an admin JSON request.
 const maxAdminBody = 1 << 20
 
-type adminRoute func(ctx context.Context, body []byte) (proto.Message, error)
+// adminRoute serves one admin method over HTTP: it decodes body, asks
+// authorize about the request (the method's rule, as over gRPC) and calls
+// the method.
+type adminRoute func(ctx context.Context, body []byte, authorize func(proto.Message) error) (proto.Message, error)
 
 func route[Req proto.Message, Resp proto.Message](newReq func() Req, fn func(context.Context, Req) (Resp, error)) adminRoute {
-	return func(ctx context.Context, body []byte) (proto.Message, error) {
+	return func(ctx context.Context, body []byte, authorize func(proto.Message) error) (proto.Message, error) {
 		req := newReq()
 		if len(strings.TrimSpace(string(body))) > 0 {
 			if err := protojson.Unmarshal(body, req); err != nil {
 				return nil, GRPCError(fmt.Errorf("%w: request body: %v", ErrInvalidArgument, err))
 			}
+		}
+		if err := authorize(req); err != nil {
+			return nil, err
 		}
 		return fn(ctx, req)
 	}
@@ -94,15 +101,23 @@ func (s *Server) httpHandler() http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	routes := s.adminRoutes()
+	hosts := s.httpAllowedHosts()
 	mux.HandleFunc("/admin/v1/", func(w http.ResponseWriter, r *http.Request) {
 		method := strings.TrimPrefix(r.URL.Path, "/admin/v1/")
+		if code, msg := checkHTTPOrigin(r, hosts); code != 0 {
+			writeAdminError(w, code, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, msg)
+			return
+		}
 		h, ok := routes[method]
 		if !ok {
 			writeAdminError(w, http.StatusNotFound, clientv1.ErrorCode_ERROR_CODE_NOT_FOUND, "unknown admin method "+method)
 			return
 		}
-		if r.Method != http.MethodPost && r.Method != http.MethodGet {
-			writeAdminError(w, http.StatusMethodNotAllowed, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "use POST")
+		if code, msg := checkHTTPMethod(r, method); code != 0 {
+			if code == http.StatusMethodNotAllowed {
+				w.Header().Set("Allow", allowedHTTPMethods(method))
+			}
+			writeAdminError(w, code, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, msg)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1))
@@ -110,7 +125,14 @@ func (s *Server) httpHandler() http.Handler {
 			writeAdminError(w, http.StatusBadRequest, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "request body missing or over 1 MiB")
 			return
 		}
-		resp, err := h(r.Context(), body)
+		full := "/" + clientv1.Admin_ServiceDesc.ServiceName + "/" + method
+		resp, err := h(r.Context(), body, func(req proto.Message) error {
+			return s.authorizeRequest(r.Context(), full, security.IdentityFrom(r.Context()), req)
+		})
+		if status.Code(err) == codes.PermissionDenied {
+			writeHTTPDenied(w, status.Convert(err).Message())
+			return
+		}
 		if err != nil {
 			e := &clientv1.Error{Code: clientv1.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
 			code := codes.Internal

@@ -216,7 +216,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.httpLis = lis
 		// Health probes stay open: a kubelet cannot present a token.
-		n.httpSrv = &http.Server{Handler: n.sec.HTTPHandler(n.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
+		n.httpSrv = &http.Server{Handler: n.sec.HTTPHandler(httpAuthorize(n.sec, n.httpHandler()), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
 		tl := n.sec.HTTPListener(lis)
 		n.wg.Add(1)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	metadatav1 "github.com/meridianmq/meridian/api/metadata/v1"
-	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 )
@@ -14,7 +13,7 @@ import (
 // and server reflection.
 func newGRPCServer(n *Node) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(n.cfg.MaxTxnBytes + (1 << 20)), grpc.MaxSendMsgSize(64 << 20)},
-		n.sec.ServerOptions(security.AllowAuthenticated)...)...)
+		n.sec.ServerOptions(Authorizer(n.sec))...)...)
 	metadatav1.RegisterMetadataServer(s, &service{node: n})
 	reflection.Register(s)
 	return s

@@ -77,7 +77,8 @@ func (p *rotationPKI) config(kind string, i int) security.Config {
 		p.files[id] = f
 		p.roles[id] = security.ComponentRole(kind, regiontest.Region)
 	}
-	return security.Config{TLS: f, ReloadPollInterval: 500 * time.Millisecond,
+	// The token roles are superusers (authorization is not under test).
+	return security.Config{TLS: f, ReloadPollInterval: 500 * time.Millisecond, Superusers: []string{"producer", "probe", "probe.new", "probe.old"},
 		Auth: security.AuthConfig{Enabled: true, Keys: security.TokenKeys{PublicKeyFile: p.pubFile}}}
 }
 

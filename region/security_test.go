@@ -26,11 +26,13 @@ import (
 // startSecureRegion starts a region with TLS and token auth on every
 // component: each has a certificate for its component role
 // (<kind>.test) from env's CA, and tokens are HS256 with env's key.
+// "alice" is a superuser (authorization: every component's
+// security.superusers).
 func startSecureRegion(t *testing.T, env *securitytest.Env, opts regiontest.Options) *regiontest.Cluster {
 	t.Helper()
 	opts.Security = func(kind string, _ int) security.Config {
 		c := env.Component(security.ComponentRole(kind, regiontest.Region))
-		c.Superusers = []string{"alice", "admin.test"} // the callers of these tests may do everything
+		c.Superusers = []string{"alice"}
 		return c
 	}
 	return regiontest.Start(t, opts)
@@ -52,7 +54,7 @@ func TestSecurityEveryListener(t *testing.T) {
 
 	anon := clientSec(t, env.CA.CAOnly(), nil)
 	withToken := clientSec(t, env.CA.CAOnly(), security.StaticToken(env.Token("alice")))
-	withCert := clientSec(t, env.CA.Files("admin.test"), nil)
+	withCert := clientSec(t, env.CA.Files("broker.test"), nil) // a component every listener serves
 	badToken := clientSec(t, env.CA.CAOnly(), security.StaticToken(securitytest.Token(t, security.GenerateSecretKey(), "alice")))
 
 	grpcListeners := []struct {
