@@ -52,7 +52,7 @@ func TestStandaloneSecure(t *testing.T) {
 	p = start()
 	waitFor(t, "restarted secure standalone answers with the same admin token", 90*time.Second, func() (bool, string) {
 		r := runCLI(t, "", "admin", "tenants", "list")
-		return r.code == 0, r.stderr
+		return r.code == 0, r.stderr + tail(p.log.String(), 2000)
 	})
 	checkPrivate(t, data)
 }
