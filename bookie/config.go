@@ -31,6 +31,10 @@ type Config struct {
 	// DialInProcess connects to: a ledger client in the same process (the
 	// standalone) skips the loopback socket. Default off.
 	InProcess bool
+	// InProcessRole is the role an in-process dialer is authenticated as,
+	// without a TLS handshake (only this process can dial that listener).
+	// Default "" : the broker of Region (security.ComponentRole).
+	InProcessRole string
 	// AdvertiseAddr is the address published in the registry ("" = the
 	// real listen address).
 	AdvertiseAddr string

@@ -189,8 +189,12 @@ func (s *Server) startLocked(ctx context.Context) error {
 	if s.cfg.InProcess {
 		ip := bufconn.Listen(inProcessBuffer)
 		s.inproc = ip
+		role := s.cfg.InProcessRole
+		if role == "" {
+			role = security.ComponentRole(security.KindBroker, s.cfg.Region)
+		}
 		go func() {
-			if err := s.grpc.Serve(ip); err != nil {
+			if err := s.grpc.Serve(security.InProcessListener(ip, role)); err != nil {
 				s.log.Error("bookie grpc serve (in-process)", "err", err)
 			}
 		}()
@@ -381,8 +385,9 @@ func (s *Server) stopLocked(graceful bool) {
 const inProcessBuffer = 4 << 20
 
 // DialInProcess connects to the running server over its in-memory
-// listener (Config.InProcess): the same gRPC service, no socket. It fails
-// when the server is not running or InProcess is off.
+// listener (Config.InProcess): the same gRPC service, no socket and no
+// TLS handshake (the server authenticates it as Config.InProcessRole). It
+// fails when the server is not running or InProcess is off.
 func (s *Server) DialInProcess(ctx context.Context) (net.Conn, error) {
 	s.mu.Lock()
 	ip := s.inproc
@@ -390,7 +395,11 @@ func (s *Server) DialInProcess(ctx context.Context) (net.Conn, error) {
 	if ip == nil {
 		return nil, fmt.Errorf("bookie: no in-process listener (InProcess off or not started)")
 	}
-	return ip.DialContext(ctx)
+	c, err := ip.DialContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return security.InProcessConn(c), nil
 }
 
 // Addr returns the real gRPC listen address (valid after Start).

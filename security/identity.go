@@ -12,6 +12,10 @@ const (
 	// MethodTLS: the caller presented a verified client certificate; Role is
 	// its subject's common name.
 	MethodTLS = "tls"
+	// MethodInProcess: the caller is a component of this process that
+	// dialed an in-memory listener (InProcessListener); Role is the one
+	// that listener was given.
+	MethodInProcess = "inprocess"
 	// MethodNone: the caller is anonymous.
 	MethodNone = ""
 )
