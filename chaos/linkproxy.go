@@ -151,6 +151,12 @@ func (n *Network) Proxy(from, to, listen, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: proxy %s→%s listen %s: %w", from, to, listen, err)
 	}
+	return n.ProxyOn(from, to, lis, target)
+}
+
+// ProxyOn is Proxy on a listener the caller already bound (a port held
+// since it was picked); the proxy owns lis from now on, error or not.
+func (n *Network) ProxyOn(from, to string, lis net.Listener, target string) (*Proxy, error) {
 	p := &Proxy{n: n, From: from, To: to, target: target, lis: lis, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	n.mu.Lock()
 	if n.closed {

@@ -155,6 +155,27 @@ type DevPlan struct {
 	// target process) inside a region for the process links (From and To
 	// "<region>/<role>-<index>", see dev_link.go).
 	Proxies []DevProxyPlan `json:"proxies"`
+
+	// listeners are the ports this process serves itself (control, link
+	// proxies), still bound since they were picked: handed to the proxies
+	// and the control server so that nothing else can take them between
+	// the pick and the serve.
+	listeners map[string]net.Listener
+}
+
+// takeListener returns the held listener of addr (nil: none; bind it).
+func (p *DevPlan) takeListener(addr string) net.Listener {
+	l := p.listeners[addr]
+	delete(p.listeners, addr)
+	return l
+}
+
+// closeListeners closes the listeners nothing took.
+func (p *DevPlan) closeListeners() {
+	for a, l := range p.listeners {
+		l.Close()
+		delete(p.listeners, a)
+	}
 }
 
 // DevRegionPlan is one region's processes.
@@ -266,6 +287,26 @@ func (pp *portPicker) done() {
 	pp.held = nil
 }
 
+// handOver moves the held listeners of the addresses p's own process
+// serves (control, proxies) into p, still bound; done closes the others,
+// which the cluster's processes bind.
+func (pp *portPicker) handOver(p *DevPlan) {
+	own := map[string]bool{p.Control: true}
+	for _, x := range p.Proxies {
+		own[x.Listen] = true
+	}
+	p.listeners = map[string]net.Listener{}
+	kept := pp.held[:0]
+	for _, l := range pp.held {
+		if a := l.Addr().String(); own[a] && p.listeners[a] == nil {
+			p.listeners[a] = l
+			continue
+		}
+		kept = append(kept, l)
+	}
+	pp.held = kept
+}
+
 // newDevPlan lays out a fresh cluster on free ports.
 func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 	var pp portPicker
@@ -308,6 +349,9 @@ func newDevPlan(cfg DevConfig) (*DevPlan, error) {
 		}
 	}
 	planProcessProxies(p, addr)
+	if err == nil {
+		pp.handOver(p)
+	}
 	return p, err
 }
 
@@ -415,6 +459,7 @@ func loadDevPlan(cfg DevConfig, path string, log *slog.Logger) (*DevPlan, error)
 		}
 		log.Info("process links added to the recorded plan")
 	}
+	pp.handOver(&p)
 	return &p, nil
 }
 
@@ -535,7 +580,13 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 
 func (d *Dev) start(ctx context.Context) error {
 	for _, x := range d.plan.Proxies {
-		if _, err := d.net.Proxy(x.From, x.To, x.Listen, x.Target); err != nil {
+		var err error
+		if l := d.plan.takeListener(x.Listen); l != nil {
+			_, err = d.net.ProxyOn(x.From, x.To, l, x.Target)
+		} else {
+			_, err = d.net.Proxy(x.From, x.To, x.Listen, x.Target)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -847,6 +898,7 @@ func (d *Dev) Stop(ctx context.Context) {
 			}
 			wg.Wait()
 		}
+		d.plan.closeListeners()
 		if d.control != nil {
 			_ = d.control.Close()
 		}

@@ -226,9 +226,12 @@ func (d *Dev) Process(ctx context.Context, req DevProcessRequest) error {
 }
 
 func (d *Dev) startControl() error {
-	lis, err := net.Listen("tcp", d.plan.Control)
-	if err != nil {
-		return fmt.Errorf("dev: control address %s: %w", d.plan.Control, err)
+	lis := d.plan.takeListener(d.plan.Control)
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", d.plan.Control); err != nil {
+			return fmt.Errorf("dev: control address %s: %w", d.plan.Control, err)
+		}
 	}
 	d.ctlLis = lis
 	mux := http.NewServeMux()

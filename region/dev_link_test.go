@@ -23,6 +23,7 @@ func TestDevPlanProcessLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	links := map[string]DevProxyPlan{}
 	for _, x := range plan.Proxies {
 		if strings.Contains(x.From, "/") {
@@ -87,6 +88,7 @@ func TestDevPlanReloadAddsProcessLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	n := len(plan.Proxies)
 	plan.Proxies = slices.DeleteFunc(plan.Proxies, func(x DevProxyPlan) bool { return strings.Contains(x.From, "/") })
 	path := filepath.Join(cfg.DataDir, DevPlanFile)
@@ -94,6 +96,9 @@ func TestDevPlanReloadAddsProcessLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := loadDevPlan(cfg, path, nil)
+	if got != nil {
+		got.closeListeners()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +114,7 @@ func devLinkTestDev(t *testing.T) *Dev {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	d := &Dev{cfg: cfg, plan: plan, log: slog.New(slog.DiscardHandler), net: chaos.NewNetwork(nil)}
 	t.Cleanup(d.net.Close)
 	for _, x := range plan.Proxies {

@@ -26,6 +26,7 @@ func devForSecurity(t *testing.T, insecure bool) *Dev {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	log := slog.New(slog.DiscardHandler)
 	d := &Dev{cfg: cfg, plan: plan, log: log, net: chaos.NewNetwork(log)}
 	t.Cleanup(func() { d.Stop(context.Background()) })

@@ -60,6 +60,7 @@ func TestDevPlanLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	seen := map[string]string{plan.Control: "control"}
 	use := func(who, a string) {
 		if prev, dup := seen[a]; dup {
@@ -145,6 +146,7 @@ func TestDevPlanReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.closeListeners() // as after the process that picked them exited
 	path := filepath.Join(cfg.DataDir, DevPlanFile)
 	if err := writePlan(path, plan); err != nil {
 		t.Fatal(err)
@@ -156,6 +158,9 @@ func TestDevPlanReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := loadDevPlan(cfg, path, nil)
+	if got != nil {
+		got.closeListeners()
+	}
 	l.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -193,5 +198,41 @@ func TestDevPlanReload(t *testing.T) {
 		if _, err := loadDevPlan(c, path, nil); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Fatalf("reload: %v, want an error mentioning %q", err, bad.want)
 		}
+	}
+}
+
+// TestDevPlanHoldsOwnPorts: the ports the dev process serves itself
+// (control, link proxies) stay bound from the pick to the serve, so that
+// nothing else on the machine can take them in between; the processes'
+// ports are released for them to bind.
+func TestDevPlanHoldsOwnPorts(t *testing.T) {
+	cfg := devTestConfig(t.TempDir())
+	plan, err := newDevPlan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.closeListeners()
+	own := []string{plan.Control}
+	for _, x := range plan.Proxies {
+		own = append(own, x.Listen)
+	}
+	for _, a := range own {
+		if l, err := net.Listen("tcp", a); err == nil {
+			l.Close()
+			t.Fatalf("%s was released before the dev process serves it", a)
+		}
+	}
+	b := plan.Regions[0].Brokers[0].GRPC
+	l, err := net.Listen("tcp", b)
+	if err != nil {
+		t.Fatalf("broker port %s still held: %v", b, err)
+	}
+	l.Close()
+	for _, a := range own {
+		l := plan.takeListener(a)
+		if l == nil {
+			t.Fatalf("no held listener for %s", a)
+		}
+		l.Close()
 	}
 }
