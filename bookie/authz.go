@@ -42,10 +42,5 @@ func Authorizer(rt *security.Runtime) security.Authorizer { return rt.RulesAutho
 
 // httpAuthorize applies the HTTP rules to h.
 func httpAuthorize(rt *security.Runtime, h http.Handler) http.Handler {
-	return rt.HTTPAuthorize(h, func(r *http.Request, id security.Identity) bool {
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			return true // HTTPHandler already refused the anonymous
-		}
-		return security.IsComponent(id, storageKinds...) || rt.IsSuperuser(id.Role)
-	})
+	return rt.HTTPComponentAuthorize(h, storageKinds...)
 }

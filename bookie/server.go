@@ -108,6 +108,10 @@ func NewServer(cfg Config) (*Server, error) {
 		s.closeSec()
 		return nil, fmt.Errorf("bookie: register metrics: %w", err)
 	}
+	if err := s.sec.CheckCertificateRole("security.tls.cert_file", security.KindBookie, cfg.Region); err != nil {
+		s.closeSec()
+		return nil, fmt.Errorf("bookie: %w", err)
+	}
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -137,4 +138,22 @@ func ParseNamespace(s string) (tenant, namespace string, err error) {
 		return "", "", err
 	}
 	return parts[0], parts[1], nil
+}
+
+// validateList checks a list argument named field: at most limit elements
+// (what names them in the error: "roles", "regions"), each passing check
+// under the name field[i], none twice.
+func validateList(field, what string, list []string, limit int, check func(field, v string) error) error {
+	if len(list) > limit {
+		return fmt.Errorf("%w: %s has %d %s, limit %d", ErrInvalidArgument, field, len(list), what, limit)
+	}
+	for i, v := range list {
+		if err := check(fmt.Sprintf("%s[%d]", field, i), v); err != nil {
+			return err
+		}
+		if slices.Contains(list[:i], v) {
+			return fmt.Errorf("%w: %s names %q twice", ErrInvalidArgument, field, v)
+		}
+	}
+	return nil
 }

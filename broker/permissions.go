@@ -72,18 +72,7 @@ func validateRole(field, role string) error {
 
 // validateRoles checks a list of roles (admin_roles).
 func validateRoles(field string, roles []string, limit int) error {
-	if len(roles) > limit {
-		return fmt.Errorf("%w: %s has %d roles, limit %d", ErrInvalidArgument, field, len(roles), limit)
-	}
-	for i, r := range roles {
-		if err := validateRole(fmt.Sprintf("%s[%d]", field, i), r); err != nil {
-			return err
-		}
-		if slices.Contains(roles[:i], r) {
-			return fmt.Errorf("%w: %s names %q twice", ErrInvalidArgument, field, r)
-		}
-	}
-	return nil
+	return validateList(field, "roles", roles, limit, validateRole)
 }
 
 // validateActions checks a grant's actions: at least one, each "produce"

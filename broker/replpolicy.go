@@ -108,18 +108,7 @@ func (s *Server) topicOverride(ctx context.Context, name TopicName) (topicPolicy
 // validateRegionList checks a replication region list's shape: the count,
 // each name, no duplicates. field names the input in errors.
 func validateRegionList(field string, regions []string) error {
-	if len(regions) > MaxReplicationRegions {
-		return fmt.Errorf("%w: %s has %d regions, limit %d", ErrInvalidArgument, field, len(regions), MaxReplicationRegions)
-	}
-	for i, r := range regions {
-		if err := ValidateName(fmt.Sprintf("%s[%d]", field, i), r); err != nil {
-			return err
-		}
-		if slices.Contains(regions[:i], r) {
-			return fmt.Errorf("%w: %s names region %q twice", ErrInvalidArgument, field, r)
-		}
-	}
-	return nil
+	return validateList(field, "regions", regions, MaxReplicationRegions, ValidateName)
 }
 
 // checkRegionsAllowed validates a replication region list for namespace

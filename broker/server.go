@@ -138,6 +138,10 @@ func NewServer(cfg Config) (*Server, error) {
 		s.closeSec()
 		return nil, err
 	}
+	if err := s.sec.CheckCertificateRole("broker.security.tls.cert_file", security.KindBroker, cfg.Region); err != nil {
+		s.closeSec()
+		return nil, err
+	}
 	pc, err := newPolicyCache(cfg.Global, cfg.Logger, cfg.Registerer, s.policyChanged)
 	if err != nil {
 		s.closeSec()

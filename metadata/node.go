@@ -126,6 +126,10 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.sec, n.ownSec = sec, true
 	}
+	if err := n.sec.CheckCertificateRole("security.tls.cert_file", security.KindMetadata, ""); err != nil {
+		n.closeSec()
+		return fmt.Errorf("metadata: %w", err)
+	}
 	sc := n.sec.Config()
 	for _, l := range []struct{ field, addr string }{
 		{"metadata.raft_address", n.cfg.RaftAddress}, {"metadata.grpc_address", n.cfg.GRPCAddress}, {"metadata.http_address", n.cfg.HTTPAddress},

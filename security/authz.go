@@ -68,3 +68,16 @@ func (rt *Runtime) HTTPAuthorize(h http.Handler, allow func(r *http.Request, id 
 		h.ServeHTTP(w, r)
 	})
 }
+
+// HTTPComponentAuthorize is HTTPAuthorize with a component node's HTTP
+// rule: reads (GET, HEAD) for every authenticated identity (HTTPHandler
+// already refused the anonymous), anything else only for a component of
+// kinds or a superuser.
+func (rt *Runtime) HTTPComponentAuthorize(h http.Handler, kinds ...string) http.Handler {
+	return rt.HTTPAuthorize(h, func(r *http.Request, id Identity) bool {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			return true
+		}
+		return IsComponent(id, kinds...) || rt.IsSuperuser(id.Role)
+	})
+}

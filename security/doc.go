@@ -1,9 +1,13 @@
 // Package security owns Meridian's transport security and authentication:
 // TLS material that reloads when its files change (tls.go, watch.go), the
 // identity a call carries (identity.go), JWT tokens (token.go), the gRPC and
-// HTTP glue every listener and dial uses (grpc.go, http.go), the gossip
-// keyring file (gossip.go) and the refusal to expose an unsecured listener
-// (exposure.go). securitytest generates certificates for tests.
+// HTTP glue every listener and dial uses (grpc.go, http.go), in-process
+// connections that skip TLS with a fixed role (inprocess.go), the rule
+// table type every service's authorizer is written in (authz.go), the
+// gossip keyring file (gossip.go), the refusal to expose an unsecured
+// listener (exposure.go) and the provisioning of a CA, certificates, a key
+// and an admin token (pki.go). securitytest generates certificates for
+// tests.
 //
 // Invariants:
 //   - Material is swapped whole through an atomic.Pointer: a handshake or a
@@ -19,14 +23,18 @@
 //     refused).
 //   - With security off (no TLS, auth off) the options are plaintext and no
 //     interceptor runs: behaviour is the same as without this package.
+//   - Only a connection accepted by an InProcessListener (an in-memory
+//     listener no socket reaches) skips the TLS handshake; it carries that
+//     listener's role and nothing a peer sent can give it another.
 //
 // Lock order: there are no locks held across calls. Each reloader (TLS,
 // Verifier) has a mutex that serializes its reloads only (the readers use
 // the atomic pointer); a watcher's goroutine calls its reloader without
 // holding anything of its own.
 //
-// It does not decide what an identity may do: that is the Authorizer's
-// job (phase 2 supplies the rule table; AllowAuthenticated is the
-// placeholder). It does not mint tokens for users from a CLI either; it
-// gives SignToken and the key generators that the CLI uses.
+// It does not decide what an identity may do: each service's Authorizer
+// does, from its own rule table (broker/authz.go, bookie/authz.go,
+// metadata/authz.go; a method without a rule is refused). It does not mint
+// tokens for users from a CLI either; it gives SignToken and the key
+// generators that the CLI uses.
 package security

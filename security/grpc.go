@@ -184,7 +184,7 @@ func (rt *Runtime) ServerOptions(auth Authorizer) []grpc.ServerOption {
 	if rt.tls != nil {
 		// No read buffer of gRPC's own over TLS: crypto/tls already buffers
 		// a whole record, and a second 32 KiB buffer on top of it costs a
-		// copy of every byte and, measured, 10% of publish throughput on a
+		// copy of every byte and, measured, 7–11% of publish throughput on a
 		// standalone (docs/BENCHMARKS.md, "TLS and tokens").
 		opts = append(opts, grpc.Creds(serverCreds{credentials.NewTLS(rt.tls.ServerConfig())}), grpc.ReadBufferSize(0))
 	}

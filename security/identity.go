@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"strings"
 )
 
@@ -72,4 +73,30 @@ func ParseComponent(role string) (kind, region string, ok bool) {
 		return kind, region, true
 	}
 	return "", "", false
+}
+
+// CheckCertificateRole fails when this runtime's certificate is not that
+// of a component of kind in region ("" : any region): a component started
+// with another's certificate (a bookie's on a broker, region b's in region
+// a) would be refused by its peers, or act as what it is not. field names
+// the config field of the certificate in the error. No certificate (TLS
+// off, or a CA only): nil.
+func (rt *Runtime) CheckCertificateRole(field, kind, region string) error {
+	if rt == nil || rt.tls == nil {
+		return nil
+	}
+	m := rt.tls.cur.Load()
+	if m == nil || m.cert == nil || m.cert.Leaf == nil {
+		return nil
+	}
+	cn := m.cert.Leaf.Subject.CommonName
+	k, r, ok := ParseComponent(cn)
+	if ok && k == kind && (region == "" || r == region) {
+		return nil
+	}
+	want := ComponentRole(kind, region)
+	if region == "" {
+		want = kind + ".<region>"
+	}
+	return fmt.Errorf("%s: the certificate's subject CN is %q; a %s must present %q", field, cn, kind, want)
 }

@@ -3,6 +3,7 @@ package security_test
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/meridianmq/meridian/security"
@@ -60,5 +61,35 @@ func TestInProcessListener(t *testing.T) {
 	}
 	if err := check(t, tcp.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); status.Code(err) != codes.Unavailable {
 		t.Fatalf("tcp plaintext: %v, want Unavailable", err)
+	}
+}
+
+// TestCheckCertificateRole: a component must present its own
+// certificate; the error names the field, the CN found and the one wanted.
+func TestCheckCertificateRole(t *testing.T) {
+	env := securitytest.NewEnv(t)
+	rt := runtime(t, env.Component("broker.a"))
+	if err := rt.CheckCertificateRole("f", security.KindBroker, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ kind, region, want string }{
+		{security.KindBroker, "b", `f: the certificate's subject CN is "broker.a"; a broker must present "broker.b"`},
+		{security.KindBookie, "a", `a bookie must present "bookie.a"`},
+		{security.KindMetadata, "", `a metadata must present "metadata.<region>"`},
+	} {
+		if err := rt.CheckCertificateRole("f", tc.kind, tc.region); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s.%s: %v, want %q", tc.kind, tc.region, err, tc.want)
+		}
+	}
+	if err := runtime(t, env.Component("metadata.x")).CheckCertificateRole("f", security.KindMetadata, ""); err != nil {
+		t.Fatal(err)
+	}
+	// No certificate (a CA only) or no TLS: nothing to check.
+	if err := clientRuntime(t, env.CA.CAOnly(), nil).CheckCertificateRole("f", security.KindBroker, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var off *security.Runtime
+	if err := off.CheckCertificateRole("f", security.KindBroker, "a"); err != nil {
+		t.Fatal(err)
 	}
 }
