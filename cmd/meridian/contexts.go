@@ -182,6 +182,19 @@ func applyContext(cmd *cobra.Command) error {
 	return nil
 }
 
+// loadContext reads the contexts file and the context name in it.
+func loadContext(name string) (contextFile, string, cliContext, error) {
+	cf, path, err := loadContexts()
+	if err != nil {
+		return cf, path, cliContext{}, err
+	}
+	c, ok := cf.Contexts[name]
+	if !ok {
+		return cf, path, c, fmt.Errorf("no context %q in %s (meridian context ls)", name, path)
+	}
+	return cf, path, c, nil
+}
+
 func newContextCmd() *cobra.Command {
 	ctxCmd := &cobra.Command{
 		Use:   "context",
@@ -229,12 +242,9 @@ command line wins). The file is $MERIDIAN_CONTEXTS or
 		Short: "make NAME the context every command uses",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cf, path, err := loadContexts()
+			cf, path, _, err := loadContext(args[0])
 			if err != nil {
 				return err
-			}
-			if _, ok := cf.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %s in %s", args[0], path)
 			}
 			cf.Current = args[0]
 			return cf.save(path)
@@ -269,17 +279,19 @@ command line wins). The file is $MERIDIAN_CONTEXTS or
 		Short: "print a context's flags (the token itself is not printed)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cf, path, err := loadContexts()
-			if err != nil {
-				return err
-			}
-			name := cf.Current
+			name := ""
 			if len(args) == 1 {
 				name = args[0]
+			} else {
+				cf, _, err := loadContexts()
+				if err != nil {
+					return err
+				}
+				name = cf.Current
 			}
-			c, ok := cf.Contexts[name]
-			if !ok {
-				return fmt.Errorf("no context %q in %s", name, path)
+			_, path, c, err := loadContext(name)
+			if err != nil {
+				return err
 			}
 			fl := c.flags()
 			if _, ok := fl["token"]; ok {
@@ -302,12 +314,9 @@ command line wins). The file is $MERIDIAN_CONTEXTS or
 		Short: "delete a context",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cf, path, err := loadContexts()
+			cf, path, _, err := loadContext(args[0])
 			if err != nil {
 				return err
-			}
-			if _, ok := cf.Contexts[args[0]]; !ok {
-				return fmt.Errorf("no context %s in %s", args[0], path)
 			}
 			delete(cf.Contexts, args[0])
 			if cf.Current == args[0] {
