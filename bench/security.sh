@@ -4,7 +4,8 @@
 #   standalone: `meridian standalone` against `meridian standalone --secure`;
 #   pair:       `meridian dev --regions a,b --insecure` against `meridian dev
 #               --regions a,b` (TLS on every listener and link, tokens), with
-#               public/default replicated to a and b, published to in a.
+#               public/default replicated to a and b, published to in a; one
+#               cluster at a time, started again for every round.
 # Each pair of systems runs under the same `meridian perf produce` loads of
 # 1 KiB messages, ROUNDS times, plain and secure alternating (and which goes
 # first alternating from round to round, after a sync) so that drift and
@@ -53,38 +54,41 @@ drained() {
   echo "replication of $topic did not drain" >&2
 }
 
-# measure SETUP PLAIN_URL SECURE_URL SECURE_FLAGS...: the rounds.
+# run_one SETUP MODE URL LOAD ROUND FLAGS...: one measurement, on a fresh
+# topic, after a sync; in the pair, waits for its replication to drain.
+run_one() {
+  local setup=$1 mode=$2 url=$3 load=$4 round=$5; shift 5
+  local extra=()
+  case $load in
+    max) ;;
+    max4000) extra=(--max-pending 4000) ;;
+    *) extra=(--rate "$load") ;;
+  esac
+  local topic=public/default/sec-bench-$mode-$load-$round
+  # The previous measurement's writes are still being written back:
+  # flush them, or they slow this one's fsyncs.
+  sync
+  sleep 2
+  printf '%s %s %s ' "$setup" "$mode" "$load"
+  "$bin" perf produce --url "$url" "$@" --topic "$topic" --size 1024 --duration "${secs}s" "${extra[@]}" --output json 2>/dev/null
+  [ "$setup" = pair ] && drained "$url" "$topic" "$@"
+  return 0
+}
+
+# measure SETUP PLAIN_URL SECURE_URL SECURE_FLAGS...: the rounds on two
+# systems running side by side.
 measure() {
   local setup=$1 plain=$2 secure=$3; shift 3
-  local sec=("$@")
-  run() { # mode url load flags...
-    local mode=$1 url=$2 load=$3; shift 3
-    local extra=()
-    case $load in
-      max) ;;
-      max4000) extra=(--max-pending 4000) ;;
-      *) extra=(--rate "$load") ;;
-    esac
-    local topic=public/default/sec-bench-$mode-$load-$round
-    # The previous measurement's writes are still being written back:
-    # flush them, or they slow this one's fsyncs.
-    sync
-    sleep 2
-    printf '%s %s %s ' "$setup" "$mode" "$load"
-    "$bin" perf produce --url "$url" "$@" --topic "$topic" --size 1024 --duration "${secs}s" "${extra[@]}" --output json 2>/dev/null
-    [ "$setup" = pair ] && drained "$url" "$topic" "$@"
-    return 0
-  }
-  local round
+  local round load
   for round in $(seq 1 "$rounds"); do
     for load in max max4000 10000; do
       # Which goes first alternates from round to round.
       if ((round % 2)); then
-        run plain "$plain" "$load"
-        run secure "$secure" "$load" "${sec[@]}"
+        run_one "$setup" plain "$plain" "$load" "$round"
+        run_one "$setup" secure "$secure" "$load" "$round" "$@"
       else
-        run secure "$secure" "$load" "${sec[@]}"
-        run plain "$plain" "$load"
+        run_one "$setup" secure "$secure" "$load" "$round" "$@"
+        run_one "$setup" plain "$plain" "$load" "$round"
       fi
     done
   done
@@ -103,22 +107,32 @@ for setup in $setups; do
       measure standalone 127.0.0.1:16650 127.0.0.1:26650 "${sec[@]}"
       ;;
     pair)
-      # One after the other: a dev cluster picks its ports before its
-      # processes bind them, so two starting at once could collide.
-      for d in dev-plain dev-secure; do
-        flags=()
-        [ $d = dev-plain ] && flags=(--insecure)
-        "$bin" dev --regions a,b --brokers 1 --data-dir "$work/$d" "${flags[@]}" >"$work/$d.log" 2>&1 &
-        pids+=($!)
-        for _ in $(seq 1 360); do [ -s "$work/$d/cluster.json" ] && break; sleep 0.5; done
-        [ -s "$work/$d/cluster.json" ] || { echo "$d did not start" >&2; tail -20 "$work/$d.log" >&2; exit 1; }
+      # One cluster at a time (20 processes each on this machine's cores),
+      # started again for every round, plain and secure in alternating
+      # order: a second cluster idling beside the measured one skewed
+      # the figures (docs/BENCHMARKS.md).
+      for round in $(seq 1 "$rounds"); do
+        modes=(plain secure)
+        ((round % 2)) || modes=(secure plain)
+        for mode in "${modes[@]}"; do
+          d=$work/dev-$mode
+          flags=()
+          [ "$mode" = plain ] && flags=(--insecure)
+          "$bin" dev --regions a,b --brokers 1 --data-dir "$d" "${flags[@]}" >"$d.log" 2>&1 &
+          devpid=$!
+          for _ in $(seq 1 360); do [ -s "$d/cluster.json" ] && break; sleep 0.5; done
+          [ -s "$d/cluster.json" ] || { echo "dev-$mode did not start" >&2; tail -20 "$d.log" >&2; kill $devpid; exit 1; }
+          url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["regions"][0]["grpc"])' "$d/cluster.json")
+          sec=()
+          [ "$mode" = secure ] && sec=(--tls-ca "$d/security/ca.pem" --token-file "$d/security/admin.token")
+          "$bin" admin --url "$url" "${sec[@]}" namespaces set-policies public/default --replication-regions a,b >/dev/null
+          for load in max max4000 10000; do
+            run_one pair "$mode" "$url" "$load" "$round" "${sec[@]}"
+          done
+          kill -INT $devpid
+          wait $devpid || true
+        done
       done
-      pa=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["regions"][0]["grpc"])' "$work/dev-plain/cluster.json")
-      sa=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["regions"][0]["grpc"])' "$work/dev-secure/cluster.json")
-      sec=(--tls-ca "$work/dev-secure/security/ca.pem" --token-file "$work/dev-secure/security/admin.token")
-      "$bin" admin --url "$pa" namespaces set-policies public/default --replication-regions a,b >/dev/null
-      "$bin" admin --url "$sa" "${sec[@]}" namespaces set-policies public/default --replication-regions a,b >/dev/null
-      measure pair "$pa" "$sa" "${sec[@]}"
       ;;
     *) echo "unknown setup $setup" >&2; exit 2 ;;
   esac
