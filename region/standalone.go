@@ -143,21 +143,37 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 		return nil, err
 	}
 
-	raftAddr, err := stickyAddr(filepath.Join(cfg.DataDir, "raft-address"))
-	if err != nil {
-		return nil, err
-	}
-	mcfg := metadata.SingleNodeConfig(filepath.Join(cfg.DataDir, "metadata"), raftAddr, metadata.GlobalShard, cfg.Region)
-	mcfg.Logger = log.With("component", "metadata")
-	mcfg.Registerer = reg
-	mcfg.SecurityRuntime = metaRT
-	sa.meta, err = metadata.NewNode(mcfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := sa.meta.Start(ctx); err != nil {
+	// A fresh data dir's Raft port is picked free, then bound by the node:
+	// another process can take it in between. Such a bind failure on a
+	// port just picked (nothing recorded in it yet) picks another one; a
+	// recorded port is the Raft log's and must not move.
+	addrFile := filepath.Join(cfg.DataDir, "raft-address")
+	for attempt := 1; ; attempt++ {
+		raftAddr, fresh, err := stickyAddr(addrFile)
+		if err != nil {
+			return nil, err
+		}
+		mcfg := metadata.SingleNodeConfig(filepath.Join(cfg.DataDir, "metadata"), raftAddr, metadata.GlobalShard, cfg.Region)
+		mcfg.Logger = log.With("component", "metadata")
+		mreg := &undoRegisterer{Registerer: reg}
+		mcfg.Registerer = mreg
+		mcfg.SecurityRuntime = metaRT
+		if sa.meta, err = metadata.NewNode(mcfg); err != nil {
+			return nil, err
+		}
+		err = sa.meta.Start(ctx)
+		if err == nil {
+			break
+		}
 		sa.meta = nil
-		return nil, err
+		mreg.undo() // the next attempt's node registers the same metrics
+		if !fresh || attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		log.Warn("the Raft port picked was taken before the bind: picking another", "addr", raftAddr, "attempt", attempt)
+		if err := errors.Join(os.Remove(addrFile), os.RemoveAll(filepath.Join(cfg.DataDir, "metadata"))); err != nil {
+			return nil, err
+		}
 	}
 	if err := sa.meta.WaitReady(ctx); err != nil {
 		return nil, fmt.Errorf("region: metadata not ready: %w", err)
@@ -308,25 +324,66 @@ func StartStandalone(ctx context.Context, cfg StandaloneConfig) (*Standalone, er
 	return sa, nil
 }
 
-// stickyAddr returns the loopback Raft address recorded in path, or picks a
-// free one and records it: the Raft log remembers its address, so a
-// restarted standalone must use the same one.
-func stickyAddr(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		return strings.TrimSpace(string(b)), nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+// undoRegisterer remembers what it registered so that a failed start can
+// take it back.
+type undoRegisterer struct {
+	prometheus.Registerer
+	done []prometheus.Collector
+}
+
+// Register implements prometheus.Registerer.
+func (r *undoRegisterer) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
 	}
+	r.done = append(r.done, c)
+	return nil
+}
+
+// MustRegister implements prometheus.Registerer.
+func (r *undoRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// undo unregisters everything registered through r.
+func (r *undoRegisterer) undo() {
+	for _, c := range r.done {
+		r.Registerer.Unregister(c)
+	}
+	r.done = nil
+}
+
+// pickRaftAddr picks a free loopback port for a fresh standalone's Raft
+// address (a variable: tests make the first pick collide).
+var pickRaftAddr = func() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	addr := l.Addr().String()
-	l.Close()
-	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
-		return "", err
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// stickyAddr returns the loopback Raft address recorded in path, or picks a
+// free one and records it (fresh): the Raft log remembers its address, so a
+// restarted standalone must use the same one.
+func stickyAddr(path string) (addr string, fresh bool, err error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, err
 	}
-	return addr, nil
+	if addr, err = pickRaftAddr(); err != nil {
+		return "", false, err
+	}
+	if err := os.WriteFile(path, []byte(addr+"\n"), 0o600); err != nil {
+		return "", false, err
+	}
+	return addr, true, nil
 }
 
 // GRPCAddr is the broker's gRPC address.
