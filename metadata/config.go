@@ -28,24 +28,16 @@ const (
 
 // Raft transports (NodeConfig.RaftTransport).
 const (
-	// RaftTransportMeridian is metadata/transport.go: plain TCP, dials
-	// through raft_dial_rewrite.
+	// RaftTransportMeridian is metadata/transport.go, the only transport:
+	// it validates every frame before Dragonboat sees it, dials through
+	// raft_dial_rewrite and applies security.tls.
 	RaftTransportMeridian = "meridian"
-	// RaftTransportDragonboat is Dragonboat's built-in TCP transport.
+	// RaftTransportDragonboat names Dragonboat's built-in TCP transport,
+	// which is refused: a frame header sizes its buffer (one 20-byte write
+	// ran a node out of memory), an Accept error panics, and it passes
+	// messages addressed to replica 0 to a registry that panics on them.
 	RaftTransportDragonboat = "dragonboat"
 )
-
-// UsesMeridianTransport reports whether the node runs Meridian's Raft
-// transport (explicitly, or by default because raft_dial_rewrite is set).
-func (c *NodeConfig) UsesMeridianTransport() bool {
-	return c.RaftTransport == RaftTransportMeridian || (c.RaftTransport == "" && (len(c.RaftDialRewrite) > 0 || c.tlsOn()))
-}
-
-// tlsOn reports whether the node has TLS (its own block or the runtime
-// given).
-func (c *NodeConfig) tlsOn() bool {
-	return c.Security.Enabled() || (c.SecurityRuntime != nil && c.SecurityRuntime.TLS() != nil)
-}
 
 // NodeConfig configures one metadata node: one Dragonboat NodeHost hosting
 // one replica of each of several shards, plus its gRPC and HTTP servers.
@@ -69,18 +61,12 @@ type NodeConfig struct {
 	// RaftDialRewrite maps a peer's Raft address to the address this node
 	// dials instead (a link proxy in `meridian dev`), so that cross-region
 	// Raft traffic can be delayed and cut. Unmapped addresses are dialed as
-	// they are. It needs RaftTransport "meridian" (the default when the map
-	// is not empty).
+	// they are.
 	RaftDialRewrite map[string]string `yaml:"raft_dial_rewrite"`
-	// RaftTransport chooses the Raft transport: "dragonboat" (Dragonboat's
-	// own TCP transport), "meridian" (metadata/transport.go, which applies
-	// RaftDialRewrite and security.tls) or "" (meridian when
-	// raft_dial_rewrite or security.tls is set, else dragonboat, so
-	// existing deployments do not change). With security.tls it must be
-	// meridian or empty: Raft traffic never falls back to plaintext. Every replica of
-	// a shard must use the same one: the two do not talk to each other, so
-	// set it explicitly on every node of a cluster where only some nodes
-	// have a rewrite map.
+	// RaftTransport names the Raft transport: "meridian" or "" (the same).
+	// "dragonboat" (Dragonboat's own TCP transport) is refused: it trusts
+	// the sizes and replica IDs of the frames it reads, so one frame from
+	// anyone who reaches the Raft port crashes the node.
 	RaftTransport string `yaml:"raft_transport"`
 
 	// RTT is the Raft round-trip unit (default 10ms); elections take
@@ -262,14 +248,9 @@ func (c *NodeConfig) Validate() error {
 	switch c.RaftTransport {
 	case "", RaftTransportMeridian:
 	case RaftTransportDragonboat:
-		if len(c.RaftDialRewrite) > 0 {
-			bad("raft_dial_rewrite needs raft_transport %q (or unset), not %q", RaftTransportMeridian, c.RaftTransport)
-		}
-		if c.tlsOn() {
-			bad("security.tls needs raft_transport %q (or unset), not %q: Dragonboat's transport is plaintext", RaftTransportMeridian, c.RaftTransport)
-		}
+		bad("raft_transport %q is no longer supported: Dragonboat's TCP transport crashes on a hostile frame; use %q (or leave it empty) on every node of the shard", c.RaftTransport, RaftTransportMeridian)
 	default:
-		bad("raft_transport %q must be %q, %q or empty", c.RaftTransport, RaftTransportMeridian, RaftTransportDragonboat)
+		bad("raft_transport %q must be %q or empty", c.RaftTransport, RaftTransportMeridian)
 	}
 	for from, to := range c.RaftDialRewrite {
 		if _, _, err := net.SplitHostPort(from); err != nil {

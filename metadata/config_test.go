@@ -29,18 +29,18 @@ func TestSampleConfigsLoad(t *testing.T) {
 
 func TestBadConfigNamesField(t *testing.T) {
 	cases := map[string]string{
-		"node_id: 0\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {0: 127.0.0.1:1}}]\n":                                                                       "node_id",
-		"node_id: 1\nraft_address: nope\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {1: nope}}]\n":                                                                                     "raft_address",
-		"node_id: 1\nraft_address: 127.0.0.1:1\nshards: [{name: global, shard_id: 1, members: {1: 127.0.0.1:1}}]\n":                                                                                     "data_dir",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {2: 127.0.0.1:2}}]\n":                                                                       "shards[0].members must include node_id 1",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}, {name: g, shard_id: 2, members: {1: 127.0.0.1:1}}]\n":                         "shards[1].name",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nmax_value_bytes: 0\n":                                                        "max_value_bytes",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nbogus: 1\n":                                                                  "bogus",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nrtt: fast\n":                                                                 "fast",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_dial_rewrite: {127.0.0.1:2: nope}\n":                                    "raft_dial_rewrite[\"127.0.0.1:2\"]",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_dial_rewrite: {nope: 127.0.0.1:3}\n":                                    "raft_dial_rewrite key",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_transport: udp\n":                                                       "raft_transport",
-		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_transport: dragonboat\nraft_dial_rewrite: {127.0.0.1:2: 127.0.0.1:3}\n": "raft_dial_rewrite needs raft_transport",
+		"node_id: 0\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {0: 127.0.0.1:1}}]\n":                                               "node_id",
+		"node_id: 1\nraft_address: nope\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {1: nope}}]\n":                                                             "raft_address",
+		"node_id: 1\nraft_address: 127.0.0.1:1\nshards: [{name: global, shard_id: 1, members: {1: 127.0.0.1:1}}]\n":                                                             "data_dir",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: global, shard_id: 1, members: {2: 127.0.0.1:2}}]\n":                                               "shards[0].members must include node_id 1",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}, {name: g, shard_id: 2, members: {1: 127.0.0.1:1}}]\n": "shards[1].name",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nmax_value_bytes: 0\n":                                "max_value_bytes",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nbogus: 1\n":                                          "bogus",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nrtt: fast\n":                                         "fast",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_dial_rewrite: {127.0.0.1:2: nope}\n":            "raft_dial_rewrite[\"127.0.0.1:2\"]",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_dial_rewrite: {nope: 127.0.0.1:3}\n":            "raft_dial_rewrite key",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_transport: udp\n":                               "raft_transport",
+		"node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: /x\nshards: [{name: g, shard_id: 1, members: {1: 127.0.0.1:1}}]\nraft_transport: dragonboat\n":                        "raft_transport \"dragonboat\" is no longer supported",
 	}
 	for body, field := range cases {
 		p := filepath.Join(t.TempDir(), "meta.yaml")

@@ -144,9 +144,11 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("metadata: register metrics: %w", err)
 	}
 	quietDragonboat()
-	expert := dbconfig.ExpertConfig{LogDB: dbconfig.GetTinyMemLogDBConfig()}
-	if n.cfg.UsesMeridianTransport() {
-		expert.TransportFactory = newRaftTransportFactory(n.cfg.RaftDialRewrite, n.sec.TLS(), n.log, n.tmetrics)
+	expert := dbconfig.ExpertConfig{
+		LogDB: dbconfig.GetTinyMemLogDBConfig(),
+		// Always Meridian's transport: Dragonboat's own crashes on a
+		// hostile frame (see RaftTransportDragonboat).
+		TransportFactory: newRaftTransportFactory(n.cfg.RaftDialRewrite, n.sec.TLS(), n.log, n.tmetrics),
 	}
 	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, "nodehost"),

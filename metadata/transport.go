@@ -68,6 +68,17 @@ const (
 	// 64 MiB plus one entry (Dragonboat's MaxMessageBatchSize) and an entry
 	// at most max_txn_bytes (≤ 32 MiB); a chunk is 2 MiB of data.
 	raftMaxFrame = 256 << 20
+	// raftReadStep is how far a frame's buffer grows ahead of the bytes
+	// received: a header announcing a large frame costs memory only as
+	// its bytes arrive.
+	raftReadStep = 1 << 20
+	// raftIdleTimeout bounds the wait for the next frame of an open
+	// connection (a peer's heartbeats arrive every few RTTs);
+	// raftStepTimeout bounds the wait for each raftReadStep of a frame.
+	raftIdleTimeout = 2 * time.Minute
+	raftStepTimeout = 30 * time.Second
+	// raftAcceptBackoffMax bounds the pause after a failed Accept.
+	raftAcceptBackoffMax = time.Second
 	// raftWriteTimeout bounds one frame write; raftDialTimeout one dial.
 	raftWriteTimeout = 10 * time.Second
 	raftDialTimeout  = 5 * time.Second
@@ -254,14 +265,15 @@ func (t *rewriteTransport) acceptLoop(lis net.Listener) {
 	for {
 		c, err := lis.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Temporary (for example too many open files): back off.
-				time.Sleep(backoff)
-				backoff = min(2*backoff, time.Second)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return // closed
+			// Anything else (too many open files, a connection reset
+			// before it was accepted) passes: back off and go on.
+			t.log.Warn("raft accept failed", "err", err, "backoff", backoff)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, raftAcceptBackoffMax)
+			continue
 		}
 		backoff = 5 * time.Millisecond
 		if !t.track(c, true) {
@@ -309,7 +321,7 @@ func (t *rewriteTransport) serve(c net.Conn) error {
 		return fmt.Errorf("unknown connection kind %d", kind)
 	}
 	for {
-		typ, payload, err := readRaftFrame(r)
+		typ, payload, err := readRaftFrame(r, c)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -320,15 +332,17 @@ func (t *rewriteTransport) serve(c net.Conn) error {
 		t.metrics.bytes.WithLabelValues("received").Add(float64(len(payload)))
 		switch {
 		case kind == raftConnMessages && typ == raftFrameBatch:
-			var b pb.MessageBatch
-			if err := b.Unmarshal(payload); err != nil {
-				return fmt.Errorf("decode message batch: %w", err)
+			b, err := decodeRaftBatch(payload)
+			if err != nil {
+				t.metrics.refused.WithLabelValues("batch").Inc()
+				return err
 			}
 			t.onBatch(b)
 		case kind == raftConnSnapshot && typ == raftFrameChunk:
-			var ch pb.Chunk
-			if err := ch.Unmarshal(payload); err != nil {
-				return fmt.Errorf("decode snapshot chunk: %w", err)
+			ch, err := decodeRaftChunk(payload)
+			if err != nil {
+				t.metrics.refused.WithLabelValues("chunk").Inc()
+				return err
 			}
 			if !t.onChunk(ch) {
 				// Dragonboat rejected the chunk (stale or out of order):
@@ -345,8 +359,19 @@ func (t *rewriteTransport) serve(c net.Conn) error {
 	}
 }
 
-// readRaftFrame reads one frame; a clean EOF before it is io.EOF.
-func readRaftFrame(r io.Reader) (byte, []byte, error) {
+// readRaftFrame reads one frame; a clean EOF before it is io.EOF. When
+// c is not nil it sets read deadlines: raftIdleTimeout for the header,
+// then raftStepTimeout for each raftReadStep of the payload. The buffer
+// grows as the payload arrives (at most twice what arrived plus
+// raftReadStep), so a header that lies about its length costs no more
+// than the bytes actually sent.
+func readRaftFrame(r io.Reader, c net.Conn) (byte, []byte, error) {
+	deadline := func(d time.Duration) {
+		if c != nil {
+			_ = c.SetReadDeadline(time.Now().Add(d))
+		}
+	}
+	deadline(raftIdleTimeout)
 	var h [raftFrameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -354,19 +379,91 @@ func readRaftFrame(r io.Reader) (byte, []byte, error) {
 		}
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(h[1:5])
+	n := int(binary.BigEndian.Uint32(h[1:5]))
 	if n > raftMaxFrame {
 		return 0, nil, fmt.Errorf("frame of %d bytes exceeds the %d byte limit", n, raftMaxFrame)
 	}
 	// A fresh buffer per frame: decoded messages may keep slices of it.
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		return 0, nil, fmt.Errorf("truncated frame: %w", err)
+	payload := make([]byte, 0, min(n, raftReadStep))
+	for len(payload) < n {
+		deadline(raftStepTimeout)
+		step := min(n-len(payload), raftReadStep)
+		if cap(payload)-len(payload) < step {
+			grown := make([]byte, len(payload), min(n, max(2*cap(payload), len(payload)+step)))
+			copy(grown, payload)
+			payload = grown
+		}
+		m, err := io.ReadFull(r, payload[len(payload):len(payload)+step])
+		payload = payload[:len(payload)+m]
+		if err != nil {
+			return 0, nil, fmt.Errorf("truncated frame (%d of %d bytes): %w", len(payload), n, err)
+		}
 	}
 	if crc32.Checksum(payload, raftCRC) != binary.BigEndian.Uint32(h[5:9]) {
 		return 0, nil, errors.New("frame checksum mismatch")
 	}
 	return h[0], payload, nil
+}
+
+// raftNetworkTypes are the message types one replica sends another.
+// Every other type (ticks, elections, quorum checks, snapshot installs,
+// config change events, log queries) is produced inside the node, and
+// Dragonboat indexes a table by the type: a remote message of a local
+// or unknown type is refused here.
+var raftNetworkTypes = map[pb.MessageType]bool{
+	pb.NoOP: true, pb.Propose: true,
+	pb.Replicate: true, pb.ReplicateResp: true,
+	pb.RequestVote: true, pb.RequestVoteResp: true,
+	pb.RequestPreVote: true, pb.RequestPreVoteResp: true,
+	pb.Heartbeat: true, pb.HeartbeatResp: true,
+	pb.ReadIndex: true, pb.ReadIndexResp: true,
+	pb.Quiesce: true, pb.SnapshotReceived: true,
+	pb.LeaderTransfer: true, pb.TimeoutNow: true, pb.RateLimit: true,
+}
+
+// decodeRaftBatch decodes and validates a received message batch before
+// Dragonboat sees it: Dragonboat panics on a message to replica 0 and
+// trusts shard, replica and type fields. SourceAddress is cleared: it
+// would register an address for the sender, and this transport does not
+// need one (addresses come from each shard's member set).
+func decodeRaftBatch(payload []byte) (pb.MessageBatch, error) {
+	var b pb.MessageBatch
+	if err := b.Unmarshal(payload); err != nil {
+		return pb.MessageBatch{}, fmt.Errorf("decode message batch: %w", err)
+	}
+	for i, m := range b.Requests {
+		switch {
+		case m.ShardID == 0:
+			return pb.MessageBatch{}, fmt.Errorf("message batch request %d: shard_id 0", i)
+		case m.To == 0:
+			return pb.MessageBatch{}, fmt.Errorf("message batch request %d: to 0", i)
+		case m.From == 0:
+			return pb.MessageBatch{}, fmt.Errorf("message batch request %d: from 0", i)
+		case !raftNetworkTypes[m.Type]:
+			return pb.MessageBatch{}, fmt.Errorf("message batch request %d: type %d is not sent between replicas", i, m.Type)
+		}
+	}
+	b.SourceAddress = ""
+	return b, nil
+}
+
+// decodeRaftChunk decodes and validates a received snapshot chunk.
+func decodeRaftChunk(payload []byte) (pb.Chunk, error) {
+	var ch pb.Chunk
+	if err := ch.Unmarshal(payload); err != nil {
+		return pb.Chunk{}, fmt.Errorf("decode snapshot chunk: %w", err)
+	}
+	switch {
+	case ch.ShardID == 0:
+		return pb.Chunk{}, errors.New("snapshot chunk: shard_id 0")
+	case ch.ReplicaID == 0:
+		return pb.Chunk{}, errors.New("snapshot chunk: replica_id 0")
+	case ch.From == 0:
+		return pb.Chunk{}, errors.New("snapshot chunk: from 0")
+	case ch.ChunkCount == 0 || ch.ChunkId >= ch.ChunkCount:
+		return pb.Chunk{}, fmt.Errorf("snapshot chunk: chunk_id %d of chunk_count %d", ch.ChunkId, ch.ChunkCount)
+	}
+	return ch, nil
 }
 
 // dial opens an outbound connection of the given kind to target, through
@@ -531,6 +628,8 @@ type raftTransportMetrics struct {
 	dials  *prometheus.CounterVec
 	// handshakes counts TLS handshakes (security.tls only).
 	handshakes *prometheus.CounterVec
+	// refused counts received frames refused by validation.
+	refused *prometheus.CounterVec
 }
 
 func newRaftTransportMetrics(reg prometheus.Registerer) *raftTransportMetrics {
@@ -551,9 +650,13 @@ func newRaftTransportMetrics(reg prometheus.Registerer) *raftTransportMetrics {
 			Name: "meridian_metadata_raft_transport_tls_handshakes_total",
 			Help: "TLS handshakes of the Raft transport (security.tls), by direction (inbound, outbound) and result (ok, error: bad or missing certificate, plaintext peer, not a metadata node).",
 		}, []string{"direction", "result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_metadata_raft_transport_refused_frames_total",
+			Help: "Received Raft frames refused before Dragonboat saw them (zero shard or replica ID, a message type replicas do not send, an undecodable payload), by kind (batch, chunk); the connection is closed.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []**prometheus.CounterVec{&m.frames, &m.bytes, &m.dials, &m.handshakes} {
+		for _, c := range []**prometheus.CounterVec{&m.frames, &m.bytes, &m.dials, &m.handshakes, &m.refused} {
 			// A node restarted in the same process registers again: keep
 			// counting on the collector already registered.
 			if err := reg.Register(*c); err != nil {

@@ -111,7 +111,8 @@ func TestRewriteTransportDeliversThroughRewrite(t *testing.T) {
 	rec.mu.Lock()
 	for i, b := range rec.batches {
 		m := b.Requests[0]
-		if b.SourceAddress != "src" || b.DeploymentId != 7 || m.Term != uint64(i+1) || m.Entries[0].Index != uint64(i+10) || m.Entries[0].Cmd[0] != byte(i) {
+		// SourceAddress is cleared on receipt (decodeRaftBatch).
+		if b.SourceAddress != "" || b.DeploymentId != 7 || m.Term != uint64(i+1) || m.Entries[0].Index != uint64(i+10) || m.Entries[0].Cmd[0] != byte(i) {
 			t.Fatalf("batch %d arrived as %+v", i, b)
 		}
 	}
@@ -126,7 +127,7 @@ func TestRewriteTransportDeliversThroughRewrite(t *testing.T) {
 		data[i] = byte(i * 7)
 	}
 	for i := range 3 {
-		if err := sc.SendChunk(pb.Chunk{ShardID: 1, ReplicaID: 2, ChunkId: uint64(i), ChunkCount: 3, Data: data}); err != nil {
+		if err := sc.SendChunk(pb.Chunk{ShardID: 1, ReplicaID: 2, From: 1, ChunkId: uint64(i), ChunkCount: 3, Data: data}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,7 +157,7 @@ func TestRewriteTransportRejectedChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	chunk := pb.Chunk{ShardID: 1, Data: make([]byte, 64<<10)}
+	chunk := pb.Chunk{ShardID: 1, ReplicaID: 2, From: 1, ChunkCount: 1, Data: make([]byte, 64<<10)}
 	pollUntil(t, "a send to fail after the rejection", func() bool { return sc.SendChunk(chunk) != nil })
 	if _, n := rec.counts(); n != 1 {
 		t.Fatalf("receiver took %d chunks after rejecting the first", n)
