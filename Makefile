@@ -12,7 +12,7 @@ CHAOS_SEEDS ?= 1 2 3
 CHAOS_DURATION ?= 5m
 CHAOS_SCENARIOS ?= zombie-owner wiped-bookie region-partition remote-rejects ack-holes-crash power-loss power-loss-quorum clock-jump operator-actions
 
-.PHONY: all build test test-long chaos test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo bench-security clean
+.PHONY: all build test test-long chaos fuzz test-short test-stress lint proto proto-check bench bench-cluster bench-metadata bench-storage bench-compare bench-geo bench-security clean
 
 all: build
 
@@ -36,6 +36,14 @@ test-long:
 ## test-stress: the race suite -count=3 under two busy loops hogging the CPUs (.ci/stress); see docs/TESTING.md.
 test-stress:
 	RACE_PKGS="$(RACE_PKGS)" .ci/stress
+
+FUZZTIME ?= 60s
+FUZZPKGS ?= ./...
+
+## fuzz: every Fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s); plain `make test` runs only the
+## seeds in testdata/fuzz. A crash is written to the package's testdata/fuzz/FuzzXxx/ by go test: commit it as a seed.
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(FUZZPKGS)); do 	  for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do 	    echo "== $$pkg $$fz ($(FUZZTIME))"; 	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) $$pkg; 	  done; 	done
 
 test-short:
 	$(GO) test -short -timeout $(TEST_TIMEOUT) $(PKGS)

@@ -113,6 +113,18 @@ type Config struct {
 	// MaxPendingSends bounds the sends a topic queues before its ledger
 	// (default 4096): producers block (back-pressure) beyond it.
 	MaxPendingSends int `yaml:"max_pending_sends"`
+	// MaxPendingSendBytes bounds the payload bytes of a topic's sends
+	// that have no receipt yet (default 64 MiB); beyond it its producers'
+	// streams stop being read (back-pressure). Like MaxPendingSends, in
+	// bytes. At least max_message_bytes.
+	MaxPendingSendBytes int64 `yaml:"max_pending_send_bytes"`
+	// MaxInflightBytesPerConnection bounds the same per client connection
+	// (default 32 MiB), over all its producers. At least max_message_bytes.
+	MaxInflightBytesPerConnection int64 `yaml:"max_inflight_bytes_per_connection"`
+	// MaxInflightProduceBytes bounds the same over the whole broker
+	// (default 256 MiB; Pulsar's maxMessagePublishBufferSizeInMB). At
+	// least max_message_bytes.
+	MaxInflightProduceBytes int64 `yaml:"max_inflight_produce_bytes"`
 	// MaxPermitsPerConsumer caps the permits a consumer may accumulate
 	// (default 10000) and so the entries queued towards it.
 	MaxPermitsPerConsumer int `yaml:"max_permits_per_consumer"`
@@ -267,33 +279,36 @@ func (c Config) grpcWindow() int32 {
 // DefaultConfig returns a Config with every limit at its default.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddress:             "127.0.0.1:6650",
-		MaxMessageBytes:         5 << 20,
-		DefaultEnsembleSize:     3,
-		DefaultWriteQuorum:      2,
-		DefaultAckQuorum:        2,
-		RolloverEntries:         50000,
-		RolloverBytes:           256 << 20,
-		RolloverAge:             4 * time.Hour,
-		CursorPersistInterval:   time.Second,
-		RetentionInterval:       time.Minute,
-		BacklogPolicyInterval:   5 * time.Second,
-		FailoverSwitchDelay:     time.Second,
-		SessionTTL:              10 * time.Second,
-		OperationTimeout:        30 * time.Second,
-		MaxPendingSends:         4096,
-		MaxPermitsPerConsumer:   10000,
-		MaxUnackedPerConsumer:   50000,
-		TailCacheBytes:          256 << 20,
-		MaxIndividualAcks:       100000,
-		DedupMaxProducers:       10000,
-		MaxOriginIncarnations:   16,
-		MaxFailoverConfirmBytes: 1 << 20,
-		KeepaliveTime:           30 * time.Second,
-		KeepaliveTimeout:        10 * time.Second,
-		KeepaliveMinTime:        5 * time.Second,
-		Replication:             DefaultReplicationConfig(),
-		Subscriptions:           DefaultSubscriptionsConfig(),
+		GRPCAddress:                   "127.0.0.1:6650",
+		MaxMessageBytes:               5 << 20,
+		DefaultEnsembleSize:           3,
+		DefaultWriteQuorum:            2,
+		DefaultAckQuorum:              2,
+		RolloverEntries:               50000,
+		RolloverBytes:                 256 << 20,
+		RolloverAge:                   4 * time.Hour,
+		CursorPersistInterval:         time.Second,
+		RetentionInterval:             time.Minute,
+		BacklogPolicyInterval:         5 * time.Second,
+		FailoverSwitchDelay:           time.Second,
+		SessionTTL:                    10 * time.Second,
+		OperationTimeout:              30 * time.Second,
+		MaxPendingSends:               4096,
+		MaxPendingSendBytes:           64 << 20,
+		MaxInflightBytesPerConnection: 32 << 20,
+		MaxInflightProduceBytes:       256 << 20,
+		MaxPermitsPerConsumer:         10000,
+		MaxUnackedPerConsumer:         50000,
+		TailCacheBytes:                256 << 20,
+		MaxIndividualAcks:             100000,
+		DedupMaxProducers:             10000,
+		MaxOriginIncarnations:         16,
+		MaxFailoverConfirmBytes:       1 << 20,
+		KeepaliveTime:                 30 * time.Second,
+		KeepaliveTimeout:              10 * time.Second,
+		KeepaliveMinTime:              5 * time.Second,
+		Replication:                   DefaultReplicationConfig(),
+		Subscriptions:                 DefaultSubscriptionsConfig(),
 	}
 }
 
@@ -335,6 +350,12 @@ func (c Config) Validate() error {
 		return bad("operation_timeout %v must be > 0", c.OperationTimeout)
 	case c.MaxPendingSends < 1:
 		return bad("max_pending_sends %d must be >= 1", c.MaxPendingSends)
+	case c.MaxPendingSendBytes < int64(c.MaxMessageBytes):
+		return bad("max_pending_send_bytes %d must be >= max_message_bytes %d", c.MaxPendingSendBytes, c.MaxMessageBytes)
+	case c.MaxInflightBytesPerConnection < int64(c.MaxMessageBytes):
+		return bad("max_inflight_bytes_per_connection %d must be >= max_message_bytes %d", c.MaxInflightBytesPerConnection, c.MaxMessageBytes)
+	case c.MaxInflightProduceBytes < int64(c.MaxMessageBytes):
+		return bad("max_inflight_produce_bytes %d must be >= max_message_bytes %d", c.MaxInflightProduceBytes, c.MaxMessageBytes)
 	case c.MaxPermitsPerConsumer < 1:
 		return bad("max_permits_per_consumer %d must be >= 1", c.MaxPermitsPerConsumer)
 	case c.MaxUnackedPerConsumer < 1:

@@ -23,3 +23,7 @@ func BrokerRuleKind(method string) (kind string, firstMessage bool) {
 
 // BrokerRuleComponents returns the component kinds of a component rule.
 func BrokerRuleComponents(method string) []string { return brokerRules[method].kinds }
+
+// InflightProduceBytesForTesting reports the bytes the broker's produce
+// budget holds now (sendbudget.go).
+func InflightProduceBytesForTesting(s *Server) int64 { return s.sendBytes.inUse() }

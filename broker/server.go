@@ -50,6 +50,10 @@ type Server struct {
 	repl    *replManager
 	// vlim bounds acknowledgement vectors (cfg.Subscriptions).
 	vlim *vecLimits
+	// sendBytes and sendConns bound produce bytes without a receipt, per
+	// broker and per connection (sendbudget.go).
+	sendBytes *byteBudget
+	sendConns connBudgets
 	// sched runs every loaded topic's periodic work (timerwheel.go).
 	sched *topicSched
 
@@ -121,7 +125,8 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
 		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(), vlim: cfg.Subscriptions.vecLimits(),
-		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes}}
+		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes},
+		sendBytes:        newByteBudget(cfg.MaxInflightProduceBytes), sendConns: connBudgets{limit: cfg.MaxInflightBytesPerConnection}}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err

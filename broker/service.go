@@ -121,6 +121,12 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	// goroutine keeps draining receipts, so the two never wait on each other.
 	// inflight counts sends whose receipt is not yet queued.
 	var inflight atomic.Int64
+	// Each send holds its payload's bytes in the connection's, topic's and
+	// broker's budgets until its receipt is queued (sendbudget.go).
+	connKey := peerAddr(ctx)
+	hold := &sendHold{conn: b.sendConns.get(connKey), topic: t.sendBytes, broker: b.sendBytes}
+	defer b.sendConns.put(connKey)
+	defer hold.close()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -134,8 +140,13 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 				recvErr <- GRPCError(fmt.Errorf("%w: after open, produce requests must be send", ErrInvalidArgument))
 				return
 			}
+			release, err := hold.take(ctx, int64(len(sd.GetPayload()))+sendOverheadBytes)
+			if err != nil {
+				recvErr <- err
+				return
+			}
 			inflight.Add(1)
-			cs.handleSend(ctx, t, p, sd, &inflight)
+			cs.handleSend(ctx, t, p, sd, &inflight, release)
 		}
 	}()
 	for {
@@ -176,9 +187,12 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	}
 }
 
-func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, sd *clientv1.Send, inflight *atomic.Int64) {
+// handleSend validates and queues one send; release gives back its
+// budget bytes when its receipt is queued.
+func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, sd *clientv1.Send, inflight *atomic.Int64, releaseBudget func()) {
 	b := cs.b
 	reply := func(r *clientv1.SendReceipt) {
+		releaseBudget()
 		inflight.Add(-1)
 		select {
 		case p.out <- &clientv1.ProduceResponse{Kind: &clientv1.ProduceResponse_Receipt{Receipt: r}}:

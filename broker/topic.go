@@ -86,6 +86,10 @@ type topic struct {
 	// backlog is the TTL / backlog quota pass state (backlogops.go, ttl.go).
 	backlog backlogTopicState
 
+	// sendBytes bounds the payload bytes of sends without a receipt
+	// (cfg.MaxPendingSendBytes, sendbudget.go).
+	sendBytes *byteBudget
+
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Int64
 	rateMu                             sync.Mutex
 	rateAt                             time.Time
@@ -98,7 +102,8 @@ func newTopic(b *Server, name TopicName, pol *clientv1.NamespacePolicies) *topic
 		b: b, name: name, log: b.log.With("topic", name.String()),
 		stop:      make(chan struct{}),
 		producers: map[string]*producer{}, subs: map[string]*subscription{}, policies: pol,
-		rateAt: time.Now(),
+		rateAt:    time.Now(),
+		sendBytes: newByteBudget(b.cfg.MaxPendingSendBytes),
 	}
 	t.ml = newManagedLedger(&b.cfg, &b.cacheBytes, name.String(), t.log, t.ledgerOptions, t.notify, t.onLedgerFailed)
 	if b.metrics != nil {

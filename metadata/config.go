@@ -204,18 +204,28 @@ func SingleNodeConfig(dataDir, raftAddress string, shards ...string) NodeConfig 
 // LoadNodeConfig reads a YAML node config over DefaultNodeConfig and
 // validates it.
 func LoadNodeConfig(path string) (NodeConfig, error) {
-	cfg := DefaultNodeConfig()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, fmt.Errorf("metadata: read config: %w", err)
+		return DefaultNodeConfig(), fmt.Errorf("metadata: read config: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
+	cfg, err := ParseNodeConfig(b)
+	if err != nil {
+		return cfg, fmt.Errorf("metadata: config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseNodeConfig decodes a YAML node config over DefaultNodeConfig
+// (unknown fields are errors) and validates it.
+func ParseNodeConfig(data []byte) (NodeConfig, error) {
+	cfg := DefaultNodeConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("metadata: config %s: %w", path, err)
+		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("metadata: config %s: %w", path, err)
+		return cfg, err
 	}
 	return cfg, nil
 }
