@@ -206,6 +206,11 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 			e.loc.file = r.u64("entry file")
 			e.loc.off = int64(r.u64("entry offset"))
 			size := r.u32("entry size")
+			if r.err == nil && (size&^ckptCorruptBit < recHeaderSize || size&^ckptCorruptBit > maxRecordBytes) {
+				// Reads allocate an entry's size: only a header's
+				// (checked) length is ever indexed.
+				r.err = fmt.Errorf("%w: entry size is %d, want in [%d, maxRecordBytes=%d]", errBadCheckpoint, size&^ckptCorruptBit, recHeaderSize, maxRecordBytes)
+			}
 			e.loc.size, e.loc.corrupt = size&^ckptCorruptBit, size&ckptCorruptBit != 0
 			l.entries = append(l.entries, e)
 		}
