@@ -55,9 +55,11 @@ func craftHeader(typ byte, ledger, entry int64, length uint32) []byte {
 	return h[:]
 }
 
-// checkIndexSane asserts that every entry replay indexed lies inside its
-// file, is at most maxRecordBytes, starts with an intact header naming it,
-// and, unless flagged corrupt, has a matching payload CRC.
+// checkIndexSane asserts that every entry replay indexed is at most
+// maxRecordBytes and starts, inside its file, with an intact header naming
+// it; one that runs past the end of its file (a closed file's last record
+// whose header is intact) is flagged corrupt, and one not flagged corrupt
+// has a matching payload CRC.
 func checkIndexSane(t testing.TB, s *storage, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -66,12 +68,18 @@ func checkIndexSane(t testing.TB, s *storage, path string) {
 	}
 	for id, ls := range s.ledgers {
 		for e, l := range ls.entries {
-			if l.size > maxRecordBytes || l.off < 0 || l.off+int64(l.size) > int64(len(data)) {
-				t.Fatalf("ledger %d entry %d indexed at %d+%d: outside the %d-byte file or above maxRecordBytes=%d", id, e, l.off, l.size, len(data), maxRecordBytes)
+			if l.size > maxRecordBytes || l.off < 0 || l.off+recHeaderSize > int64(len(data)) {
+				t.Fatalf("ledger %d entry %d indexed at %d+%d: header outside the %d-byte file or size above maxRecordBytes=%d", id, e, l.off, l.size, len(data), maxRecordBytes)
 			}
 			h, ok := decodeHeader(data[l.off : l.off+recHeaderSize])
 			if !ok || h.ledger != id || h.entry != e || h.length != l.size || h.typ != recEntry {
 				t.Fatalf("ledger %d entry %d indexed at %d: header %+v ok=%v does not name it", id, e, l.off, h, ok)
+			}
+			if l.off+int64(l.size) > int64(len(data)) {
+				if !l.corrupt {
+					t.Fatalf("ledger %d entry %d indexed intact at %d+%d, past the end of the %d-byte file", id, e, l.off, l.size, len(data))
+				}
+				continue
 			}
 			if !l.corrupt && crc32.Checksum(data[l.off+recHeaderSize:l.off+int64(l.size)], castagnoli) != h.dataCRC {
 				t.Fatalf("ledger %d entry %d indexed intact at %d but its payload CRC fails", id, e, l.off)
