@@ -37,6 +37,10 @@ import (
 //   - A checkpoint that references journal files that are missing stops the
 //     bookie; new journal files are never numbered below the checkpoint
 //     position (files below it are never replayed).
+//   - Replay's memory is bounded whatever the files say: payloads are
+//     checked through a buffer of at most replayChunk, resync scans through
+//     a window of that size, and a header announcing more than
+//     maxRecordBytes is not a record (so no indexed entry is larger).
 
 // damagedRange is a part of a journal file whose records cannot be
 // identified or trusted (see the replay rules above).

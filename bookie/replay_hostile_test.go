@@ -245,3 +245,19 @@ func TestResyncWindowMatchesWholeFileScan(t *testing.T) {
 		t.Fatalf("%d of 200 trials found a record: the cases do not cover both outcomes", found)
 	}
 }
+
+// maxRecordBytes is what the journal can hold: the largest MaxEntryBytes
+// Validate accepts plus a header. Were Validate to accept more, replay
+// would reject records the journal wrote.
+func TestMaxRecordBytesCoversMaxEntryBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.JournalDir = "b1", t.TempDir()
+	cfg.MaxEntryBytes = maxRecordBytes - recHeaderSize
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("MaxEntryBytes = maxRecordBytes-recHeaderSize refused: %v", err)
+	}
+	cfg.MaxEntryBytes++
+	if err := cfg.Validate(); err == nil {
+		t.Fatalf("MaxEntryBytes=%d accepted: replay refuses records above maxRecordBytes=%d", cfg.MaxEntryBytes, maxRecordBytes)
+	}
+}
