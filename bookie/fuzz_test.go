@@ -60,11 +60,25 @@ func seedJournals() [][]byte {
 	}
 }
 
+// seedHeaders are CRC-valid headers announcing impossible or huge records.
+func seedHeaders() [][]byte {
+	return [][]byte{
+		craftHeader(recEntry, 1, 1, 1<<30),
+		craftHeader(recEntry, 1, 1, maxRecordBytes+1),
+		craftHeader(recEntry, 1, 1, maxRecordBytes),
+		craftHeader(recEntry, 1, 1, recHeaderSize-1),
+		craftHeader(recTruncate+1, 1, 1, recHeaderSize),
+	}
+}
+
 func FuzzJournalRecord(f *testing.F) {
 	for _, j := range seedJournals() {
 		f.Add(j, byte(recEntry), int64(1), int64(2), int64(1))
 	}
 	f.Add([]byte{}, byte(recFence), int64(-1), int64(-1), int64(-1))
+	for _, h := range seedHeaders() {
+		f.Add(h, byte(recDelete), int64(3), int64(-1), int64(-1))
+	}
 	f.Fuzz(func(t *testing.T, data []byte, typ byte, ledger, entry, lac int64) {
 		// Arbitrary bytes: a header that decodes is a possible record.
 		if h, ok := decodeHeader(data); ok {
@@ -107,8 +121,10 @@ func FuzzJournalReplay(f *testing.F) {
 		f.Add(j, true, uint16(1))
 		f.Add(j, false, uint16(45))
 	}
+	// One directory for every input: the fuzz function runs one input at
+	// a time in a process, and a directory per input halves the rate.
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte, last bool, from uint16) {
-		dir := t.TempDir()
 		p := writeJournal(t, dir, 9, 0, data)
 		s := replayStorage(dir)
 		before := totalAlloc()
@@ -167,6 +183,8 @@ func seedCheckpoints() [][]byte {
 	out = append(out, v1,
 		craftCheckpoint([]uint64{0, 1 << 31}, 100-len(ckptMagic)-16-4),
 		craftCheckpoint([]uint64{0, 100}, 64),
+		craftCheckpoint([]uint64{0, 223}, 200),    // nLedgers = body length - 1 passed the old check
+		craftCheckpoint([]uint64{0, 0, 223}, 192), // so did nDamaged
 		craftCheckpoint([]uint64{0, 0, 1 << 40}, 8))
 	return out
 }
@@ -238,6 +256,9 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for i, h := range seedHeaders() {
+		write("FuzzJournalRecord", 50+i, fmt.Sprintf("[]byte(%q)", h), "byte('\\x03')", "int64(3)", "int64(-1)", "int64(-1)")
 	}
 	for i, j := range seedJournals() {
 		write("FuzzJournalRecord", i, fmt.Sprintf("[]byte(%q)", j), "byte('\\x01')", "int64(1)", "int64(2)", "int64(1)")
