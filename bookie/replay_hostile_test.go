@@ -90,10 +90,10 @@ func checkIndexSane(t testing.TB, s *storage, path string) {
 
 // A damaged header followed by megabytes of garbage: resync scans for the
 // next intact record through a bounded window. Before the fix it read the
-// whole rest of the file into one buffer (16 MiB here).
+// whole rest of the file into one buffer (8 MiB here).
 func TestResyncScansThroughABoundedWindow(t *testing.T) {
 	dir := t.TempDir()
-	const garbage = 16 << 20
+	const garbage = 8 << 20
 	rng := rand.New(rand.NewPCG(1, 2))
 	junk := make([]byte, garbage)
 	for i := range junk {
@@ -134,8 +134,9 @@ func TestResyncScansThroughABoundedWindow(t *testing.T) {
 // Headers with a valid CRC that announce huge records. A record is read
 // through a bounded buffer and a length above maxRecordBytes is no record
 // (the journal never wrote one). Before the fix replay allocated a buffer of
-// the announced length (60 MiB here), and indexed the 1 GiB "record" of a
-// closed file as a corrupt entry of 1 GiB, which a read would allocate.
+// the announced length (60 MiB here; 64 MiB for a record just above
+// maxRecordBytes), and indexed the 1 GiB "record" of a closed file as a
+// corrupt entry of 1 GiB, which a read would allocate.
 func TestReplayHugeRecordHeaders(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -148,8 +149,8 @@ func TestReplayHugeRecordHeaders(t *testing.T) {
 			[][]byte{encodeRecord(nil, recEntry, 1, 0, -1, []byte("x")), craftHeader(recEntry, 1, 1, 1<<30)}, 1},
 		{"1 GiB record in a closed file", false, 0,
 			[][]byte{encodeRecord(nil, recEntry, 1, 0, -1, []byte("x")), craftHeader(recEntry, 1, 1, 1<<30)}, 1},
-		{"100 MiB record inside a 110 MiB sparse closed file", false, 110 << 20,
-			[][]byte{craftHeader(recEntry, 1, 1, 100<<20)}, 0},
+		{"maxRecordBytes+1 record inside a sparse closed file", false, maxRecordBytes + 4096,
+			[][]byte{craftHeader(recEntry, 1, 1, maxRecordBytes+1)}, 0},
 		{"60 MiB record with a bad payload in a sparse closed file", false, 61 << 20,
 			[][]byte{craftHeader(recEntry, 1, 1, 60<<20)}, 1},
 	}
