@@ -109,6 +109,75 @@ func encodeSnapshot(w io.Writer, s *snapshot) error {
 
 var errBadCheckpoint = errors.New("bad checkpoint")
 
+// Minimal encoded sizes of the checkpoint's repeated elements. A count read
+// from the file is checked against the bytes left in it divided by these
+// before anything is allocated, so decoding allocates in proportion to the
+// file, never to what a header claims.
+const (
+	ckptLedgerBytes  = 8 + 1 + 8 + 8 + 8 // id, fenced, lac, last, n
+	ckptEntryBytes   = 8 + 8 + 8 + 4     // entry, file, off, size
+	ckptDamageBytes  = 8 + 8 + 8 + 8     // file, from, to, n
+	ckptDamagedBytes = 8                 // one ledger id of a damaged range
+)
+
+// ckptReader reads the fixed-size fields of a checkpoint body; the first
+// short read sticks in err and later reads return zero.
+type ckptReader struct {
+	b   []byte
+	err error
+}
+
+func (r *ckptReader) take(n int, field string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b) < n {
+		r.err = fmt.Errorf("%w: %s: truncated (%d bytes left, need %d)", errBadCheckpoint, field, len(r.b), n)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *ckptReader) u64(field string) uint64 {
+	if b := r.take(8, field); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *ckptReader) u32(field string) uint32 {
+	if b := r.take(4, field); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *ckptReader) u8(field string) byte {
+	if b := r.take(1, field); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+// count reads a count of elements of at least elemBytes each and refuses
+// one that cannot fit in the bytes left.
+func (r *ckptReader) count(field string, elemBytes int) int {
+	n := r.u64(field)
+	if r.err != nil {
+		return 0
+	}
+	if limit := uint64(len(r.b) / elemBytes); n > limit {
+		r.err = fmt.Errorf("%w: %s is %d, at most %d fit in the %d bytes left (%d bytes each)",
+			errBadCheckpoint, field, n, limit, len(r.b), elemBytes)
+		return 0
+	}
+	return int(n)
+}
+
+// decodeSnapshot parses a checkpoint file. It allocates at most in
+// proportion to len(data): every count is bounded by the bytes left.
 func decodeSnapshot(data []byte) (*snapshot, error) {
 	if len(data) < len(ckptMagic)+20 || (string(data[:len(ckptMagic)]) != ckptMagic && string(data[:len(ckptMagic)]) != ckptMagicV1) {
 		return nil, fmt.Errorf("%w: bad magic or too short (%d bytes)", errBadCheckpoint, len(data))
@@ -117,69 +186,60 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
 		return nil, fmt.Errorf("%w: CRC32C mismatch", errBadCheckpoint)
 	}
-	r := bytes.NewReader(body[len(ckptMagic):])
-	var err error
-	u64 := func() uint64 {
-		var b [8]byte
-		if _, e := io.ReadFull(r, b[:]); e != nil && err == nil {
-			err = e
-		}
-		return binary.LittleEndian.Uint64(b[:])
+	r := &ckptReader{b: body[len(ckptMagic):]}
+	s := &snapshot{pos: r.u64("pos")}
+	n := r.count("nLedgers", ckptLedgerBytes)
+	if n > 0 {
+		s.ledgers = make([]snapLedger, 0, n)
 	}
-	s := &snapshot{pos: u64()}
-	n := u64()
-	if n > uint64(len(body)) {
-		return nil, fmt.Errorf("%w: ledger count %d", errBadCheckpoint, n)
-	}
-	s.ledgers = make([]snapLedger, 0, n)
-	for i := uint64(0); i < n && err == nil; i++ {
-		l := snapLedger{id: int64(u64())}
-		fb, e := r.ReadByte()
-		if e != nil {
-			err = e
-			break
+	for i := 0; i < n && r.err == nil; i++ {
+		l := snapLedger{id: int64(r.u64("ledger id"))}
+		l.fenced = r.u8("fenced") == 1
+		l.lac = int64(r.u64("lac"))
+		l.last = int64(r.u64("last"))
+		ne := r.count("entries of a ledger", ckptEntryBytes)
+		if ne > 0 {
+			l.entries = make([]snapEntry, 0, ne)
 		}
-		l.fenced = fb == 1
-		l.lac = int64(u64())
-		l.last = int64(u64())
-		ne := u64()
-		if ne > uint64(len(body)) {
-			return nil, fmt.Errorf("%w: entry count %d", errBadCheckpoint, ne)
-		}
-		l.entries = make([]snapEntry, 0, ne)
-		for j := uint64(0); j < ne && err == nil; j++ {
-			e := snapEntry{entry: int64(u64())}
-			e.loc.file = u64()
-			e.loc.off = int64(u64())
-			var b [4]byte
-			if _, e2 := io.ReadFull(r, b[:]); e2 != nil {
-				err = e2
+		for j := 0; j < ne && r.err == nil; j++ {
+			e := snapEntry{entry: int64(r.u64("entry"))}
+			e.loc.file = r.u64("entry file")
+			e.loc.off = int64(r.u64("entry offset"))
+			size := r.u32("entry size")
+			if r.err == nil && (size&^ckptCorruptBit < recHeaderSize || size&^ckptCorruptBit > maxRecordBytes) {
+				// Reads allocate an entry's size: only a header's
+				// (checked) length is ever indexed.
+				r.err = fmt.Errorf("%w: entry size is %d, want in [%d, maxRecordBytes=%d]", errBadCheckpoint, size&^ckptCorruptBit, recHeaderSize, maxRecordBytes)
 			}
-			size := binary.LittleEndian.Uint32(b[:])
 			e.loc.size, e.loc.corrupt = size&^ckptCorruptBit, size&ckptCorruptBit != 0
 			l.entries = append(l.entries, e)
 		}
 		s.ledgers = append(s.ledgers, l)
 	}
-	if err == nil && string(data[:len(ckptMagic)]) == ckptMagic {
-		nd := u64()
-		if nd > uint64(len(body)) {
-			return nil, fmt.Errorf("%w: damaged range count %d", errBadCheckpoint, nd)
+	if r.err == nil && string(data[:len(ckptMagic)]) == ckptMagic {
+		nd := r.count("nDamaged", ckptDamageBytes)
+		if nd > 0 {
+			s.damage = make([]damagedRange, 0, nd)
 		}
-		for i := uint64(0); i < nd && err == nil; i++ {
-			d := damagedRange{file: u64(), from: int64(u64()), to: int64(u64())}
-			nl := u64()
-			if nl > uint64(len(body)) {
-				return nil, fmt.Errorf("%w: damaged range ledger count %d", errBadCheckpoint, nl)
+		for i := 0; i < nd && r.err == nil; i++ {
+			d := damagedRange{file: r.u64("damaged file"), from: int64(r.u64("damaged from")), to: int64(r.u64("damaged to"))}
+			nl := r.count("ledgers of a damaged range", ckptDamagedBytes)
+			if nl > 0 {
+				d.ledgers = make([]int64, 0, nl)
 			}
-			for j := uint64(0); j < nl && err == nil; j++ {
-				d.ledgers = append(d.ledgers, int64(u64()))
+			for j := 0; j < nl && r.err == nil; j++ {
+				d.ledgers = append(d.ledgers, int64(r.u64("damaged ledger")))
 			}
 			s.damage = append(s.damage, d)
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadCheckpoint, err)
+	if r.err == nil && len(r.b) > 0 {
+		// Only a crafted file has a valid CRC and bytes the encoder never
+		// writes.
+		r.err = fmt.Errorf("%w: %d trailing bytes after the last section, want 0", errBadCheckpoint, len(r.b))
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return s, nil
 }

@@ -26,6 +26,13 @@ import (
 const (
 	recHeaderSize = 40
 
+	// maxRecordBytes is the largest record the journal ever writes: a
+	// header and the largest payload Config.Validate allows (MaxEntryBytes
+	// <= 64 MiB), whatever MaxEntryBytes is now (it may have been larger
+	// when the record was written). A header announcing more is not a
+	// record, so neither replay nor the index ever trusts such a length.
+	maxRecordBytes = recHeaderSize + 64<<20
+
 	recEntry  byte = 1
 	recFence  byte = 2
 	recDelete byte = 3
@@ -70,10 +77,15 @@ func headerCRC(h []byte) uint32 {
 	return crc32.Update(c, castagnoli, h[8:recHeaderSize])
 }
 
-// decodeHeader parses and checks a header; ok is false when its CRC fails
-// or the length is impossible.
+// decodeHeader parses and checks a header; ok is false when its CRC fails,
+// its type is unknown or its length is impossible (below recHeaderSize or
+// above maxRecordBytes).
 func decodeHeader(h []byte) (recHeader, bool) {
 	if len(h) < recHeaderSize {
+		return recHeader{}, false
+	}
+	// The cheap checks first: resync tries every offset of damaged files.
+	if length := binary.LittleEndian.Uint32(h[0:4]); length < recHeaderSize || length > maxRecordBytes || h[8] < recEntry || h[8] > recTruncate {
 		return recHeader{}, false
 	}
 	if binary.LittleEndian.Uint32(h[4:8]) != headerCRC(h) {
@@ -86,9 +98,6 @@ func decodeHeader(h []byte) (recHeader, bool) {
 		entry:   int64(binary.LittleEndian.Uint64(h[20:28])),
 		lac:     int64(binary.LittleEndian.Uint64(h[28:36])),
 		dataCRC: binary.LittleEndian.Uint32(h[36:40]),
-	}
-	if r.length < recHeaderSize || r.typ < recEntry || r.typ > recTruncate {
-		return recHeader{}, false
 	}
 	return r, true
 }

@@ -37,6 +37,10 @@ import (
 //   - A checkpoint that references journal files that are missing stops the
 //     bookie; new journal files are never numbered below the checkpoint
 //     position (files below it are never replayed).
+//   - Replay's memory is bounded whatever the files say: payloads are
+//     checked through a buffer of at most replayChunk, resync scans through
+//     a window of that size, and a header announcing more than
+//     maxRecordBytes is not a record (so no indexed entry is larger).
 
 // damagedRange is a part of a journal file whose records cannot be
 // identified or trusted (see the replay rules above).
@@ -299,15 +303,11 @@ func (s *storage) replayFile(seq uint64, last bool) (replayResult, error) {
 			damage(off, size, "record runs past the end of a closed file")
 			break
 		}
-		n := int(h.length) - recHeaderSize
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if err := faultfs.ReadFull(f, buf, off+recHeaderSize); err != nil {
+		c, err := payloadCRC(f, off+recHeaderSize, int64(h.length)-recHeaderSize, &buf)
+		if err != nil {
 			return replayResult{}, fmt.Errorf("%w: read %s@%d: %v", ErrIO, p, off, err)
 		}
-		if crc32.Checksum(buf, castagnoli) != h.dataCRC {
+		if c != h.dataCRC {
 			pending = append(pending, pend{h, off})
 			off += int64(h.length)
 			continue
@@ -339,25 +339,77 @@ func (s *storage) replayFile(seq uint64, last bool) (replayResult, error) {
 	return res, nil
 }
 
+// replayChunk bounds the buffer replay reads a payload through and the
+// window resync scans with, so replaying a file allocates at most about
+// 2×replayChunk (and never more than twice the file), whatever its headers
+// announce.
+const replayChunk = 1 << 20
+
+// payloadCRC returns the CRC32C of the n bytes of f at off, read through
+// *buf, which it grows (geometrically, up to replayChunk) as needed.
+func payloadCRC(f faultfs.File, off, n int64, buf *[]byte) (uint32, error) {
+	if want := min(n, replayChunk); int64(cap(*buf)) < want {
+		*buf = make([]byte, min(max(want, 2*int64(cap(*buf))), replayChunk))
+	}
+	b := (*buf)[:cap(*buf)]
+	var c uint32
+	for n > 0 {
+		k := min(n, int64(len(b)))
+		if err := faultfs.ReadFull(f, b[:k], off); err != nil {
+			return 0, err
+		}
+		c = crc32.Update(c, castagnoli, b[:k])
+		off, n = off+k, n-k
+	}
+	return c, nil
+}
+
 // resync returns the offset of the first intact record (valid header, fits
 // in the file, payload CRC32C matches) at or after from. It is only used
 // to find where damage ends; what it finds is never trusted as data.
 func resync(f faultfs.File, from, size int64) (int64, bool, error) {
-	if from >= size {
+	return resyncWindow(f, from, size, replayChunk)
+}
+
+// resyncWindow is resync reading the file through a window of window bytes
+// (at least recHeaderSize). Consecutive windows overlap by recHeaderSize-1
+// bytes so every offset is tried exactly once; a candidate's payload is
+// checked in the window when it lies there, else read from f, so a record
+// may straddle windows.
+func resyncWindow(f faultfs.File, from, size int64, window int) (int64, bool, error) {
+	if size-from < recHeaderSize {
 		return 0, false, nil
 	}
-	rest := make([]byte, size-from)
-	if err := faultfs.ReadFull(f, rest, from); err != nil {
-		return 0, false, err
-	}
-	for i := 0; i+recHeaderSize <= len(rest); i++ {
-		h, ok := decodeHeader(rest[i : i+recHeaderSize])
-		if !ok || i+int(h.length) > len(rest) {
-			continue
+	win := make([]byte, min(int64(max(window, recHeaderSize)), size-from))
+	var scratch []byte
+	for base := from; size-base >= recHeaderSize; {
+		n := int(min(int64(len(win)), size-base))
+		if err := faultfs.ReadFull(f, win[:n], base); err != nil {
+			return 0, false, err
 		}
-		if crc32.Checksum(rest[i+recHeaderSize:i+int(h.length)], castagnoli) == h.dataCRC {
-			return from + int64(i), true, nil
+		for i := 0; i+recHeaderSize <= n; i++ {
+			h, ok := decodeHeader(win[i : i+recHeaderSize])
+			at := base + int64(i)
+			if !ok || at+int64(h.length) > size {
+				continue
+			}
+			var c uint32
+			if i+int(h.length) <= n {
+				c = crc32.Checksum(win[i+recHeaderSize:i+int(h.length)], castagnoli)
+			} else {
+				var err error
+				if c, err = payloadCRC(f, at+recHeaderSize, int64(h.length)-recHeaderSize, &scratch); err != nil {
+					return 0, false, err
+				}
+			}
+			if c == h.dataCRC {
+				return at, true, nil
+			}
 		}
+		if base+int64(n) >= size {
+			break
+		}
+		base += int64(n - recHeaderSize + 1)
 	}
 	return 0, false, nil
 }
