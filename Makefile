@@ -43,7 +43,12 @@ FUZZPKGS ?= ./...
 ## fuzz: every Fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s); plain `make test` runs only the
 ## seeds in testdata/fuzz. A crash is written to the package's testdata/fuzz/FuzzXxx/ by go test: commit it as a seed.
 fuzz:
-	@set -e; for pkg in $$($(GO) list $(FUZZPKGS)); do 	  for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do 	    echo "== $$pkg $$fz ($(FUZZTIME))"; 	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) $$pkg; 	  done; 	done
+	@set -e; for pkg in $$($(GO) list $(FUZZPKGS)); do \
+	  for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$fz ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+	  done; \
+	done
 
 test-short:
 	$(GO) test -short -timeout $(TEST_TIMEOUT) $(PKGS)
