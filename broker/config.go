@@ -118,6 +118,16 @@ type Config struct {
 	// streams stop being read (back-pressure). Like MaxPendingSends, in
 	// bytes. At least max_message_bytes.
 	MaxPendingSendBytes int64 `yaml:"max_pending_send_bytes"`
+	// MaxProducersPerTopic, MaxConsumersPerSubscription and
+	// MaxSubscriptionsPerTopic are the defaults of the namespace policies
+	// of the same names (limits.go); 0 = no limit. Defaults: 10000
+	// producers per topic, 10000 consumers per subscription, 10000
+	// subscriptions per topic, generous enough for every real use and
+	// small enough that one client cannot grow a topic's maps without
+	// bound.
+	MaxProducersPerTopic        int `yaml:"max_producers_per_topic"`
+	MaxConsumersPerSubscription int `yaml:"max_consumers_per_subscription"`
+	MaxSubscriptionsPerTopic    int `yaml:"max_subscriptions_per_topic"`
 	// MaxInflightBytesPerConnection bounds the same per client connection
 	// (default 32 MiB), over all its producers. At least max_message_bytes.
 	MaxInflightBytesPerConnection int64 `yaml:"max_inflight_bytes_per_connection"`
@@ -295,6 +305,9 @@ func DefaultConfig() Config {
 		OperationTimeout:              30 * time.Second,
 		MaxPendingSends:               4096,
 		MaxPendingSendBytes:           64 << 20,
+		MaxProducersPerTopic:          10000,
+		MaxConsumersPerSubscription:   10000,
+		MaxSubscriptionsPerTopic:      10000,
 		MaxInflightBytesPerConnection: 32 << 20,
 		MaxInflightProduceBytes:       256 << 20,
 		MaxPermitsPerConsumer:         10000,
@@ -350,6 +363,12 @@ func (c Config) Validate() error {
 		return bad("operation_timeout %v must be > 0", c.OperationTimeout)
 	case c.MaxPendingSends < 1:
 		return bad("max_pending_sends %d must be >= 1", c.MaxPendingSends)
+	case c.MaxProducersPerTopic < 0:
+		return bad("max_producers_per_topic %d must be >= 0 (0 = no limit)", c.MaxProducersPerTopic)
+	case c.MaxConsumersPerSubscription < 0:
+		return bad("max_consumers_per_subscription %d must be >= 0 (0 = no limit)", c.MaxConsumersPerSubscription)
+	case c.MaxSubscriptionsPerTopic < 0:
+		return bad("max_subscriptions_per_topic %d must be >= 0 (0 = no limit)", c.MaxSubscriptionsPerTopic)
 	case c.MaxPendingSendBytes < int64(c.MaxMessageBytes):
 		return bad("max_pending_send_bytes %d must be >= max_message_bytes %d", c.MaxPendingSendBytes, c.MaxMessageBytes)
 	case c.MaxInflightBytesPerConnection < int64(c.MaxMessageBytes):

@@ -78,6 +78,7 @@ var errTable = []errMap{
 	{ErrTypeMismatch, clientv1.ErrorCode_ERROR_CODE_SUBSCRIPTION_TYPE_MISMATCH, codes.FailedPrecondition},
 	{ErrNotAllowed, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.FailedPrecondition},
 	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
+	{ErrLimitReached, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.FailedPrecondition},
 	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
 	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
 	{ErrQuotaRefused, clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED, codes.ResourceExhausted},

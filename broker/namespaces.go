@@ -127,6 +127,9 @@ func (s *Server) validatePolicies(p *clientv1.NamespacePolicies) error {
 	if err := validateBacklogQuota(p); err != nil {
 		return err
 	}
+	if err := validateLimitPolicies(p); err != nil { // limits.go
+		return err
+	}
 	if err := validateSchemaPolicies(p); err != nil { // schema_admin.go
 		return err
 	}

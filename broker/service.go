@@ -92,6 +92,7 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	if err := b.checkProducerOpen(ctx, t, pname, p.dedupName()); err != nil {
 		return err
 	}
+	maxProducers := t.maxProducers() // limits.go
 	t.mu.Lock()
 	if t.closing {
 		t.mu.Unlock()
@@ -100,6 +101,10 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 	if _, busy := t.producers[pname]; busy {
 		t.mu.Unlock()
 		return GRPCError(fmt.Errorf("%w: producer %q is already connected to %s", ErrProducerBusy, pname, name))
+	}
+	if limitReached(maxProducers, len(t.producers)) {
+		t.mu.Unlock()
+		return GRPCError(limitError("max_producers_per_topic", maxProducers, fmt.Sprintf("%s already has %d producers", name, maxProducers)))
 	}
 	t.producers[pname] = p
 	t.mu.Unlock()
@@ -412,7 +417,7 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
 		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{}),
 		ks: sub.GetKeyShared()}
-	if err := s.addConsumer(c, sub.GetType()); err != nil {
+	if err := s.addConsumer(c, sub.GetType(), t.maxConsumers()); err != nil {
 		return GRPCError(err)
 	}
 	defer s.removeConsumer(c)

@@ -142,9 +142,9 @@ func (s *subscription) kick() {
 	}
 }
 
-// addConsumer attaches c with the given type; it enforces Exclusive and
-// type consistency.
-func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) error {
+// addConsumer attaches c with the given type; it enforces Exclusive,
+// type consistency and maxConsumers (0: no limit; limits.go).
+func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType, maxConsumers int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.deleted {
@@ -170,6 +170,9 @@ func (s *subscription) addConsumer(c *consumer, typ clientv1.SubscriptionType) e
 				return fmt.Errorf("%w: consumer name %q already connected to subscription %s", ErrConsumerBusy, c.name, s.name)
 			}
 		}
+	}
+	if limitReached(maxConsumers, len(s.consumers)) {
+		return limitError("max_consumers_per_subscription", maxConsumers, fmt.Sprintf("subscription %s already has %d consumers", s.name, maxConsumers))
 	}
 	s.typ = typ
 	s.cov.typ = typ

@@ -416,6 +416,11 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		}
 		return s, false, nil
 	}
+	countable := !isReplName(name) && !o.fromRemote
+	if lim := effectiveLimit(polMaxSubscriptions(t.policies), t.b.cfg.MaxSubscriptionsPerTopic); countable && limitReached(lim, t.clientSubsLocked()) {
+		t.mu.Unlock()
+		return nil, false, limitError("max_subscriptions_per_topic", lim, fmt.Sprintf("%s already has %d subscriptions", t.name, lim))
+	}
 	t.mu.Unlock()
 	replicated := !isReplName(name) && (o.replicated || o.fromRemote || t.currentPolicies().GetReplicateSubscriptions())
 	var cov ackVector

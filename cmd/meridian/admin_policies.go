@@ -20,8 +20,10 @@ import (
 //	meridian admin topics set-retention --size 1G --time 1d TENANT/NS/TOPIC   (topic override)
 //	meridian admin topics set-retention --size 1G --time 1d TENANT/NS/video/  (prefix: trailing '/')
 //
-// and the same for backlog-quota, message-ttl, deduplication, persistence
-// and delayed-delivery, each with get-* and remove-*. A topic or prefix
+// and the same for backlog-quota, message-ttl, max-producers-per-topic,
+// max-consumers-per-subscription, max-subscriptions-per-topic,
+// deduplication, persistence and delayed-delivery, each with get-* and
+// remove-*. A topic or prefix
 // sets only the fields its command names; the others inherit (namespace,
 // then every matching prefix, shortest first, then the topic).
 
@@ -129,6 +131,15 @@ func policyKinds() []policyKind {
 					return &clientv1.NamespacePolicies{MessageTtlSeconds: &s}, []string{"message_ttl_seconds"}, nil
 				}
 			}},
+		{name: "max-producers-per-topic", what: "limit of producers per topic (0 = none)",
+			fields: []string{"max_producers_per_topic"}, fieldFlags: map[string]string{"max_producers_per_topic": "--max-producers-per-topic"},
+			flags: limitFlag("max-producers-per-topic", "max_producers_per_topic", "producers connected to each topic")},
+		{name: "max-consumers-per-subscription", what: "limit of consumers per subscription (0 = none)",
+			fields: []string{"max_consumers_per_subscription"}, fieldFlags: map[string]string{"max_consumers_per_subscription": "--max-consumers-per-subscription"},
+			flags: limitFlag("max-consumers-per-subscription", "max_consumers_per_subscription", "consumers of each subscription")},
+		{name: "max-subscriptions-per-topic", what: "limit of subscriptions per topic (0 = none)",
+			fields: []string{"max_subscriptions_per_topic"}, fieldFlags: map[string]string{"max_subscriptions_per_topic": "--max-subscriptions-per-topic"},
+			flags: limitFlag("max-subscriptions-per-topic", "max_subscriptions_per_topic", "subscriptions clients create on each topic")},
 		{name: "deduplication", what: "producer deduplication",
 			fields: []string{"deduplication_enabled"},
 			flags:  enableFlags("deduplication", "deduplication_enabled"),
@@ -250,6 +261,27 @@ func flagError(k policyKind, err error) error {
 		}
 	}
 	return err
+}
+
+// limitFlag is the --NAME N flag of a limit policy (Pulsar's
+// set-max-producers-per-topic and the like); 0 means no limit.
+func limitFlag(name, field, what string) func(cmd *cobra.Command) func() (*clientv1.NamespacePolicies, []string, error) {
+	return func(cmd *cobra.Command) func() (*clientv1.NamespacePolicies, []string, error) {
+		var n int32
+		cmd.Flags().Int32Var(&n, name, 0, "the most "+what+" (0 = no limit)")
+		return func() (*clientv1.NamespacePolicies, []string, error) {
+			if !cmd.Flags().Changed(name) {
+				return nil, nil, fmt.Errorf("set-%s: --%s is required", name, name)
+			}
+			if n < 0 {
+				return nil, nil, fmt.Errorf("--%s %d: must be >= 0 (0 = no limit)", name, n)
+			}
+			p := &clientv1.NamespacePolicies{}
+			m := p.ProtoReflect()
+			m.Set(m.Descriptor().Fields().ByName(protoreflect.Name(field)), protoreflect.ValueOfInt32(n))
+			return p, []string{field}, nil
+		}
+	}
 }
 
 // enableFlags are the --enable/--disable flags of a boolean policy.

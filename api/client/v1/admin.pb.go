@@ -468,6 +468,16 @@ type NamespacePolicies struct {
 	// schema_auto_update lets a producer whose schema is new and compatible
 	// register it as a new version (unset = true); false refuses it.
 	SchemaAutoUpdate *bool `protobuf:"varint,21,opt,name=schema_auto_update,json=schemaAutoUpdate,proto3,oneof" json:"schema_auto_update,omitempty"`
+	// max_producers_per_topic bounds the producers connected to each topic
+	// of the namespace; max_consumers_per_subscription the consumers of each
+	// subscription; max_subscriptions_per_topic the subscriptions clients
+	// create on each topic (replicator cursors and subscriptions another
+	// region replicates here are not counted against it). Unset = the
+	// broker's config (broker.max_producers_per_topic, ...); 0 = no limit.
+	// Pulsar's namespace policies of the same names.
+	MaxProducersPerTopic        *int32 `protobuf:"varint,22,opt,name=max_producers_per_topic,json=maxProducersPerTopic,proto3,oneof" json:"max_producers_per_topic,omitempty"`
+	MaxConsumersPerSubscription *int32 `protobuf:"varint,23,opt,name=max_consumers_per_subscription,json=maxConsumersPerSubscription,proto3,oneof" json:"max_consumers_per_subscription,omitempty"`
+	MaxSubscriptionsPerTopic    *int32 `protobuf:"varint,24,opt,name=max_subscriptions_per_topic,json=maxSubscriptionsPerTopic,proto3,oneof" json:"max_subscriptions_per_topic,omitempty"`
 	// replication_backlog_quota_bytes bounds the replication backlog: the
 	// bytes after the replicator cursor of each region in the topic's
 	// replication set (the kept cursor of a removed region never counts).
@@ -667,6 +677,27 @@ func (x *NamespacePolicies) GetSchemaAutoUpdate() bool {
 		return *x.SchemaAutoUpdate
 	}
 	return false
+}
+
+func (x *NamespacePolicies) GetMaxProducersPerTopic() int32 {
+	if x != nil && x.MaxProducersPerTopic != nil {
+		return *x.MaxProducersPerTopic
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetMaxConsumersPerSubscription() int32 {
+	if x != nil && x.MaxConsumersPerSubscription != nil {
+		return *x.MaxConsumersPerSubscription
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetMaxSubscriptionsPerTopic() int32 {
+	if x != nil && x.MaxSubscriptionsPerTopic != nil {
+		return *x.MaxSubscriptionsPerTopic
+	}
+	return 0
 }
 
 func (x *NamespacePolicies) GetReplicationBacklogQuotaBytes() int64 {
@@ -8946,7 +8977,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xf9\x0f\n" +
+	"\x14DeleteTenantResponse\"\xa2\x12\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -8970,8 +9001,12 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x15deduplication_enabled\x18\x12 \x01(\bH\x04R\x14deduplicationEnabled\x88\x01\x01\x12=\n" +
 	"\x18delayed_delivery_enabled\x18\x13 \x01(\bH\x05R\x16delayedDeliveryEnabled\x88\x01\x01\x12Z\n" +
 	"\x14schema_compatibility\x18\x14 \x01(\x0e2'.meridian.client.v1.SchemaCompatibilityR\x13schemaCompatibility\x121\n" +
-	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01\x12J\n" +
-	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\aR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
+	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01\x12:\n" +
+	"\x17max_producers_per_topic\x18\x16 \x01(\x05H\aR\x14maxProducersPerTopic\x88\x01\x01\x12H\n" +
+	"\x1emax_consumers_per_subscription\x18\x17 \x01(\x05H\bR\x1bmaxConsumersPerSubscription\x88\x01\x01\x12B\n" +
+	"\x1bmax_subscriptions_per_topic\x18\x18 \x01(\x05H\tR\x18maxSubscriptionsPerTopic\x88\x01\x01\x12J\n" +
+	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\n" +
+	"R\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
 	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaAction\x12X\n" +
 	"\vpermissions\x18> \x03(\v26.meridian.client.v1.NamespacePolicies.PermissionsEntryR\vpermissions\x12k\n" +
 	"\x12prefix_permissions\x18? \x03(\v2<.meridian.client.v1.NamespacePolicies.PrefixPermissionsEntryR\x11prefixPermissions\x1ae\n" +
@@ -8987,7 +9022,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1a_backlog_quota_age_secondsB\x18\n" +
 	"\x16_deduplication_enabledB\x1b\n" +
 	"\x19_delayed_delivery_enabledB\x15\n" +
-	"\x13_schema_auto_updateB\"\n" +
+	"\x13_schema_auto_updateB\x1a\n" +
+	"\x18_max_producers_per_topicB!\n" +
+	"\x1f_max_consumers_per_subscriptionB\x1e\n" +
+	"\x1c_max_subscriptions_per_topicB\"\n" +
 	" _replication_backlog_quota_bytes\"-\n" +
 	"\x11PermissionActions\x12\x18\n" +
 	"\aactions\x18\x01 \x03(\tR\aactions\"\xb8\x01\n" +

@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+)
+
+// Per-topic limits (issue 22 item 3): producers per topic, consumers per
+// subscription, subscriptions per topic. Each is a broker config field
+// (the default) and a namespace policy of the same name as Pulsar's,
+// which topic and prefix policies override like any other; 0 means no
+// limit. A refusal names the limit and its value, and changes nothing:
+// the producer, consumer or cursor is never added.
+
+// ErrLimitReached: a per-topic limit refuses the request.
+var ErrLimitReached = errors.New("broker: limit reached")
+
+// effectiveLimit is the policy's value when set, else the config's.
+func effectiveLimit(policy *int32, config int) int {
+	if policy != nil {
+		return int(*policy)
+	}
+	return config
+}
+
+// Nil-safe reads of the limit policies (a topic may have no policies).
+func polMaxProducers(p *clientv1.NamespacePolicies) *int32 {
+	if p == nil {
+		return nil
+	}
+	return p.MaxProducersPerTopic
+}
+
+func polMaxConsumers(p *clientv1.NamespacePolicies) *int32 {
+	if p == nil {
+		return nil
+	}
+	return p.MaxConsumersPerSubscription
+}
+
+func polMaxSubscriptions(p *clientv1.NamespacePolicies) *int32 {
+	if p == nil {
+		return nil
+	}
+	return p.MaxSubscriptionsPerTopic
+}
+
+// limitReached reports whether count objects already use a limit (0: none).
+func limitReached(limit, count int) bool { return limit > 0 && count >= limit }
+
+func limitError(field string, limit int, what string) error {
+	return fmt.Errorf("%w: %s is %d: %s", ErrLimitReached, field, limit, what)
+}
+
+// maxProducers, maxConsumers and maxSubscriptions are t's limits.
+// Callers must not hold t.mu.
+func (t *topic) maxProducers() int {
+	return effectiveLimit(polMaxProducers(t.currentPolicies()), t.b.cfg.MaxProducersPerTopic)
+}
+
+func (t *topic) maxConsumers() int {
+	return effectiveLimit(polMaxConsumers(t.currentPolicies()), t.b.cfg.MaxConsumersPerSubscription)
+}
+
+func (t *topic) maxSubscriptions() int {
+	return effectiveLimit(polMaxSubscriptions(t.currentPolicies()), t.b.cfg.MaxSubscriptionsPerTopic)
+}
+
+// clientSubsLocked counts t's subscriptions that count against
+// max_subscriptions_per_topic: not replicator cursors. Callers hold t.mu.
+func (t *topic) clientSubsLocked() int {
+	n := 0
+	for name := range t.subs {
+		if !isReplName(name) {
+			n++
+		}
+	}
+	return n
+}
+
+// validateLimitPolicies checks the limit policies' ranges.
+func validateLimitPolicies(p interface {
+	GetMaxProducersPerTopic() int32
+	GetMaxConsumersPerSubscription() int32
+	GetMaxSubscriptionsPerTopic() int32
+}) error {
+	for _, f := range []struct {
+		n string
+		v int32
+	}{{"max_producers_per_topic", p.GetMaxProducersPerTopic()}, {"max_consumers_per_subscription", p.GetMaxConsumersPerSubscription()},
+		{"max_subscriptions_per_topic", p.GetMaxSubscriptionsPerTopic()}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s %d must be >= 0 (0 = no limit)", ErrInvalidArgument, f.n, f.v)
+		}
+	}
+	return nil
+}
