@@ -54,18 +54,14 @@ func limitError(field string, limit int, what string) error {
 	return fmt.Errorf("%w: %s is %d: %s", ErrLimitReached, field, limit, what)
 }
 
-// maxProducers, maxConsumers and maxSubscriptions are t's limits.
-// Callers must not hold t.mu.
+// maxProducers and maxConsumers are t's limits (max_subscriptions_per_topic
+// is read under t.mu in getOrCreateSubOpts). Callers must not hold t.mu.
 func (t *topic) maxProducers() int {
 	return effectiveLimit(polMaxProducers(t.currentPolicies()), t.b.cfg.MaxProducersPerTopic)
 }
 
 func (t *topic) maxConsumers() int {
 	return effectiveLimit(polMaxConsumers(t.currentPolicies()), t.b.cfg.MaxConsumersPerSubscription)
-}
-
-func (t *topic) maxSubscriptions() int {
-	return effectiveLimit(polMaxSubscriptions(t.currentPolicies()), t.b.cfg.MaxSubscriptionsPerTopic)
 }
 
 // clientSubsLocked counts t's subscriptions that count against
