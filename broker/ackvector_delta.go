@@ -22,9 +22,7 @@ func (v ackVector) minus(w ackVector) ackVector {
 			}
 			continue
 		}
-		for _, r := range diffRanges(o.intervals(), wo.intervals()) {
-			out.add(key, r.First, r.Last)
-		}
+		out.addMany(key, diffRanges(o.intervals(), wo.intervals()))
 		for seq, ws := range o.Batch {
 			if wo.covers(seq) {
 				continue
@@ -77,6 +75,9 @@ func diffRanges(a, b []seqRange) []seqRange {
 			}
 			if b[k].First > cur {
 				out = append(out, seqRange{cur, b[k].First - 1})
+			}
+			if b[k].Last >= r.Last {
+				break // r is done; Last+1 could wrap at math.MaxInt64
 			}
 			cur = max(cur, b[k].Last+1)
 		}

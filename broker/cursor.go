@@ -100,9 +100,12 @@ func vectorFromRecord(m map[string]coverOrigin, lim *vecLimits) ackVector {
 		if v[origin] == nil {
 			v[origin] = &originAcks{}
 		}
-		for _, r := range c.Ranges {
-			v.add(origin, r[0], r[1])
+		rs := make([]seqRange, len(c.Ranges))
+		for i, r := range c.Ranges {
+			rs[i] = seqRange{r[0], r[1]}
 		}
+		v.addMany(origin, rs) // one merge: a record's ranges in any order
+
 		for seq, ws := range c.Batch {
 			v.addBatchLim(origin, seq, ws, lim)
 		}

@@ -376,14 +376,23 @@ func validateReplEntries(raw [][]byte, maxBytes int) ([]replEntry, error) {
 		if err := ValidateName(fmt.Sprintf("entries[%d].origin_region", i), md.GetOriginRegion()); err != nil {
 			return nil, err
 		}
-		if md.GetOriginSeq() <= 0 {
-			return nil, fmt.Errorf("%w: entries[%d].origin_seq %d must be >= 1", ErrInvalidArgument, i, md.GetOriginSeq())
+		if s := md.GetOriginSeq(); s <= 0 || s > maxSeq {
+			return nil, fmt.Errorf("%w: entries[%d].origin_seq %d must be in [1, %d] (math.MaxInt64 - 1)", ErrInvalidArgument, i, s, int64(maxSeq))
 		}
 		if md.GetOriginLedgerId() < 0 || md.GetOriginEntryId() < 0 {
 			return nil, fmt.Errorf("%w: entries[%d].origin_ledger_id %d / origin_entry_id %d must be >= 0", ErrInvalidArgument, i, md.GetOriginLedgerId(), md.GetOriginEntryId())
 		}
 		if md.GetNumMessages() < 1 {
 			return nil, fmt.Errorf("%w: entries[%d].num_messages %d must be >= 1", ErrInvalidArgument, i, md.GetNumMessages())
+		}
+		// The original producer's ids feed dedup keys (originProducerKey,
+		// entryIdent: sequence_id + num_messages - 1): held to the bounds
+		// of a send (seqlimit.go).
+		if err := checkBatchSeq(fmt.Sprintf("entries[%d].", i), md.GetSequenceId(), md.GetNumMessages()); err != nil {
+			return nil, err
+		}
+		if hs := md.GetHighestSequenceId(); hs < 0 || hs > maxSeq {
+			return nil, fmt.Errorf("%w: entries[%d].highest_sequence_id %d must be in [0, %d] (math.MaxInt64 - 1)", ErrInvalidArgument, i, hs, int64(maxSeq))
 		}
 		if _, ok := clientv1.CompressionType_name[int32(md.GetCompression())]; !ok {
 			return nil, fmt.Errorf("%w: entries[%d].compression %d is not NONE, ZSTD or S2", ErrInvalidArgument, i, md.GetCompression())

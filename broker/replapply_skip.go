@@ -39,8 +39,9 @@ func validateSkipped(skipped []*clientv1.SkippedSeqs) error {
 		if err := validateOriginStream(fmt.Sprintf("skipped[%d].stream", i), r.GetStream()); err != nil {
 			return err
 		}
-		if r.GetFirst() < 1 || r.GetLast() < r.GetFirst() {
-			return fmt.Errorf("%w: skipped[%d] = [%d, %d]: need 1 <= first <= last", ErrInvalidArgument, i, r.GetFirst(), r.GetLast())
+		if r.GetFirst() < 1 || r.GetLast() < r.GetFirst() || r.GetLast() > maxSeq {
+			return fmt.Errorf("%w: skipped[%d] = [%d, %d]: need 1 <= first <= last <= %d (math.MaxInt64 - 1)",
+				ErrInvalidArgument, i, r.GetFirst(), r.GetLast(), int64(maxSeq))
 		}
 	}
 	return nil
@@ -109,9 +110,10 @@ func (r *replState) skippedBeforeLocked(stream string, seq, stored int64) int64 
 // addSeqRange inserts r into sorted disjoint non-adjacent ranges rs,
 // merging.
 func addSeqRange(rs []seqRange, r seqRange) []seqRange {
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].Last >= r.First-1 })
+	// touches, not First-1 / Last+1: a bound may be at an end of int64.
+	i := sort.Search(len(rs), func(i int) bool { return touches(rs[i].Last, r.First) })
 	j := i
-	for j < len(rs) && rs[j].First <= r.Last+1 {
+	for j < len(rs) && touches(r.Last, rs[j].First) {
 		r.First, r.Last = min(r.First, rs[j].First), max(r.Last, rs[j].Last)
 		j++
 	}

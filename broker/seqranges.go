@@ -28,9 +28,10 @@ func (s *seqRanges) add(lo, hi int64, maxRanges int) {
 		return
 	}
 	// i: first interval that ends at or after lo-1 (may merge with [lo, hi]).
-	i := sort.Search(len(s.r), func(k int) bool { return s.r[k][1] >= lo-1 })
+	// touches, not lo-1 / hi+1: either bound may be at an end of int64.
+	i := sort.Search(len(s.r), func(k int) bool { return touches(s.r[k][1], lo) })
 	j := i
-	for j < len(s.r) && s.r[j][0] <= hi+1 {
+	for j < len(s.r) && touches(hi, s.r[j][0]) {
 		lo = min(lo, s.r[j][0])
 		hi = max(hi, s.r[j][1])
 		j++

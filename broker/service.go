@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -223,14 +222,11 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 		fail(fmt.Errorf("%w: uncompressed_size %d must be in [0, %d]", ErrMessageTooLarge, u, wire.MaxUncompressedBytes))
 		return
 	}
-	if sd.GetSequenceId() < 0 {
-		fail(fmt.Errorf("%w: sequence_id %d must be >= 0", ErrInvalidArgument, sd.GetSequenceId()))
-		return
-	}
-	if sd.GetSequenceId() > math.MaxInt64-int64(sd.GetNumMessages()) {
-		// highest = sequence_id + num_messages - 1 would wrap negative (or
-		// sit at the very top): a poisoned dedup mark, never a real batch.
-		fail(fmt.Errorf("%w: sequence_id %d + num_messages %d overflows int64", ErrInvalidArgument, sd.GetSequenceId(), sd.GetNumMessages()))
+	// highest = sequence_id + num_messages - 1 would wrap negative (or
+	// sit at the very top): a poisoned dedup mark, never a real batch
+	// (seqlimit.go).
+	if err := checkBatchSeq("", sd.GetSequenceId(), sd.GetNumMessages()); err != nil {
+		fail(err)
 		return
 	}
 	if err := validateSendDispatch(sd); err != nil { // keyshared.go

@@ -475,14 +475,33 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transSta
 			s.boundCoverLocked()
 		}
 	}()
+	// The ranges to add are collected per key and added in one merge
+	// (addMany) before returning: one ack request may acknowledge many
+	// entries in any order, and adding them one by one costs O(n) each
+	// below the vector's top range (issue 22). Runs before the deferred
+	// bound above.
+	var pend map[string][]seqRange
+	flush := func() {
+		for key, rs := range pend {
+			if c.v.addMany(key, rs) {
+				*changed, grew = true, true
+				c.changed()
+				s.dirty = true
+			}
+		}
+		pend = nil
+	}
+	defer flush()
 	add := func(k originKey) {
 		// Another origin's entry goes into this region's scoped claim with
 		// the origin_seq values right below it that are not for this
 		// region (k.Skip), so those never hold a hole open here.
-		if c.replicated && k.Region != "" && c.v.add(c.ownKey(self, k.Region), k.Seq-k.Skip, k.Seq) {
-			*changed, grew = true, true
-			c.changed()
-			s.dirty = true
+		if c.replicated && k.Region != "" {
+			if pend == nil {
+				pend = map[string][]seqRange{}
+			}
+			key := c.ownKey(self, k.Region)
+			pend[key] = append(pend[key], seqRange{k.Seq - k.Skip, k.Seq})
 		}
 	}
 	var missing []pos
@@ -499,6 +518,7 @@ func (s *subscription) translateHeldLocked(changed *bool) (need pos, st transSta
 		missing = append(missing, p)
 	}
 	c.newAcks = keep
+	flush() // whole entries first: a batch ack of a covered entry is not kept
 	keepB := c.newBatch[:0]
 	for _, p := range c.newBatch {
 		b := s.batchAcked[p]
