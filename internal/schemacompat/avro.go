@@ -10,11 +10,22 @@ import (
 // so versions that reuse a record name never see each other's definitions.
 // The definition's nesting is bounded first (maxDefinitionDepth), so the
 // recursive parse and the checks that follow stay shallow.
-func ParseAvro(def []byte) (avro.Schema, error) {
+//
+// A panic inside the parser is returned as ErrInvalid: hamba/avro v2.20.0
+// indexes an empty union when a field has one and a default
+// ({"name":"a","type":[],"default":null}, found by FuzzAvroSchema), and a
+// schema a client registers must never take the broker down. The cache is
+// private to this call, so nothing it half-built survives.
+func ParseAvro(def []byte) (s avro.Schema, err error) {
 	if err := checkJSONDepth(def, maxDefinitionDepth); err != nil {
 		return nil, err
 	}
-	s, err := avro.ParseBytesWithCache(def, "", &avro.SchemaCache{})
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("%w: schema.definition is not an Avro schema: the parser failed: %v", ErrInvalid, p)
+		}
+	}()
+	s, err = avro.ParseBytesWithCache(def, "", &avro.SchemaCache{})
 	if err != nil {
 		return nil, fmt.Errorf("%w: schema.definition is not an Avro schema: %v", ErrInvalid, err)
 	}

@@ -200,3 +200,16 @@ func TestDefinitionDepthBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAvroParserPanicIsInvalid: the hamba/avro parser panics on an empty
+// union with a default (found by FuzzAvroSchema); Validate must return
+// ErrInvalid instead of crashing the broker that registers the schema.
+func TestAvroParserPanicIsInvalid(t *testing.T) {
+	def := avroDef(`{"type":"record","name":"A","fields":[{"name":"a","type":[],"default":null}]}`)
+	if err := Validate(def); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+	if err := CanRead(def, def); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("CanRead: err = %v, want ErrInvalid", err)
+	}
+}
