@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -15,11 +16,49 @@ var jsonTypes = []string{"array", "boolean", "integer", "null", "number", "objec
 // maxJSONDepth bounds the nesting of a JSON Schema the checker walks.
 const maxJSONDepth = 64
 
+// maxDefinitionDepth bounds the bracket nesting of a JSON or Avro
+// definition, checked on the raw bytes before any recursive parser runs. An
+// Avro record nested in a record costs three levels ({ record, [ fields,
+// { field), so 256 allows about 80 levels of records.
+const maxDefinitionDepth = 256
+
+// checkJSONDepth fails when def nests objects and arrays deeper than limit.
+// It scans the bytes once, skipping strings, without allocating; def need
+// not be valid JSON (the parser that follows says what else is wrong).
+func checkJSONDepth(def []byte, limit int) error {
+	depth, inString, escaped := 0, false, false
+	for i, c := range def {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return fmt.Errorf("%w: schema.definition nests deeper than %d at byte %d", ErrInvalid, limit, i)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
+}
+
 // parseJSON parses and validates a JSON Schema's structure: the document is
 // an object; "type" a type name or a list of them; "properties" an object
 // of schemas; "required" a list of strings; "items" a schema;
 // "additionalProperties" a boolean or a schema.
 func parseJSON(def []byte) (map[string]any, error) {
+	if err := checkJSONDepth(def, maxDefinitionDepth); err != nil {
+		return nil, err
+	}
 	var doc any
 	if err := json.Unmarshal(def, &doc); err != nil {
 		return nil, fmt.Errorf("%w: schema.definition is not JSON: %v", ErrInvalid, err)
@@ -178,8 +217,11 @@ func jsonCanRead(path string, r, w map[string]any) error {
 		if len(wt) == 0 {
 			return fmt.Errorf("%s: type changed from any to %s", where(path), strings.Join(rt, "|"))
 		}
+		// Sets, not nested scans: a "type" list may repeat a name any
+		// number of times, and every check here is O(n) in what it reads.
+		rts := stringSet(rt)
 		for _, t := range wt {
-			if !slices.Contains(rt, t) && (t != "integer" || !slices.Contains(rt, "number")) {
+			if !setHas(rts, t) && (t != "integer" || !setHas(rts, "number")) {
 				return fmt.Errorf("%s: type changed from %s to %s", where(path), strings.Join(wt, "|"), strings.Join(rt, "|"))
 			}
 		}
@@ -189,16 +231,23 @@ func jsonCanRead(path string, r, w map[string]any) error {
 		if !ok {
 			return fmt.Errorf("%s: enum added", where(path))
 		}
+		// Each value's canonical key (exactly what reflect.DeepEqual
+		// compares for values decoded by encoding/json) goes in a set:
+		// O(n + m), where comparing every pair was O(n·m).
+		rs := make(map[string]struct{}, len(re))
+		for _, v := range re {
+			rs[jsonValueKey(v)] = struct{}{}
+		}
 		for _, v := range we {
-			if !slices.ContainsFunc(re, func(x any) bool { return reflect.DeepEqual(x, v) }) {
+			if !setHas(rs, jsonValueKey(v)) {
 				return fmt.Errorf("%s: enum value %v removed", where(path), v)
 			}
 		}
 	}
 	rp, wp := jsonProps(r), jsonProps(w)
-	wreq := jsonRequired(w)
+	wreq := stringSet(jsonRequired(w))
 	for _, k := range jsonRequired(r) {
-		if !slices.Contains(wreq, k) {
+		if !setHas(wreq, k) {
 			if _, had := wp[k]; had {
 				return fmt.Errorf("field %q is required by the reader but optional in the writer", fieldName(path, k))
 			}
@@ -236,4 +285,47 @@ func jsonCanRead(path string, r, w map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// stringSet is the set of ss.
+func stringSet(ss []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(ss))
+	for _, s := range ss {
+		m[s] = struct{}{}
+	}
+	return m
+}
+
+// setHas reports whether k is in m; it is the one place a compatibility
+// check probes a set, so tests can count the probes (compareHook).
+func setHas(m map[string]struct{}, k string) bool {
+	compared()
+	_, ok := m[k]
+	return ok
+}
+
+// jsonValueKey is a canonical key for a value decoded by encoding/json
+// (nil, bool, float64, string, []any, map[string]any): two values have the
+// same key exactly when reflect.DeepEqual says they are equal. Scalars get
+// a type-tagged text; lists and objects their JSON encoding, whose object
+// keys encoding/json sorts.
+func jsonValueKey(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "z"
+	case bool:
+		return "b" + strconv.FormatBool(x)
+	case float64:
+		if x == 0 {
+			x = 0 // -0 == 0, as DeepEqual has it
+		}
+		return "n" + strconv.FormatFloat(x, 'g', -1, 64)
+	case string:
+		return "s" + x
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("?%#v", v)
+	}
+	return "j" + string(out)
 }
