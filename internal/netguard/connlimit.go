@@ -113,10 +113,11 @@ type conn struct {
 	once sync.Once
 }
 
+// Close releases the slot before closing, so that a peer that has seen
+// the close can connect again at once.
 func (c *conn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(func() { c.l.release(c.ip) })
-	return err
+	return c.Conn.Close()
 }
 
 // NetConn returns the wrapped connection (as tls.Conn does), for code

@@ -81,21 +81,28 @@ func CheckPerIPLimit(t testing.TB, addr string, n int, send []byte) {
 	t.Helper()
 	held := make([]net.Conn, n)
 	for i := range held {
-		held[i] = Hold(t, addr, send)
+		held[i] = holdRetry(t, addr, send)
 	}
 	if _, refused := probe(t, addr, send); !refused {
 		t.Fatalf("netguardtest: connection %d to %s accepted; the limit is %d per IP", n+1, addr, n)
 	}
 	_ = held[0].Close()
+	_ = holdRetry(t, addr, send).Close()
+}
+
+// holdRetry is Hold, retrying while the server refuses: a connection
+// the caller closed just before may not be released yet on the server.
+func holdRetry(t testing.TB, addr string, send []byte) net.Conn {
+	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		c, refused := probe(t, addr, send)
 		if !refused {
-			_ = c.Close()
-			return
+			return c
 		}
+		_ = c.Close()
 		if time.Now().After(deadline) {
-			t.Fatalf("netguardtest: %s still refuses a connection %v after one of the %d was closed", addr, wait, n)
+			t.Fatalf("netguardtest: %s refuses every connection for %v; want one accepted", addr, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,0 +1,57 @@
+package broker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
+	"github.com/meridianmq/meridian/internal/netguard/netguardtest"
+	"github.com/meridianmq/meridian/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestServerLimits: the broker's HTTP listener refuses connection N+1
+// from one IP (the gRPC one shares the code: netguard and the bookie and
+// metadata tests), cuts a slow admin body and an idle keep-alive
+// connection; its gRPC server announces the stream and header caps and
+// refuses a message over max_message_bytes plus framing.
+func TestServerLimits(t *testing.T) {
+	const perIP = 8 // the region's own clients use the gRPC listener
+	cli, _, rc := oneBroker(t, func(c *broker.Config) {
+		c.MaxConnectionsPerIP = perIP
+		c.MaxStreamsPerConnection = 11
+		c.HTTPReadTimeout = 200 * time.Millisecond
+		c.HTTPIdleTimeout = 200 * time.Millisecond
+		c.MaxMessageBytes = 1024
+	})
+	b := rc.Broker(0)
+	netguardtest.CheckSlowBodyCut(t, b.HTTPAddr(), "/admin/v1/CreateTenant")
+	netguardtest.CheckIdleCut(t, b.HTTPAddr())
+	netguardtest.CheckPerIPLimit(t, b.HTTPAddr(), perIP, netguardtest.HTTPProbe)
+	set := netguardtest.GRPCSettings(t, b.Addr())
+	if set[netguardtest.SettingMaxConcurrentStreams] != 11 || set[netguardtest.SettingMaxHeaderListSize] == 0 {
+		t.Fatalf("broker SETTINGS %v: want max_concurrent_streams 11 and a max_header_list_size", set)
+	}
+	_, err := cli.Lookup(context.Background(), &clientv1.LookupRequest{Topic: strings.Repeat("x", 2<<20)})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("2 MiB lookup to a broker with max_message_bytes 1024: %v, want ResourceExhausted", err)
+	}
+}
+
+func TestConfigValidateLimits(t *testing.T) {
+	cfg := broker.DefaultConfig()
+	cfg.Region = "a"
+	cfg.Global, cfg.Regional = struct{ metadata.Store }{}, struct{ metadata.Store }{}
+	cfg.Ledgers = struct{ broker.LedgerStore }{}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg.MaxConnectionsPerIP = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "max_connections_per_ip") {
+		t.Fatalf("Validate with max_connections_per_ip -1: %v, want an error naming it", err)
+	}
+}
