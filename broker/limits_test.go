@@ -12,6 +12,7 @@ import (
 	"github.com/meridianmq/meridian/metadata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"gopkg.in/yaml.v3"
 )
 
 // TestServerLimits: the broker's HTTP listener refuses connection N+1
@@ -53,5 +54,18 @@ func TestConfigValidateLimits(t *testing.T) {
 	cfg.MaxConnectionsPerIP = -1
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "max_connections_per_ip") {
 		t.Fatalf("Validate with max_connections_per_ip -1: %v, want an error naming it", err)
+	}
+}
+
+// TestConfigLimitsYAML: the limits are top-level broker YAML fields.
+func TestConfigLimitsYAML(t *testing.T) {
+	cfg := broker.DefaultConfig()
+	dec := yaml.NewDecoder(strings.NewReader("max_connections_per_ip: 5\nmax_streams_per_connection: 100\nhttp_read_timeout: 3s\n"))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConnectionsPerIP != 5 || cfg.MaxStreamsPerConnection != 100 || cfg.HTTPReadTimeout != 3*time.Second || cfg.HTTPIdleTimeout == 0 {
+		t.Fatalf("decoded limits %+v", cfg.Limits)
 	}
 }

@@ -2,6 +2,8 @@ package metadata_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +61,22 @@ func TestNodeConfigValidateLimits(t *testing.T) {
 	cfg.HTTPReadTimeout = 0
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "http_read_timeout") {
 		t.Fatalf("Validate with http_read_timeout 0: %v, want an error naming it", err)
+	}
+}
+
+// TestNodeConfigLimitsYAML: the limits are top-level node YAML fields.
+func TestNodeConfigLimitsYAML(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "node.yaml")
+	y := "node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: " + t.TempDir() + "\nshards:\n  - {name: global, shard_id: 1, members: {1: 127.0.0.1:1}}\n" +
+		"max_connections_per_ip: 7\nhttp_idle_timeout: 4s\n"
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := metadata.LoadNodeConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConnectionsPerIP != 7 || cfg.HTTPIdleTimeout != 4*time.Second || cfg.MaxStreamsPerConnection != metadata.DefaultMaxStreamsPerConnection {
+		t.Fatalf("decoded limits %+v", cfg.Limits)
 	}
 }
