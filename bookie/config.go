@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
@@ -148,9 +149,24 @@ type Config struct {
 	// autorecovery.MarkCorrupt. It may be called concurrently.
 	MarkUnderReplicated func(ctx context.Context, ledgerID int64, reason string) error
 
+	// Limits are the per-peer limits of the gRPC and HTTP listeners
+	// (netguard.Limits): MaxConnectionsPerIP (default 1024, 0 =
+	// unlimited), MaxStreamsPerConnection (default
+	// DefaultMaxStreamsPerConnection), MaxHeaderListBytes (32 KiB),
+	// MaxConnectionIdle (30m), HTTPReadTimeout (30s), HTTPWriteTimeout
+	// (2m), HTTPIdleTimeout (2m), HTTPMaxHeaderBytes (64 KiB). Keepalive
+	// is netguard.DefaultKeepalive: ping after 30s of silence, clients may
+	// ping every 5s.
+	netguard.Limits
+
 	// Testing holds test-only injection points.
 	Testing TestingConfig
 }
+
+// DefaultMaxStreamsPerConnection is the bookie's default
+// MaxStreamsPerConnection: a ledger client holds one add stream per
+// bookie connection, plus a read or a fence per call in flight.
+const DefaultMaxStreamsPerConnection = 4096
 
 // TestingConfig holds test-only injection points.
 type TestingConfig struct {
@@ -194,6 +210,7 @@ func DefaultConfig() Config {
 		ScrubStartDelay:     30 * time.Second,
 		ScrubBytesPerSecond: 32 << 20,
 		LimboCheckInterval:  10 * time.Second,
+		Limits:              netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
 	}
 }
 
@@ -251,6 +268,9 @@ func (c *Config) Validate() error {
 		return cfgErr("SessionTTL", "must be >= 100ms, got %s", c.SessionTTL)
 	case c.Metadata != nil && c.LimboCheckInterval < 10*time.Millisecond:
 		return cfgErr("LimboCheckInterval", "must be >= 10ms, got %s", c.LimboCheckInterval)
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if c.SecurityRuntime == nil {
 		if err := c.Security.Validate(); err != nil {

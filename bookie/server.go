@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
 	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/security"
 	"github.com/meridianmq/meridian/topology"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +35,8 @@ type Server struct {
 	gather  prometheus.Gatherer
 	metrics *metrics
 	idm     *identityMetrics
+	// guard counts connections refused by the per-IP limit.
+	guard *netguard.Metrics
 
 	// cookie is the identity checked at Start (owned by watchLimbo once
 	// started); instanceID is its InstanceID, fixed after Start.
@@ -95,6 +97,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	if s.idm, err = newIdentityMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("bookie: register metrics: %w", err)
+	}
+	if s.guard, err = netguard.NewMetrics(s.reg, "bookie"); err != nil {
 		return nil, fmt.Errorf("bookie: register metrics: %w", err)
 	}
 	s.sec = cfg.SecurityRuntime
@@ -175,15 +180,17 @@ func (s *Server) startLocked(ctx context.Context) error {
 		st.close(true)
 		return fmt.Errorf("bookie: listen %s: %w", s.cfg.ListenAddr, err)
 	}
+	lis = netguard.LimitPerIP(lis, s.cfg.MaxConnectionsPerIP, s.guard.RefusedPerIP("grpc"))
 	s.lis = lis
 	// One entry up to MaxEntryBytes, or a batch up to MaxAddBatchBytes,
 	// plus protobuf framing.
 	maxMsg := max(s.cfg.MaxEntryBytes, MaxAddBatchBytes) + 64<<10
 	// No static InitialWindowSize: gRPC's BDP-based dynamic window
 	// measured faster for the ledger benchmark than 8/16 MiB windows.
-	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg + 64<<10),
-		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec())},
-		append(s.sec.ServerOptions(Authorizer(s.sec)), identityServerOptions(s)...)...)...)
+	opts := append(s.cfg.GRPCServerOptions(maxMsg, netguard.DefaultKeepalive()), grpc.MaxSendMsgSize(maxMsg+64<<10),
+		experimental.BufferPool(BufferPool()), grpc.ForceServerCodecV2(Codec()))
+	opts = append(opts, s.sec.ServerOptions(Authorizer(s.sec))...)
+	s.grpc = grpc.NewServer(append(opts, identityServerOptions(s)...)...)
 	bookiev1.RegisterBookieServer(s.grpc, &service{srv: s})
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil {
@@ -210,6 +217,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 			st.close(true)
 			return fmt.Errorf("bookie: listen http %s: %w", s.cfg.HTTPAddr, err)
 		}
+		hl = netguard.LimitPerIP(hl, s.cfg.MaxConnectionsPerIP, s.guard.RefusedPerIP("http"))
 		s.httpLis = hl
 		mux := http.NewServeMux()
 		if s.gather != nil {
@@ -226,9 +234,9 @@ func (s *Server) startLocked(ctx context.Context) error {
 		})
 		if ffs, ok := s.fs.(*faultfs.FaultFS); ok && s.cfg.Testing.FaultHTTP {
 			mux.HandleFunc("POST /debug/faults", func(w http.ResponseWriter, r *http.Request) {
-				body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+				body, err := netguard.ReadBody(w, r, 4096)
 				if err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
+					http.Error(w, "faults: "+err.Error(), http.StatusBadRequest)
 					return
 				}
 				s.log.Warn("fault injection command", "cmd", string(body))
@@ -246,8 +254,8 @@ func (s *Server) startLocked(ctx context.Context) error {
 			})
 		}
 		// Health probes stay open: a kubelet cannot present a token.
-		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(httpAuthorize(s.sec, mux), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+		s.httpSrv = s.cfg.HTTPServer(s.sec.HTTPHandler(httpAuthorize(s.sec, mux), "/healthz", "/readyz"),
+			slog.NewLogLogger(s.log.Handler(), slog.LevelDebug))
 		tl := s.sec.HTTPListener(hl)
 		go func() {
 			if err := s.httpSrv.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {

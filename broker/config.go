@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
@@ -260,9 +261,23 @@ type Config struct {
 	// metadata and ledger clients); the broker does not close it.
 	SecurityRuntime *security.Runtime `yaml:"-"`
 
+	// Limits are the per-peer limits of the gRPC and HTTP listeners
+	// (netguard.Limits; YAML fields inline: max_connections_per_ip
+	// (default 1024, 0 = unlimited), max_streams_per_connection (default
+	// DefaultMaxStreamsPerConnection), max_header_list_bytes (32 KiB),
+	// max_connection_idle (30m), http_read_timeout (30s),
+	// http_write_timeout (2m), http_idle_timeout (2m),
+	// http_max_header_bytes (64 KiB)).
+	netguard.Limits `yaml:",inline"`
+
 	// Testing holds test-only injection points; leave it zero.
 	Testing TestingKnobs `yaml:"-"`
 }
+
+// DefaultMaxStreamsPerConnection is the broker's default
+// max_streams_per_connection: a client multiplexes every producer and
+// consumer it has on one connection, each a stream.
+const DefaultMaxStreamsPerConnection = 10000
 
 // Retention kept by standalone (and development) regions for namespaces
 // created without a retention policy.
@@ -322,6 +337,7 @@ func DefaultConfig() Config {
 		KeepaliveMinTime:              5 * time.Second,
 		Replication:                   DefaultReplicationConfig(),
 		Subscriptions:                 DefaultSubscriptionsConfig(),
+		Limits:                        netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
 	}
 }
 
@@ -423,6 +439,9 @@ func (c Config) Validate() error {
 		if err := c.Security.Validate(); err != nil {
 			return fmt.Errorf("%w: config: broker.%v", ErrInvalidArgument, err)
 		}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return bad("%v", err)
 	}
 	if err := c.Replication.Validate(); err != nil {
 		return err

@@ -3,12 +3,14 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +24,11 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // maxAdminBody bounds an admin JSON request.
 const maxAdminBody = 1 << 20
+
+// longAdminMethods may run past http_write_timeout: a scrub reads every
+// entry a bookie stores, at scrub_bytes_per_second. The caller is an
+// authenticated admin, and only this handler's deadline is lifted.
+var longAdminMethods = map[string]bool{"ScrubBookie": true}
 
 // adminRoute serves one admin method over HTTP: it decodes body, asks
 // authorize about the request (the method's rule, as over gRPC) and calls
@@ -120,10 +127,17 @@ func (s *Server) httpHandler() http.Handler {
 			writeAdminError(w, code, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, msg)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1))
-		if err != nil || len(body) > maxAdminBody {
-			writeAdminError(w, http.StatusBadRequest, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "request body missing or over 1 MiB")
+		body, err := netguard.ReadBody(w, r, maxAdminBody)
+		if err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, netguard.ErrBodyTooLarge) {
+				code = http.StatusRequestEntityTooLarge
+			}
+			writeAdminError(w, code, clientv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "admin "+method+": "+err.Error())
 			return
+		}
+		if longAdminMethods[method] {
+			netguard.LiftWriteTimeout(w)
 		}
 		full := "/" + clientv1.Admin_ServiceDesc.ServiceName + "/" + method
 		resp, err := h(r.Context(), body, func(req proto.Message) error {

@@ -2,126 +2,70 @@ package broker_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/broker"
-	"google.golang.org/protobuf/proto"
+	"github.com/meridianmq/meridian/internal/netguard/netguardtest"
+	"github.com/meridianmq/meridian/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"gopkg.in/yaml.v3"
 )
 
-// subscribeOnce opens one consumer and returns the broker's answer: nil
-// when subscribed, else the stream's error.
-func subscribeOnce(t *testing.T, cli clientv1.MeridianClient, topic, sub string, typ clientv1.SubscriptionType) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	st, err := cli.Consume(ctx)
-	if err != nil {
-		return err
-	}
-	if err := st.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{Topic: topic, Subscription: sub, Type: typ,
-		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}}}); err != nil {
-		return err
-	}
-	r, err := st.Recv()
-	if err != nil {
-		return err
-	}
-	if r.GetSubscribed() == nil {
-		t.Fatalf("subscribe %s: unexpected answer %v", sub, r)
-	}
-	return nil
-}
-
-// openProducerErr opens a producer and returns the broker's refusal.
-func openProducerErr(t *testing.T, cli clientv1.MeridianClient, topic, name string) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	st, err := cli.Produce(ctx)
-	if err != nil {
-		return err
-	}
-	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: name}}}); err != nil {
-		return err
-	}
-	_, err = st.Recv()
-	return err
-}
-
-func wantLimit(t *testing.T, what string, err error, field string, value int) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("%s: accepted past %s %d", what, field, value)
-	}
-	if want := field + " is " + strconv.Itoa(value); !strings.Contains(err.Error(), want) {
-		t.Fatalf("%s: %v, want an error naming %q", what, err, want)
-	}
-}
-
-// TestTopicLimits: producers per topic, consumers per subscription and
-// subscriptions per topic from the broker's config, and a namespace
-// policy of the same name overriding it. A refusal names the limit and its
-// value and adds nothing; once one leaves, another fits.
-func TestTopicLimits(t *testing.T) {
-	cli, adm, _ := oneBroker(t, func(c *broker.Config) {
-		c.MaxProducersPerTopic, c.MaxConsumersPerSubscription, c.MaxSubscriptionsPerTopic = 2, 2, 2
+// TestServerLimits: the broker's HTTP listener refuses connection N+1
+// from one IP (the gRPC one shares the code: netguard and the bookie and
+// metadata tests), cuts a slow admin body and an idle keep-alive
+// connection; its gRPC server announces the stream and header caps and
+// refuses a message over max_message_bytes plus framing.
+func TestServerLimits(t *testing.T) {
+	const perIP = 8 // the region's own clients use the gRPC listener
+	cli, _, rc := oneBroker(t, func(c *broker.Config) {
+		c.MaxConnectionsPerIP = perIP
+		c.MaxStreamsPerConnection = 11
+		c.HTTPReadTimeout = 200 * time.Millisecond
+		c.HTTPIdleTimeout = 200 * time.Millisecond
+		c.MaxMessageBytes = 1024
 	})
-	ctx := context.Background()
-	topic := "public/default/limits"
-	shared := clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED
-
-	p1, _ := openProducer(t, cli, topic, "p1")
-	openProducer(t, cli, topic, "p2")
-	wantLimit(t, "third producer", openProducerErr(t, cli, topic, "p3"), "max_producers_per_topic", 2)
-	p1.st.CloseSend()
-	waitFor(t, "a producer slot after p1 left", func() bool { return openProducerErr(t, cli, topic, "p3") == nil })
-
-	for _, name := range []string{"c1", "c2"} {
-		if err := subscribeOnce(t, cli, topic, "s1", shared); err != nil {
-			t.Fatalf("consumer %s: %v", name, err)
-		}
+	b := rc.Broker(0)
+	netguardtest.CheckSlowBodyCut(t, b.HTTPAddr(), "/admin/v1/CreateTenant")
+	netguardtest.CheckIdleCut(t, b.HTTPAddr())
+	netguardtest.CheckPerIPLimit(t, b.HTTPAddr(), perIP, netguardtest.HTTPProbe)
+	set := netguardtest.GRPCSettings(t, b.Addr())
+	if set[netguardtest.SettingMaxConcurrentStreams] != 11 || set[netguardtest.SettingMaxHeaderListSize] == 0 {
+		t.Fatalf("broker SETTINGS %v: want max_concurrent_streams 11 and a max_header_list_size", set)
 	}
-	wantLimit(t, "third consumer", subscribeOnce(t, cli, topic, "s1", shared), "max_consumers_per_subscription", 2)
+	_, err := cli.Lookup(context.Background(), &clientv1.LookupRequest{Topic: strings.Repeat("x", 2<<20)})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("2 MiB lookup to a broker with max_message_bytes 1024: %v, want ResourceExhausted", err)
+	}
+}
 
-	if err := subscribeOnce(t, cli, topic, "s2", shared); err != nil {
+func TestConfigValidateLimits(t *testing.T) {
+	cfg := broker.DefaultConfig()
+	cfg.Region = "a"
+	cfg.Global, cfg.Regional = struct{ metadata.Store }{}, struct{ metadata.Store }{}
+	cfg.Ledgers = struct{ broker.LedgerStore }{}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg.MaxConnectionsPerIP = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "max_connections_per_ip") {
+		t.Fatalf("Validate with max_connections_per_ip -1: %v, want an error naming it", err)
+	}
+}
+
+// TestConfigLimitsYAML: the limits are top-level broker YAML fields.
+func TestConfigLimitsYAML(t *testing.T) {
+	cfg := broker.DefaultConfig()
+	dec := yaml.NewDecoder(strings.NewReader("max_connections_per_ip: 5\nmax_streams_per_connection: 100\nhttp_read_timeout: 3s\n"))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	wantLimit(t, "third subscription", subscribeOnce(t, cli, topic, "s3", shared), "max_subscriptions_per_topic", 2)
-	_, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s3"})
-	wantLimit(t, "third subscription (admin)", err, "max_subscriptions_per_topic", 2)
-	subs, err := adm.ListSubscriptions(ctx, &clientv1.ListSubscriptionsRequest{Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range subs.GetSubscriptions() {
-		if strings.Contains(s, "s3") {
-			t.Fatalf("refused subscription s3 exists: %v", subs.GetSubscriptions())
-		}
-	}
-
-	// A namespace policy overrides the config: one producer here.
-	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/lim1",
-		Policies: &clientv1.NamespacePolicies{MaxProducersPerTopic: proto.Int32(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	openProducer(t, cli, "public/lim1/t", "only")
-	wantLimit(t, "second producer under the policy", openProducerErr(t, cli, "public/lim1/t", "second"), "max_producers_per_topic", 1)
-	// 0 = no limit.
-	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/lim0",
-		Policies: &clientv1.NamespacePolicies{MaxProducersPerTopic: proto.Int32(0)}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		openProducer(t, cli, "public/lim0/t", n)
-	}
-	// A negative policy is refused, naming the field.
-	_, err = adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/limneg",
-		Policies: &clientv1.NamespacePolicies{MaxSubscriptionsPerTopic: proto.Int32(-1)}})
-	if err == nil || !strings.Contains(err.Error(), "max_subscriptions_per_topic -1") {
-		t.Fatalf("negative policy: %v", err)
+	if cfg.MaxConnectionsPerIP != 5 || cfg.MaxStreamsPerConnection != 100 || cfg.HTTPReadTimeout != 3*time.Second || cfg.HTTPIdleTimeout == 0 {
+		t.Fatalf("decoded limits %+v", cfg.Limits)
 	}
 }

@@ -18,11 +18,11 @@ import (
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
 	"github.com/meridianmq/meridian/internal/grpcbuf"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/metadata"
 	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -47,7 +47,9 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	repl    *replManager
+	// guard counts connections refused by the per-IP limit.
+	guard *netguard.Metrics
+	repl  *replManager
 	// vlim bounds acknowledgement vectors (cfg.Subscriptions).
 	vlim *vecLimits
 	// sendBytes and sendConns bound produce bytes without a receipt, per
@@ -132,6 +134,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.guard, err = netguard.NewMetrics(cfg.Registerer, "broker"); err != nil {
+		return nil, err
+	}
 	s.sec = cfg.SecurityRuntime
 	if s.sec == nil {
 		if s.sec, err = security.NewRuntime(cfg.Security, cfg.Logger.With("component", "security")); err != nil {
@@ -197,6 +202,7 @@ func (s *Server) start(ctx context.Context) error {
 			return fmt.Errorf("broker: listen grpc %s: %w", s.cfg.GRPCAddress, err)
 		}
 	}
+	lis = netguard.LimitPerIP(lis, s.cfg.MaxConnectionsPerIP, s.guard.RefusedPerIP("grpc"))
 	s.lis = lis
 	s.self.GRPC = lis.Addr().String()
 	if s.cfg.AdvertisedGRPC != "" {
@@ -208,7 +214,7 @@ func (s *Server) start(ctx context.Context) error {
 			lis.Close()
 			return fmt.Errorf("broker: listen http %s: %w", s.cfg.HTTPAddress, err)
 		}
-		s.httpLis = hl
+		s.httpLis = netguard.LimitPerIP(hl, s.cfg.MaxConnectionsPerIP, s.guard.RefusedPerIP("http"))
 		s.self.HTTP = hl.Addr().String()
 		if s.cfg.AdvertisedHTTP != "" {
 			s.self.HTTP = s.cfg.AdvertisedHTTP
@@ -235,12 +241,11 @@ func (s *Server) start(ctx context.Context) error {
 		s.stopWAN(ctx, false)
 		return err
 	}
-	srvOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes + 1<<20),
+	srvOpts := append(s.cfg.GRPCServerOptions(s.cfg.MaxMessageBytes+1<<20,
+		netguard.Keepalive{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout, MinTime: s.cfg.KeepaliveMinTime}),
 		// Batches of 32 KiB–1 MiB would each zero a 1 MiB buffer in
 		// gRPC's default pool.
-		experimental.BufferPool(grpcbuf.Pool()), grpc.ForceServerCodecV2(grpcbuf.Codec()),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.KeepaliveTime, Timeout: s.cfg.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true})}
+		experimental.BufferPool(grpcbuf.Pool()), grpc.ForceServerCodecV2(grpcbuf.Codec()))
 	if w := s.cfg.grpcWindow(); w > 0 {
 		srvOpts = append(srvOpts, grpc.InitialWindowSize(w), grpc.InitialConnWindowSize(w))
 	}
@@ -256,8 +261,8 @@ func (s *Server) start(ctx context.Context) error {
 	go func() { _ = s.grpcSrv.Serve(lis) }()
 	if s.httpLis != nil {
 		// Health probes stay open: a kubelet cannot present a token.
-		s.httpSrv = &http.Server{Handler: s.sec.HTTPHandler(s.httpHandler(), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+		s.httpSrv = s.cfg.HTTPServer(s.sec.HTTPHandler(s.httpHandler(), "/healthz", "/readyz"),
+			slog.NewLogLogger(s.log.Handler(), slog.LevelDebug))
 		hl := s.sec.HTTPListener(s.httpLis)
 		go func() { _ = s.httpSrv.Serve(hl) }()
 	}

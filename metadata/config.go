@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/security"
 )
 
@@ -140,7 +141,23 @@ type NodeConfig struct {
 
 	// Expert holds injection points for tests; leave it zero in production.
 	Expert ExpertConfig `yaml:"-"`
+
+	// Limits are the per-peer limits of the gRPC and HTTP listeners
+	// (netguard.Limits; YAML fields inline: max_connections_per_ip
+	// (default 1024, 0 = unlimited), max_streams_per_connection (default
+	// DefaultMaxStreamsPerConnection), max_header_list_bytes (32 KiB),
+	// max_connection_idle (30m), http_read_timeout (30s),
+	// http_write_timeout (2m), http_idle_timeout (2m),
+	// http_max_header_bytes (64 KiB)). Keepalive is
+	// netguard.DefaultKeepalive. The Raft listener has its own limits
+	// (transport.go).
+	netguard.Limits `yaml:",inline"`
 }
+
+// DefaultMaxStreamsPerConnection is the metadata node's default
+// max_streams_per_connection: a broker multiplexes its watches
+// (max_watches caps them per node) and calls in flight on one connection.
+const DefaultMaxStreamsPerConnection = 4096
 
 // ExpertConfig holds test-only injection points.
 type ExpertConfig struct {
@@ -184,6 +201,7 @@ func DefaultNodeConfig() NodeConfig {
 		RequestTimeout:     5 * time.Second,
 		AttemptTimeout:     2 * time.Second,
 		MaxWatches:         1024,
+		Limits:             netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
 	}
 }
 
@@ -349,6 +367,9 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.MaxWatches < 1 {
 		bad("max_watches %d must be at least 1", c.MaxWatches)
+	}
+	if err := c.Limits.Validate(); err != nil {
+		bad("%v", err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)

@@ -2,8 +2,8 @@ package metadata
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -74,7 +74,11 @@ func (n *Node) handleClock(mux *http.ServeMux, sc *SkewClock) {
 	mux.HandleFunc("GET /debug/clock", func(w http.ResponseWriter, _ *http.Request) { answer(w) })
 	mux.HandleFunc("POST /debug/clock", func(w http.ResponseWriter, r *http.Request) {
 		var req ClockSkewRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		const limit = 4096
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(&req); err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				err = fmt.Errorf("over the limit of %d bytes", limit)
+			}
 			http.Error(w, "skew: bad JSON body: "+err.Error(), http.StatusBadRequest)
 			return
 		}

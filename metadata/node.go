@@ -18,6 +18,7 @@ import (
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	dblogger "github.com/lni/dragonboat/v4/logger"
 	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
 )
@@ -198,12 +199,18 @@ func (n *Node) Start(ctx context.Context) error {
 	n.cancel = cancel
 	n.wg.Add(1)
 	go n.tickLoop(tctx)
+	guard, err := netguard.NewMetrics(n.cfg.Registerer, "metadata")
+	if err != nil {
+		n.stopLocked()
+		return fmt.Errorf("metadata: register metrics: %w", err)
+	}
 	if n.cfg.GRPCAddress != "" {
 		lis, err := net.Listen("tcp", n.cfg.GRPCAddress)
 		if err != nil {
 			n.stopLocked()
 			return fmt.Errorf("metadata: grpc_address %s: %w", n.cfg.GRPCAddress, err)
 		}
+		lis = netguard.LimitPerIP(lis, n.cfg.MaxConnectionsPerIP, guard.RefusedPerIP("grpc"))
 		n.grpcLis = lis
 		n.grpcSrv = newGRPCServer(n)
 		n.wg.Add(1)
@@ -220,10 +227,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.stopLocked()
 			return fmt.Errorf("metadata: http_address %s: %w", n.cfg.HTTPAddress, err)
 		}
+		lis = netguard.LimitPerIP(lis, n.cfg.MaxConnectionsPerIP, guard.RefusedPerIP("http"))
 		n.httpLis = lis
 		// Health probes stay open: a kubelet cannot present a token.
-		n.httpSrv = &http.Server{Handler: n.sec.HTTPHandler(httpAuthorize(n.sec, n.httpHandler()), "/healthz", "/readyz"), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+		n.httpSrv = n.cfg.HTTPServer(n.sec.HTTPHandler(httpAuthorize(n.sec, n.httpHandler()), "/healthz", "/readyz"),
+			slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 		tl := n.sec.HTTPListener(lis)
 		n.wg.Add(1)
 		go func() {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metadatav1 "github.com/meridianmq/meridian/api/metadata/v1"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 )
@@ -12,8 +13,8 @@ import (
 // newGRPCServer builds the node's gRPC server with the metadata service
 // and server reflection.
 func newGRPCServer(n *Node) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(n.cfg.MaxTxnBytes + (1 << 20)), grpc.MaxSendMsgSize(64 << 20)},
-		n.sec.ServerOptions(Authorizer(n.sec))...)...)
+	opts := append(n.cfg.GRPCServerOptions(n.cfg.MaxTxnBytes+(1<<20), netguard.DefaultKeepalive()), grpc.MaxSendMsgSize(64<<20))
+	s := grpc.NewServer(append(opts, n.sec.ServerOptions(Authorizer(n.sec))...)...)
 	metadatav1.RegisterMetadataServer(s, &service{node: n})
 	reflection.Register(s)
 	return s

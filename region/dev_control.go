@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meridianmq/meridian/chaos"
+	"github.com/meridianmq/meridian/internal/netguard"
 )
 
 // The control API of a dev cluster: HTTP JSON on the control address.
@@ -258,6 +259,9 @@ func (d *Dev) startControl() error {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.ReadyTimeout)
 		defer cancel()
+		// Bounded by ready_timeout instead of the write timeout: a
+		// process start waits for readiness.
+		netguard.LiftWriteTimeout(w)
 		if err := d.Process(ctx, req); err != nil {
 			writeDevError(w, err)
 			return
@@ -267,17 +271,24 @@ func (d *Dev) startControl() error {
 	})
 	mux.HandleFunc("POST /v1/disk", d.handleDisk)
 	mux.HandleFunc("POST /v1/clock", d.handleClock)
-	mux.HandleFunc("POST /v1/region", d.handleRegion)
-	d.control = &http.Server{Handler: d.controlAuth(mux), ReadHeaderTimeout: 10 * time.Second}
+	mux.HandleFunc("POST /v1/region", func(w http.ResponseWriter, r *http.Request) {
+		netguard.LiftWriteTimeout(w) // a rebuild is bounded by ready_timeout
+		d.handleRegion(w, r)
+	})
+	d.control = netguard.DefaultHTTPServer(d.controlAuth(mux), nil)
 	go func() { _ = d.control.Serve(lis) }()
 	d.log.Info("control server listening", "addr", lis.Addr().String())
 	return nil
 }
 
 func decodeDevJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	const limit = 1 << 16
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			err = fmt.Errorf("over the limit of %d bytes", limit)
+		}
 		writeDevJSON(w, http.StatusBadRequest, map[string]string{"error": "request body: " + err.Error()})
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/region"
 	"github.com/meridianmq/meridian/security"
 	"github.com/spf13/cobra"
@@ -96,7 +97,11 @@ func servePprof(addr string, log *slog.Logger) (string, func(), error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := netguard.DefaultHTTPServer(mux, nil)
+	// /debug/pprof/profile and /trace stream for ?seconds=N, and pprof
+	// refuses N beyond a WriteTimeout: this listener is an operator's,
+	// never the public port, so only reads and idle connections are cut.
+	srv.WriteTimeout = 0
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Warn("pprof server stopped", "err", err)

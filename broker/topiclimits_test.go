@@ -1,0 +1,127 @@
+package broker_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/broker"
+	"google.golang.org/protobuf/proto"
+)
+
+// subscribeOnce opens one consumer and returns the broker's answer: nil
+// when subscribed, else the stream's error.
+func subscribeOnce(t *testing.T, cli clientv1.MeridianClient, topic, sub string, typ clientv1.SubscriptionType) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st, err := cli.Consume(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Subscribe{Subscribe: &clientv1.Subscribe{Topic: topic, Subscription: sub, Type: typ,
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}}}); err != nil {
+		return err
+	}
+	r, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	if r.GetSubscribed() == nil {
+		t.Fatalf("subscribe %s: unexpected answer %v", sub, r)
+	}
+	return nil
+}
+
+// openProducerErr opens a producer and returns the broker's refusal.
+func openProducerErr(t *testing.T, cli clientv1.MeridianClient, topic, name string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st, err := cli.Produce(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic, ProducerName: name}}}); err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	return err
+}
+
+func wantLimit(t *testing.T, what string, err error, field string, value int) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: accepted past %s %d", what, field, value)
+	}
+	if want := field + " is " + strconv.Itoa(value); !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s: %v, want an error naming %q", what, err, want)
+	}
+}
+
+// TestTopicLimits: producers per topic, consumers per subscription and
+// subscriptions per topic from the broker's config, and a namespace
+// policy of the same name overriding it. A refusal names the limit and its
+// value and adds nothing; once one leaves, another fits.
+func TestTopicLimits(t *testing.T) {
+	cli, adm, _ := oneBroker(t, func(c *broker.Config) {
+		c.MaxProducersPerTopic, c.MaxConsumersPerSubscription, c.MaxSubscriptionsPerTopic = 2, 2, 2
+	})
+	ctx := context.Background()
+	topic := "public/default/limits"
+	shared := clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED
+
+	p1, _ := openProducer(t, cli, topic, "p1")
+	openProducer(t, cli, topic, "p2")
+	wantLimit(t, "third producer", openProducerErr(t, cli, topic, "p3"), "max_producers_per_topic", 2)
+	p1.st.CloseSend()
+	waitFor(t, "a producer slot after p1 left", func() bool { return openProducerErr(t, cli, topic, "p3") == nil })
+
+	for _, name := range []string{"c1", "c2"} {
+		if err := subscribeOnce(t, cli, topic, "s1", shared); err != nil {
+			t.Fatalf("consumer %s: %v", name, err)
+		}
+	}
+	wantLimit(t, "third consumer", subscribeOnce(t, cli, topic, "s1", shared), "max_consumers_per_subscription", 2)
+
+	if err := subscribeOnce(t, cli, topic, "s2", shared); err != nil {
+		t.Fatal(err)
+	}
+	wantLimit(t, "third subscription", subscribeOnce(t, cli, topic, "s3", shared), "max_subscriptions_per_topic", 2)
+	_, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: topic, Subscription: "s3"})
+	wantLimit(t, "third subscription (admin)", err, "max_subscriptions_per_topic", 2)
+	subs, err := adm.ListSubscriptions(ctx, &clientv1.ListSubscriptionsRequest{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs.GetSubscriptions() {
+		if strings.Contains(s, "s3") {
+			t.Fatalf("refused subscription s3 exists: %v", subs.GetSubscriptions())
+		}
+	}
+
+	// A namespace policy overrides the config: one producer here.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/lim1",
+		Policies: &clientv1.NamespacePolicies{MaxProducersPerTopic: proto.Int32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	openProducer(t, cli, "public/lim1/t", "only")
+	wantLimit(t, "second producer under the policy", openProducerErr(t, cli, "public/lim1/t", "second"), "max_producers_per_topic", 1)
+	// 0 = no limit.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/lim0",
+		Policies: &clientv1.NamespacePolicies{MaxProducersPerTopic: proto.Int32(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		openProducer(t, cli, "public/lim0/t", n)
+	}
+	// A negative policy is refused, naming the field.
+	_, err = adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/limneg",
+		Policies: &clientv1.NamespacePolicies{MaxSubscriptionsPerTopic: proto.Int32(-1)}})
+	if err == nil || !strings.Contains(err.Error(), "max_subscriptions_per_topic -1") {
+		t.Fatalf("negative policy: %v", err)
+	}
+}
