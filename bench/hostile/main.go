@@ -338,17 +338,7 @@ func dialSecure(ctx context.Context, addr, secDir string) (*grpc.ClientConn, *tl
 
 // produce writes n messages of size bytes and waits for every receipt.
 func produce(ctx context.Context, cl clientv1.MeridianClient, topic string, size, n int, wait bool) error {
-	st, err := cl.Produce(ctx)
-	if err != nil {
-		return err
-	}
-	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}); err != nil {
-		return err
-	}
-	if _, err := st.Recv(); err != nil {
-		return err
-	}
-	payload, usize, err := onePayload(size)
+	st, payload, usize, err := openProducer(ctx, cl, topic, size)
 	if err != nil {
 		return err
 	}
@@ -373,17 +363,7 @@ func produce(ctx context.Context, cl clientv1.MeridianClient, topic string, size
 
 // produceUnread sends size-byte messages until ctx ends, never reading.
 func produceUnread(ctx context.Context, cl clientv1.MeridianClient, topic string, size int, sent *atomic.Int64) error {
-	st, err := cl.Produce(ctx)
-	if err != nil {
-		return err
-	}
-	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}); err != nil {
-		return err
-	}
-	if _, err := st.Recv(); err != nil {
-		return err
-	}
-	payload, usize, err := onePayload(size)
+	st, payload, usize, err := openProducer(ctx, cl, topic, size)
 	if err != nil {
 		return err
 	}
@@ -393,6 +373,23 @@ func produceUnread(ctx context.Context, cl clientv1.MeridianClient, topic string
 		}
 		sent.Add(1)
 	}
+}
+
+// openProducer opens a producer stream on topic and encodes one message
+// of size bytes to send on it.
+func openProducer(ctx context.Context, cl clientv1.MeridianClient, topic string, size int) (clientv1.Meridian_ProduceClient, []byte, int64, error) {
+	st, err := cl.Produce(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := st.Send(&clientv1.ProduceRequest{Kind: &clientv1.ProduceRequest_Open{Open: &clientv1.OpenProducer{Topic: topic}}}); err != nil {
+		return nil, nil, 0, err
+	}
+	if _, err := st.Recv(); err != nil {
+		return nil, nil, 0, err
+	}
+	payload, usize, err := onePayload(size)
+	return st, payload, usize, err
 }
 
 func onePayload(size int) ([]byte, int64, error) {
