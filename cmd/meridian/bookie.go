@@ -50,6 +50,15 @@ type bookieFileConfig struct {
 	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
 	SessionTTL          *time.Duration `yaml:"session_ttl"`
 	LogLevel            *string        `yaml:"log_level"`
+	// Limits against hostile peers (bookie.Config.Limits, netguard.Limits).
+	MaxConnectionsPerIP     *int           `yaml:"max_connections_per_ip"`
+	MaxStreamsPerConnection *uint32        `yaml:"max_streams_per_connection"`
+	MaxHeaderListBytes      *uint32        `yaml:"max_header_list_bytes"`
+	MaxConnectionIdle       *time.Duration `yaml:"max_connection_idle"`
+	HTTPReadTimeout         *time.Duration `yaml:"http_read_timeout"`
+	HTTPWriteTimeout        *time.Duration `yaml:"http_write_timeout"`
+	HTTPIdleTimeout         *time.Duration `yaml:"http_idle_timeout"`
+	HTTPMaxHeaderBytes      *int           `yaml:"http_max_header_bytes"`
 	// Scrub: CRC verification of every stored entry (bookie.Config).
 	ScrubInterval       *time.Duration `yaml:"scrub_interval"`
 	ScrubStartDelay     *time.Duration `yaml:"scrub_start_delay"`
@@ -243,6 +252,14 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	setIf(&cfg.FlushWhenIdle, fc.FlushWhenIdle)
 	setIf(&cfg.MaxQueuedAdds, fc.MaxQueuedAdds)
 	setIf(&cfg.MaxJournalFileBytes, fc.MaxJournalFileBytes)
+	setIf(&cfg.Limits.MaxConnectionsPerIP, fc.MaxConnectionsPerIP)
+	setIf(&cfg.Limits.MaxStreamsPerConnection, fc.MaxStreamsPerConnection)
+	setIf(&cfg.Limits.MaxHeaderListBytes, fc.MaxHeaderListBytes)
+	setIf(&cfg.Limits.MaxConnectionIdle, fc.MaxConnectionIdle)
+	setIf(&cfg.Limits.HTTPReadTimeout, fc.HTTPReadTimeout)
+	setIf(&cfg.Limits.HTTPWriteTimeout, fc.HTTPWriteTimeout)
+	setIf(&cfg.Limits.HTTPIdleTimeout, fc.HTTPIdleTimeout)
+	setIf(&cfg.Limits.HTTPMaxHeaderBytes, fc.HTTPMaxHeaderBytes)
 	setIf(&cfg.CheckpointInterval, fc.CheckpointInterval)
 	setIf(&cfg.GCInterval, fc.GCInterval)
 	setIf(&cfg.CompactionThreshold, fc.CompactionThreshold)
