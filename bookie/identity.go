@@ -78,10 +78,12 @@ func WithExpectedIdentity(identity func() (bookieID, instanceID string)) []grpc.
 // rather than a transport failure or a local cancellation.
 func answered(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown:
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.ResourceExhausted:
 		// Unavailable is both "bookie read-only" (an answer) and a
-		// transport failure; neither can make a caller take data or
-		// absence for the bookie's, so it is not checked.
+		// transport failure; ResourceExhausted both a bookie's refusal
+		// and gRPC's own (a message over the server's limit, which has
+		// no identity headers). Neither can make a caller take data or
+		// absence for the bookie's, so they are not checked.
 		return false
 	}
 	return true

@@ -42,10 +42,12 @@ func TestServerLimitsStreamsTimeoutsAndSize(t *testing.T) {
 	netguardtest.CheckSlowBodyCut(t, c.Server(0).HTTPAddr(), "/healthz")
 	netguardtest.CheckIdleCut(t, c.Server(0).HTTPAddr())
 	big := bytes.Repeat([]byte{1}, 6<<20) // over MaxEntryBytes (5 MiB) plus framing
-	// A plain client: the identity check of bookietest's client would
-	// report a transport refusal (no identity trailer) as "wrong bookie".
-	cc, err := grpc.NewClient(c.Addr(0), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	// Through the identity check of the ledger clients: gRPC's own
+	// refusal carries no identity headers and must stay ResourceExhausted
+	// (it used to become FailedPrecondition "wrong bookie").
+	cc, err := grpc.NewClient(c.Addr(0), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64 << 20))},
+		bookie.WithExpectedIdentity(bookie.FixedIdentity(c.Server(0).ID(), c.Server(0).InstanceID()))...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
