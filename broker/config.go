@@ -129,6 +129,12 @@ type Config struct {
 	MaxProducersPerTopic        int `yaml:"max_producers_per_topic"`
 	MaxConsumersPerSubscription int `yaml:"max_consumers_per_subscription"`
 	MaxSubscriptionsPerTopic    int `yaml:"max_subscriptions_per_topic"`
+	// AllowAutoTopicCreation and AllowAutoSubscriptionCreation are the
+	// defaults of the namespace policies of the same names (limits.go):
+	// whether clients create topics and durable subscriptions by using
+	// them (default true, as in Pulsar).
+	AllowAutoTopicCreation        bool `yaml:"allow_auto_topic_creation"`
+	AllowAutoSubscriptionCreation bool `yaml:"allow_auto_subscription_creation"`
 	// MaxInflightBytesPerConnection bounds the same per client connection
 	// (default 32 MiB), over all its producers. At least max_message_bytes.
 	MaxInflightBytesPerConnection int64 `yaml:"max_inflight_bytes_per_connection"`
@@ -323,6 +329,8 @@ func DefaultConfig() Config {
 		MaxProducersPerTopic:          10000,
 		MaxConsumersPerSubscription:   10000,
 		MaxSubscriptionsPerTopic:      10000,
+		AllowAutoTopicCreation:        true,
+		AllowAutoSubscriptionCreation: true,
 		MaxInflightBytesPerConnection: 32 << 20,
 		MaxInflightProduceBytes:       256 << 20,
 		MaxPermitsPerConsumer:         10000,

@@ -1,10 +1,14 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/metadata"
 )
 
 // Per-topic limits (issue 22 item 3): producers per topic, consumers per
@@ -92,4 +96,72 @@ func validateLimitPolicies(p interface {
 		}
 	}
 	return nil
+}
+
+// Auto-creation switches (issue 22 item 3): allow_auto_topic_creation and
+// allow_auto_subscription_creation, broker config fields and namespace
+// policies of the same names (Pulsar's allowAutoTopicCreation and
+// allowAutoSubscriptionCreation). With one off, clients use only what
+// an operator created; the admin API and replication still create.
+
+func polAutoTopic(p *clientv1.NamespacePolicies) *bool {
+	if p == nil {
+		return nil
+	}
+	return p.AllowAutoTopicCreation
+}
+
+func polAutoSubscription(p *clientv1.NamespacePolicies) *bool {
+	if p == nil {
+		return nil
+	}
+	return p.AllowAutoSubscriptionCreation
+}
+
+// autoAllowed is the policy's switch when set, else the config's.
+func autoAllowed(policy *bool, config bool) bool {
+	if policy != nil {
+		return *policy
+	}
+	return config
+}
+
+// checkAutoTopicCreation refuses a client's use of a topic that does not
+// exist when allow_auto_topic_creation is off for it. A partition of an
+// existing partitioned topic exists.
+func (s *Server) checkAutoTopicCreation(ctx context.Context, name TopicName) error {
+	pol, err := s.effectivePolicies(ctx, name)
+	if err != nil {
+		return err
+	}
+	if autoAllowed(polAutoTopic(pol), s.cfg.AllowAutoTopicCreation) {
+		return nil
+	}
+	s.mu.Lock()
+	_, loaded := s.topics[name.String()]
+	s.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	if i := strings.LastIndex(name.Topic, PartitionSuffix); i > 0 && isPartitionName(name.Topic) {
+		idx, _ := strconv.Atoi(name.Topic[i+len(PartitionSuffix):])
+		base := name
+		base.Topic = name.Topic[:i]
+		if n, err := s.partitionCount(ctx, base); err == nil && idx < int(n) {
+			return nil
+		}
+	}
+	if _, err := s.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err != nil {
+		if errors.Is(err, metadata.ErrNotFound) {
+			return fmt.Errorf("%w: topic %s does not exist and allow_auto_topic_creation is false: create it with the admin API", ErrNotFound, name)
+		}
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// autoSubscriptionCreation reports whether a consumer may create a
+// durable subscription of t.
+func (t *topic) autoSubscriptionCreation() bool {
+	return autoAllowed(polAutoSubscription(t.currentPolicies()), t.b.cfg.AllowAutoSubscriptionCreation)
 }

@@ -107,7 +107,7 @@ func (t *topic) subscribeStart(ctx context.Context, sub *clientv1.Subscribe) (*s
 		s, err := t.addReader(name, r)
 		return s, err == nil, err
 	}
-	create := subCreate{initial: sub.GetInitialPosition(), replicated: sub.GetReplicated()}
+	create := subCreate{initial: sub.GetInitialPosition(), replicated: sub.GetReplicated(), mustExist: !t.autoSubscriptionCreation()}
 	if sub.GetStart() == nil {
 		return t.getOrCreateSubOpts(ctx, sub.GetSubscription(), create)
 	}

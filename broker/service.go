@@ -37,6 +37,9 @@ func (cs *clientService) Lookup(ctx context.Context, req *clientv1.LookupRequest
 	if err := cs.b.refusePartitionedBase(ctx, name); err != nil { // partitioned.go
 		return nil, GRPCError(err)
 	}
+	if err := cs.b.checkAutoTopicCreation(ctx, name); err != nil { // limits.go
+		return nil, GRPCError(err)
+	}
 	o, err := cs.b.lookup(ctx, name, req.GetAuthoritative())
 	if err != nil {
 		return nil, GRPCError(err)
@@ -73,6 +76,9 @@ func (cs *clientService) Produce(stream clientv1.Meridian_ProduceServer) error {
 		return GRPCError(err)
 	}
 	if err := validateFailoverIdentity(open.GetFailoverIdentity()); err != nil {
+		return GRPCError(err)
+	}
+	if err := b.checkAutoTopicCreation(ctx, name); err != nil { // limits.go
 		return GRPCError(err)
 	}
 	t, err := b.getTopic(ctx, name, true)
@@ -394,6 +400,9 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 		cname = fmt.Sprintf("consumer-%d", nameCounter.Add(1))
 	} else if len(cname) > 256 {
 		return GRPCError(fmt.Errorf("%w: consumer_name is %d bytes, limit 256", ErrInvalidArgument, len(cname)))
+	}
+	if err := b.checkAutoTopicCreation(ctx, name); err != nil { // limits.go
+		return GRPCError(err)
 	}
 	t, err := b.getTopic(ctx, name, true)
 	if err != nil {

@@ -386,6 +386,9 @@ func (t *topic) getOrCreateSub(ctx context.Context, name string, initial clientv
 type subCreate struct {
 	initial    clientv1.InitialPosition
 	mustCreate bool
+	// mustExist refuses to create it (allow_auto_subscription_creation
+	// off for a consumer's subscribe; limits.go).
+	mustExist bool
 	// replicated asks for a replicated subscription (the namespace policy
 	// replicate_subscriptions makes every one replicated; never the
 	// replicators' cursors).
@@ -415,6 +418,10 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 			return nil, false, fmt.Errorf("%w: subscription %s on %s", ErrAlreadyExists, name, t.name)
 		}
 		return s, false, nil
+	}
+	if o.mustExist {
+		t.mu.Unlock()
+		return nil, false, fmt.Errorf("%w: subscription %s of %s does not exist and allow_auto_subscription_creation is false: create it with the admin API", ErrNotFound, name, t.name)
 	}
 	countable := !isReplName(name) && !o.fromRemote
 	if lim := effectiveLimit(polMaxSubscriptions(t.policies), t.b.cfg.MaxSubscriptionsPerTopic); countable && limitReached(lim, t.clientSubsLocked()) {

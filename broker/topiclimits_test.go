@@ -125,3 +125,50 @@ func TestTopicLimits(t *testing.T) {
 		t.Fatalf("negative policy: %v", err)
 	}
 }
+
+// TestAutoCreationSwitches: with allow_auto_topic_creation off a
+// producer, consumer or lookup of a topic that does not exist is refused
+// naming the switch, and nothing is created; the admin API still creates,
+// and a namespace policy overrides the broker's config both ways. With
+// allow_auto_subscription_creation off a consumer uses only existing
+// subscriptions.
+func TestAutoCreationSwitches(t *testing.T) {
+	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.AllowAutoTopicCreation = false })
+	ctx := context.Background()
+	exclusive := clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE
+	topic := "public/default/noauto"
+	wantOff := func(what string, err error, field string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), field+" is false") {
+			t.Fatalf("%s: %v, want a refusal naming %s", what, err, field)
+		}
+	}
+	wantOff("producer", openProducerErr(t, cli, topic, "p"), "allow_auto_topic_creation")
+	wantOff("consumer", subscribeOnce(t, cli, topic, "s", exclusive), "allow_auto_topic_creation")
+	_, err := cli.Lookup(ctx, &clientv1.LookupRequest{Topic: topic})
+	wantOff("lookup", err, "allow_auto_topic_creation")
+	if _, err := adm.GetTopicStats(ctx, &clientv1.GetTopicStatsRequest{Topic: topic}); err == nil {
+		t.Fatal("a refused topic exists")
+	}
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: topic}); err != nil {
+		t.Fatalf("admin create with auto-creation off: %v", err)
+	}
+	p, _ := openProducer(t, cli, topic, "p")
+	p.sendOK(0)
+
+	// The namespace policy turns it back on here.
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/auto",
+		Policies: &clientv1.NamespacePolicies{AllowAutoTopicCreation: proto.Bool(true), AllowAutoSubscriptionCreation: proto.Bool(false)}}); err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := openProducer(t, cli, "public/auto/t", "p")
+	p2.sendOK(0)
+	wantOff("new subscription", subscribeOnce(t, cli, "public/auto/t", "s", exclusive), "allow_auto_subscription_creation")
+	if _, err := adm.CreateSubscription(ctx, &clientv1.CreateSubscriptionRequest{Topic: "public/auto/t", Subscription: "s",
+		InitialPosition: clientv1.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatalf("admin create subscription with auto-creation off: %v", err)
+	}
+	if err := subscribeOnce(t, cli, "public/auto/t", "s", exclusive); err != nil {
+		t.Fatalf("existing subscription: %v", err)
+	}
+}

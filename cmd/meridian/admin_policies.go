@@ -22,7 +22,7 @@ import (
 //
 // and the same for backlog-quota, message-ttl, max-producers-per-topic,
 // max-consumers-per-subscription, max-subscriptions-per-topic,
-// deduplication, persistence and delayed-delivery, each with get-* and
+// auto-topic-creation, auto-subscription-creation, deduplication, persistence and delayed-delivery, each with get-* and
 // remove-*. A topic or prefix
 // sets only the fields its command names; the others inherit (namespace,
 // then every matching prefix, shortest first, then the topic).
@@ -140,6 +140,14 @@ func policyKinds() []policyKind {
 		{name: "max-subscriptions-per-topic", what: "limit of subscriptions per topic (0 = none)",
 			fields: []string{"max_subscriptions_per_topic"}, fieldFlags: map[string]string{"max_subscriptions_per_topic": "--max-subscriptions-per-topic"},
 			flags: limitFlag("max-subscriptions-per-topic", "max_subscriptions_per_topic", "subscriptions clients create on each topic")},
+		{name: "auto-topic-creation", what: "automatic topic creation by producers, consumers and lookups",
+			fields: []string{"allow_auto_topic_creation"},
+			flags:  enableFlags("auto-topic-creation", "allow_auto_topic_creation"),
+		},
+		{name: "auto-subscription-creation", what: "automatic subscription creation by consumers",
+			fields: []string{"allow_auto_subscription_creation"},
+			flags:  enableFlags("auto-subscription-creation", "allow_auto_subscription_creation"),
+		},
 		{name: "deduplication", what: "producer deduplication",
 			fields: []string{"deduplication_enabled"},
 			flags:  enableFlags("deduplication", "deduplication_enabled"),

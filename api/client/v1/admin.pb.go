@@ -478,6 +478,15 @@ type NamespacePolicies struct {
 	MaxProducersPerTopic        *int32 `protobuf:"varint,22,opt,name=max_producers_per_topic,json=maxProducersPerTopic,proto3,oneof" json:"max_producers_per_topic,omitempty"`
 	MaxConsumersPerSubscription *int32 `protobuf:"varint,23,opt,name=max_consumers_per_subscription,json=maxConsumersPerSubscription,proto3,oneof" json:"max_consumers_per_subscription,omitempty"`
 	MaxSubscriptionsPerTopic    *int32 `protobuf:"varint,24,opt,name=max_subscriptions_per_topic,json=maxSubscriptionsPerTopic,proto3,oneof" json:"max_subscriptions_per_topic,omitempty"`
+	// allow_auto_topic_creation lets a producer, consumer or lookup create a
+	// topic that does not exist yet; allow_auto_subscription_creation lets a
+	// consumer create a durable subscription that does not exist yet. Unset
+	// = the broker's config (broker.allow_auto_topic_creation and
+	// broker.allow_auto_subscription_creation, both true by default). Off,
+	// only the admin API creates them; replication from other regions still
+	// does (a replicated topic must be able to arrive).
+	AllowAutoTopicCreation        *bool `protobuf:"varint,25,opt,name=allow_auto_topic_creation,json=allowAutoTopicCreation,proto3,oneof" json:"allow_auto_topic_creation,omitempty"`
+	AllowAutoSubscriptionCreation *bool `protobuf:"varint,26,opt,name=allow_auto_subscription_creation,json=allowAutoSubscriptionCreation,proto3,oneof" json:"allow_auto_subscription_creation,omitempty"`
 	// replication_backlog_quota_bytes bounds the replication backlog: the
 	// bytes after the replicator cursor of each region in the topic's
 	// replication set (the kept cursor of a removed region never counts).
@@ -698,6 +707,20 @@ func (x *NamespacePolicies) GetMaxSubscriptionsPerTopic() int32 {
 		return *x.MaxSubscriptionsPerTopic
 	}
 	return 0
+}
+
+func (x *NamespacePolicies) GetAllowAutoTopicCreation() bool {
+	if x != nil && x.AllowAutoTopicCreation != nil {
+		return *x.AllowAutoTopicCreation
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetAllowAutoSubscriptionCreation() bool {
+	if x != nil && x.AllowAutoSubscriptionCreation != nil {
+		return *x.AllowAutoSubscriptionCreation
+	}
+	return false
 }
 
 func (x *NamespacePolicies) GetReplicationBacklogQuotaBytes() int64 {
@@ -8977,7 +9000,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xa2\x12\n" +
+	"\x14DeleteTenantResponse\"\xf3\x13\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -9004,9 +9027,11 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x12schema_auto_update\x18\x15 \x01(\bH\x06R\x10schemaAutoUpdate\x88\x01\x01\x12:\n" +
 	"\x17max_producers_per_topic\x18\x16 \x01(\x05H\aR\x14maxProducersPerTopic\x88\x01\x01\x12H\n" +
 	"\x1emax_consumers_per_subscription\x18\x17 \x01(\x05H\bR\x1bmaxConsumersPerSubscription\x88\x01\x01\x12B\n" +
-	"\x1bmax_subscriptions_per_topic\x18\x18 \x01(\x05H\tR\x18maxSubscriptionsPerTopic\x88\x01\x01\x12J\n" +
-	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\n" +
-	"R\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
+	"\x1bmax_subscriptions_per_topic\x18\x18 \x01(\x05H\tR\x18maxSubscriptionsPerTopic\x88\x01\x01\x12>\n" +
+	"\x19allow_auto_topic_creation\x18\x19 \x01(\bH\n" +
+	"R\x16allowAutoTopicCreation\x88\x01\x01\x12L\n" +
+	" allow_auto_subscription_creation\x18\x1a \x01(\bH\vR\x1dallowAutoSubscriptionCreation\x88\x01\x01\x12J\n" +
+	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\fR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
 	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaAction\x12X\n" +
 	"\vpermissions\x18> \x03(\v26.meridian.client.v1.NamespacePolicies.PermissionsEntryR\vpermissions\x12k\n" +
 	"\x12prefix_permissions\x18? \x03(\v2<.meridian.client.v1.NamespacePolicies.PrefixPermissionsEntryR\x11prefixPermissions\x1ae\n" +
@@ -9025,7 +9050,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x13_schema_auto_updateB\x1a\n" +
 	"\x18_max_producers_per_topicB!\n" +
 	"\x1f_max_consumers_per_subscriptionB\x1e\n" +
-	"\x1c_max_subscriptions_per_topicB\"\n" +
+	"\x1c_max_subscriptions_per_topicB\x1c\n" +
+	"\x1a_allow_auto_topic_creationB#\n" +
+	"!_allow_auto_subscription_creationB\"\n" +
 	" _replication_backlog_quota_bytes\"-\n" +
 	"\x11PermissionActions\x12\x18\n" +
 	"\aactions\x18\x01 \x03(\tR\aactions\"\xb8\x01\n" +
