@@ -212,6 +212,12 @@ type Config struct {
 	// means forever / unlimited, as in the namespace policies.
 	DefaultRetentionTime      time.Duration `yaml:"default_retention_time"`
 	DefaultRetentionSizeBytes int64         `yaml:"default_retention_size_bytes"`
+	// DefaultBacklogQuotaBytes is the backlog quota of a namespace created
+	// without one (backlog_quota_bytes unset), including public/default:
+	// default 10 GiB with the PRODUCER_HOLD action, so no client can fill
+	// the bookies' disks by producing to a topic nobody consumes. -1 = no
+	// quota, as in the namespace policies. Existing namespaces keep theirs.
+	DefaultBacklogQuotaBytes int64 `yaml:"default_backlog_quota_bytes"`
 
 	// Replication tunes the replicators (see ReplicationConfig; zero
 	// fields take their defaults).
@@ -331,6 +337,7 @@ func DefaultConfig() Config {
 		MaxSubscriptionsPerTopic:      10000,
 		AllowAutoTopicCreation:        true,
 		AllowAutoSubscriptionCreation: true,
+		DefaultBacklogQuotaBytes:      10 << 30,
 		MaxInflightBytesPerConnection: 32 << 20,
 		MaxInflightProduceBytes:       256 << 20,
 		MaxPermitsPerConsumer:         10000,
@@ -429,6 +436,8 @@ func (c Config) Validate() error {
 		return bad("keepalive_timeout %v must be >= 1s", c.KeepaliveTimeout)
 	case c.DefaultRetentionTime < 0 && c.DefaultRetentionTime != -time.Second:
 		return bad("default_retention_time %v must be -1s (forever) or >= 0", c.DefaultRetentionTime)
+	case c.DefaultBacklogQuotaBytes < -1:
+		return bad("default_backlog_quota_bytes %d must be -1 (no quota) or >= 0", c.DefaultBacklogQuotaBytes)
 	case c.DefaultRetentionSizeBytes < -1:
 		return bad("default_retention_size_bytes %d must be -1 (unlimited) or >= 0", c.DefaultRetentionSizeBytes)
 	case c.KeepaliveMinTime < 0 || c.KeepaliveMinTime > 10*time.Second:

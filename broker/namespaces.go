@@ -199,6 +199,10 @@ func (s *Server) createNamespace(ctx context.Context, ns string, p *clientv1.Nam
 		}
 		p.RetentionSizeBytes = s.cfg.DefaultRetentionSizeBytes
 	}
+	if p.BacklogQuotaBytes == nil && s.cfg.DefaultBacklogQuotaBytes >= 0 {
+		p = proto.Clone(p).(*clientv1.NamespacePolicies)
+		p.BacklogQuotaBytes = proto.Int64(s.cfg.DefaultBacklogQuotaBytes)
+	}
 	val, _ := protojson.Marshal(p)
 	kv, err := s.cfg.Global.Put(ctx, namespacePrefix+ns, val, metadata.MustNotExist, 0)
 	if err != nil {

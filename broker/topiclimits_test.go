@@ -172,3 +172,27 @@ func TestAutoCreationSwitches(t *testing.T) {
 		t.Fatalf("existing subscription: %v", err)
 	}
 }
+
+// TestDefaultBacklogQuota: a namespace created without a backlog quota
+// gets the broker's default_backlog_quota_bytes; one created with its own
+// keeps it, and -1 in the config leaves new namespaces without one.
+func TestDefaultBacklogQuota(t *testing.T) {
+	_, adm, _ := oneBroker(t, func(c *broker.Config) { c.DefaultBacklogQuotaBytes = 1 << 30 })
+	ctx := context.Background()
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/dq"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/own",
+		Policies: &clientv1.NamespacePolicies{BacklogQuotaBytes: proto.Int64(-1)}}); err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]int64{"public/dq": 1 << 30, "public/own": -1} {
+		p, err := adm.GetNamespacePolicies(ctx, &clientv1.GetNamespacePoliciesRequest{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.GetPolicies().BacklogQuotaBytes == nil || p.GetPolicies().GetBacklogQuotaBytes() != want {
+			t.Fatalf("%s: backlog_quota_bytes %v, want %d", ns, p.GetPolicies().BacklogQuotaBytes, want)
+		}
+	}
+}
