@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridianmq/meridian/bookie/ledger"
 	"github.com/meridianmq/meridian/broker"
 	"github.com/meridianmq/meridian/internal/faultfs"
+	"github.com/meridianmq/meridian/region/regiontest"
 )
 
 // TestProducerBackPressureInBytes: a producer that sends 4 MiB messages
@@ -17,18 +19,22 @@ import (
 // stored and acknowledged: none lost.
 func TestProducerBackPressureInBytes(t *testing.T) {
 	const limit = 10 << 20 // two messages
-	cli, _, rc := oneBroker(t, func(c *broker.Config) {
-		c.MaxInflightBytesPerConnection = limit
-		c.MaxPendingSendBytes = 2 * limit
-		c.MaxInflightProduceBytes = 4 * limit
-	})
+	// The ledger's add timeout is well above the stall, so that a loaded
+	// machine does not turn the stall into a failed add.
+	rc := regiontest.Start(t, regiontest.Options{Brokers: 1, Bookies: 1,
+		Broker: func(_ int, c *broker.Config) {
+			c.MaxInflightBytesPerConnection = limit
+			c.MaxPendingSendBytes = 2 * limit
+			c.MaxInflightProduceBytes = 4 * limit
+		},
+		Ledger: func(_ int, c *ledger.Config) { c.AddTimeout = time.Minute }})
+	cli, _ := conn(t, rc.Addrs()[0])
 	topic := "public/default/backpressure"
 	p, _ := openProducer(t, cli, topic, "p")
 	p.sendOK(0) // the topic and its ledger are open
 
-	// One fsync stalls for 2 s (below the ledger's 3 s add timeout):
-	// everything sent meanwhile waits for it.
-	rc.Bookies.FaultFS(0).Inject(faultfs.Fault{Op: faultfs.OpSync, Delay: 2 * time.Second, Count: 1})
+	// One fsync stalls for 3 s: everything sent meanwhile waits for it.
+	rc.Bookies.FaultFS(0).Inject(faultfs.Fault{Op: faultfs.OpSync, Delay: 3 * time.Second, Count: 1})
 	payload := randomPayload(4 << 20)
 	const sends = 30
 	var written atomic.Int64
@@ -45,7 +51,7 @@ func TestProducerBackPressureInBytes(t *testing.T) {
 	}()
 	// Sample while the fsync is stalled.
 	var peak int64
-	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end) && written.Load() < sends; {
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end) && written.Load() < sends; {
 		time.Sleep(50 * time.Millisecond)
 		peak = max(peak, broker.InflightProduceBytesForTesting(rc.Broker(0)))
 	}

@@ -40,6 +40,9 @@ type Options struct {
 	Brokers, Bookies int
 	// Broker edits each broker's config before it starts.
 	Broker func(i int, cfg *broker.Config)
+	// Ledger edits each broker's ledger client config (AddTimeout 3s by
+	// default here) before it starts.
+	Ledger func(i int, cfg *ledger.Config)
 	// Security, when set, gives each component its security block: kind
 	// is security.KindMetadata, KindBookie or KindBroker, i its index. The
 	// metadata node then also serves gRPC and HTTP (to be reached over
@@ -149,6 +152,9 @@ func (c *Cluster) startBroker(i int) {
 	lcfg.Region = c.region
 	lcfg.MaxEntryBytes = 6 << 20
 	lcfg.AddTimeout = 3 * time.Second
+	if c.opts.Ledger != nil {
+		c.opts.Ledger(i, &lcfg)
+	}
 	var sec *security.Runtime
 	if c.opts.Security != nil {
 		if sec, err = security.NewRuntime(c.opts.Security(security.KindBroker, i), nil); err != nil {
