@@ -221,6 +221,9 @@ func (a *adminService) CreateTopic(ctx context.Context, r *clientv1.CreateTopicR
 	if err := a.b.refusePartitionedBase(ctx, name); err != nil { // partitioned.go
 		return nil, GRPCError(err)
 	}
+	if err := a.b.checkTopicCreation(ctx, name, false); err != nil { // limits.go
+		return nil, GRPCError(err)
+	}
 	if _, err := a.b.lookup(ctx, name, false); err != nil {
 		return nil, GRPCError(err)
 	}

@@ -135,6 +135,10 @@ type Config struct {
 	// them (default true, as in Pulsar).
 	AllowAutoTopicCreation        bool `yaml:"allow_auto_topic_creation"`
 	AllowAutoSubscriptionCreation bool `yaml:"allow_auto_subscription_creation"`
+	// MaxTopicsPerNamespace is the default of the namespace policy of the
+	// same name: the topics (each partition counts) this region creates in
+	// a namespace (default 0 = no limit, as in Pulsar).
+	MaxTopicsPerNamespace int `yaml:"max_topics_per_namespace"`
 	// MaxInflightBytesPerConnection bounds the same per client connection
 	// (default 32 MiB), over all its producers. At least max_message_bytes.
 	MaxInflightBytesPerConnection int64 `yaml:"max_inflight_bytes_per_connection"`
@@ -398,6 +402,8 @@ func (c Config) Validate() error {
 		return bad("max_producers_per_topic %d must be >= 0 (0 = no limit)", c.MaxProducersPerTopic)
 	case c.MaxConsumersPerSubscription < 0:
 		return bad("max_consumers_per_subscription %d must be >= 0 (0 = no limit)", c.MaxConsumersPerSubscription)
+	case c.MaxTopicsPerNamespace < 0:
+		return bad("max_topics_per_namespace %d must be >= 0 (0 = no limit)", c.MaxTopicsPerNamespace)
 	case c.MaxSubscriptionsPerTopic < 0:
 		return bad("max_subscriptions_per_topic %d must be >= 0 (0 = no limit)", c.MaxSubscriptionsPerTopic)
 	case c.MaxPendingSendBytes < int64(c.MaxMessageBytes):

@@ -85,12 +85,13 @@ func validateLimitPolicies(p interface {
 	GetMaxProducersPerTopic() int32
 	GetMaxConsumersPerSubscription() int32
 	GetMaxSubscriptionsPerTopic() int32
+	GetMaxTopicsPerNamespace() int32
 }) error {
 	for _, f := range []struct {
 		n string
 		v int32
 	}{{"max_producers_per_topic", p.GetMaxProducersPerTopic()}, {"max_consumers_per_subscription", p.GetMaxConsumersPerSubscription()},
-		{"max_subscriptions_per_topic", p.GetMaxSubscriptionsPerTopic()}} {
+		{"max_subscriptions_per_topic", p.GetMaxSubscriptionsPerTopic()}, {"max_topics_per_namespace", p.GetMaxTopicsPerNamespace()}} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s %d must be >= 0 (0 = no limit)", ErrInvalidArgument, f.n, f.v)
 		}
@@ -127,14 +128,27 @@ func autoAllowed(policy *bool, config bool) bool {
 }
 
 // checkAutoTopicCreation refuses a client's use of a topic that does not
-// exist when allow_auto_topic_creation is off for it. A partition of an
-// existing partitioned topic exists.
+// exist when allow_auto_topic_creation is off for it, or when creating it
+// would pass max_topics_per_namespace. A partition of an existing
+// partitioned topic exists.
 func (s *Server) checkAutoTopicCreation(ctx context.Context, name TopicName) error {
+	return s.checkTopicCreation(ctx, name, true)
+}
+
+// checkTopicCreation checks the creation of a topic that may not exist:
+// by a client (auto: the allow_auto_topic_creation switch applies) or by
+// the admin API. Both respect max_topics_per_namespace.
+func (s *Server) checkTopicCreation(ctx context.Context, name TopicName, auto bool) error {
 	pol, err := s.effectivePolicies(ctx, name)
 	if err != nil {
 		return err
 	}
-	if autoAllowed(polAutoTopic(pol), s.cfg.AllowAutoTopicCreation) {
+	autoOK := !auto || autoAllowed(polAutoTopic(pol), s.cfg.AllowAutoTopicCreation)
+	maxTopics := s.cfg.MaxTopicsPerNamespace
+	if pol != nil && pol.MaxTopicsPerNamespace != nil {
+		maxTopics = int(pol.GetMaxTopicsPerNamespace())
+	}
+	if autoOK && maxTopics <= 0 {
 		return nil
 	}
 	s.mu.Lock()
@@ -143,7 +157,7 @@ func (s *Server) checkAutoTopicCreation(ctx context.Context, name TopicName) err
 	if loaded {
 		return nil
 	}
-	if i := strings.LastIndex(name.Topic, PartitionSuffix); i > 0 && isPartitionName(name.Topic) {
+	if i := strings.LastIndex(name.Topic, PartitionSuffix); auto && i > 0 && isPartitionName(name.Topic) {
 		idx, _ := strconv.Atoi(name.Topic[i+len(PartitionSuffix):])
 		base := name
 		base.Topic = name.Topic[:i]
@@ -151,11 +165,21 @@ func (s *Server) checkAutoTopicCreation(ctx context.Context, name TopicName) err
 			return nil
 		}
 	}
-	if _, err := s.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err != nil {
-		if errors.Is(err, metadata.ErrNotFound) {
-			return fmt.Errorf("%w: topic %s does not exist and allow_auto_topic_creation is false: create it with the admin API", ErrNotFound, name)
-		}
+	if _, err := s.cfg.Regional.Get(ctx, managedLedgerPrefix+name.String(), metadata.ReadOptions{}); err == nil {
+		return nil
+	} else if !errors.Is(err, metadata.ErrNotFound) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if !autoOK {
+		return fmt.Errorf("%w: topic %s does not exist and allow_auto_topic_creation is false: create it with the admin API", ErrNotFound, name)
+	}
+	ns := name.NamespaceName()
+	topics, err := listTopicKeys(ctx, s.cfg.Regional, managedLedgerPrefix+ns+"/")
+	if err != nil {
+		return err
+	}
+	if len(topics) >= maxTopics {
+		return limitError("max_topics_per_namespace", maxTopics, fmt.Sprintf("namespace %s already has %d topics in this region", ns, len(topics)))
 	}
 	return nil
 }

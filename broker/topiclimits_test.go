@@ -196,3 +196,34 @@ func TestDefaultBacklogQuota(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxTopicsPerNamespace: past max_topics_per_namespace neither a
+// producer nor the admin API creates a topic (the refusal names the limit
+// and its value, and nothing is created); existing topics are still used,
+// and a namespace policy of 0 lifts the limit there.
+func TestMaxTopicsPerNamespace(t *testing.T) {
+	cli, adm, _ := oneBroker(t, func(c *broker.Config) { c.MaxTopicsPerNamespace = 2 })
+	ctx := context.Background()
+	if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: "public/default/t1"}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := openProducer(t, cli, "public/default/t2", "p")
+	p.sendOK(0)
+	wantLimit(t, "third topic by a producer", openProducerErr(t, cli, "public/default/t3", "p"), "max_topics_per_namespace", 2)
+	_, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: "public/default/t3"})
+	wantLimit(t, "third topic by the admin API", err, "max_topics_per_namespace", 2)
+	if _, err := adm.GetTopicStats(ctx, &clientv1.GetTopicStatsRequest{Topic: "public/default/t3"}); err == nil {
+		t.Fatal("a refused topic exists")
+	}
+	p1, _ := openProducer(t, cli, "public/default/t1", "p")
+	p1.sendOK(0)
+	if _, err := adm.CreateNamespace(ctx, &clientv1.CreateNamespaceRequest{Namespace: "public/many",
+		Policies: &clientv1.NamespacePolicies{MaxTopicsPerNamespace: proto.Int32(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := adm.CreateTopic(ctx, &clientv1.CreateTopicRequest{Topic: "public/many/" + n}); err != nil {
+			t.Fatalf("topic %s under a policy of 0: %v", n, err)
+		}
+	}
+}

@@ -487,6 +487,14 @@ type NamespacePolicies struct {
 	// does (a replicated topic must be able to arrive).
 	AllowAutoTopicCreation        *bool `protobuf:"varint,25,opt,name=allow_auto_topic_creation,json=allowAutoTopicCreation,proto3,oneof" json:"allow_auto_topic_creation,omitempty"`
 	AllowAutoSubscriptionCreation *bool `protobuf:"varint,26,opt,name=allow_auto_subscription_creation,json=allowAutoSubscriptionCreation,proto3,oneof" json:"allow_auto_subscription_creation,omitempty"`
+	// max_topics_per_namespace bounds the topics (each partition counts) a
+	// region's brokers create in the namespace, by the admin API or on first
+	// use; topics replicated here from other regions and the partitions of a
+	// partitioned topic that exists are not refused. Unset
+	// = broker.max_topics_per_namespace (default 0 = no limit). Checked
+	// before each creation, so creations racing each other may pass it by a
+	// few, as in Pulsar.
+	MaxTopicsPerNamespace *int32 `protobuf:"varint,27,opt,name=max_topics_per_namespace,json=maxTopicsPerNamespace,proto3,oneof" json:"max_topics_per_namespace,omitempty"`
 	// replication_backlog_quota_bytes bounds the replication backlog: the
 	// bytes after the replicator cursor of each region in the topic's
 	// replication set (the kept cursor of a removed region never counts).
@@ -721,6 +729,13 @@ func (x *NamespacePolicies) GetAllowAutoSubscriptionCreation() bool {
 		return *x.AllowAutoSubscriptionCreation
 	}
 	return false
+}
+
+func (x *NamespacePolicies) GetMaxTopicsPerNamespace() int32 {
+	if x != nil && x.MaxTopicsPerNamespace != nil {
+		return *x.MaxTopicsPerNamespace
+	}
+	return 0
 }
 
 func (x *NamespacePolicies) GetReplicationBacklogQuotaBytes() int64 {
@@ -9000,7 +9015,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x14CreateTenantResponse\"-\n" +
 	"\x13DeleteTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteTenantResponse\"\xf3\x13\n" +
+	"\x14DeleteTenantResponse\"\xce\x14\n" +
 	"\x11NamespacePolicies\x124\n" +
 	"\x16retention_time_seconds\x18\x01 \x01(\x03R\x14retentionTimeSeconds\x120\n" +
 	"\x14retention_size_bytes\x18\x02 \x01(\x03R\x12retentionSizeBytes\x12#\n" +
@@ -9030,8 +9045,9 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1bmax_subscriptions_per_topic\x18\x18 \x01(\x05H\tR\x18maxSubscriptionsPerTopic\x88\x01\x01\x12>\n" +
 	"\x19allow_auto_topic_creation\x18\x19 \x01(\bH\n" +
 	"R\x16allowAutoTopicCreation\x88\x01\x01\x12L\n" +
-	" allow_auto_subscription_creation\x18\x1a \x01(\bH\vR\x1dallowAutoSubscriptionCreation\x88\x01\x01\x12J\n" +
-	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\fR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
+	" allow_auto_subscription_creation\x18\x1a \x01(\bH\vR\x1dallowAutoSubscriptionCreation\x88\x01\x01\x12<\n" +
+	"\x18max_topics_per_namespace\x18\x1b \x01(\x05H\fR\x15maxTopicsPerNamespace\x88\x01\x01\x12J\n" +
+	"\x1freplication_backlog_quota_bytes\x18< \x01(\x03H\rR\x1creplicationBacklogQuotaBytes\x88\x01\x01\x12h\n" +
 	" replication_backlog_quota_action\x18= \x01(\x0e2\x1f.meridian.client.v1.QuotaActionR\x1dreplicationBacklogQuotaAction\x12X\n" +
 	"\vpermissions\x18> \x03(\v26.meridian.client.v1.NamespacePolicies.PermissionsEntryR\vpermissions\x12k\n" +
 	"\x12prefix_permissions\x18? \x03(\v2<.meridian.client.v1.NamespacePolicies.PrefixPermissionsEntryR\x11prefixPermissions\x1ae\n" +
@@ -9052,7 +9068,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x1f_max_consumers_per_subscriptionB\x1e\n" +
 	"\x1c_max_subscriptions_per_topicB\x1c\n" +
 	"\x1a_allow_auto_topic_creationB#\n" +
-	"!_allow_auto_subscription_creationB\"\n" +
+	"!_allow_auto_subscription_creationB\x1b\n" +
+	"\x19_max_topics_per_namespaceB\"\n" +
 	" _replication_backlog_quota_bytes\"-\n" +
 	"\x11PermissionActions\x12\x18\n" +
 	"\aactions\x18\x01 \x03(\tR\aactions\"\xb8\x01\n" +
