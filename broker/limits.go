@@ -29,26 +29,13 @@ func effectiveLimit(policy *int32, config int) int {
 	return config
 }
 
-// Nil-safe reads of the limit policies (a topic may have no policies).
-func polMaxProducers(p *clientv1.NamespacePolicies) *int32 {
+// policyField reads an optional field of p, nil when p is nil (a topic may
+// have no policies) or the field is unset.
+func policyField[T any](p *clientv1.NamespacePolicies, field func(*clientv1.NamespacePolicies) *T) *T {
 	if p == nil {
 		return nil
 	}
-	return p.MaxProducersPerTopic
-}
-
-func polMaxConsumers(p *clientv1.NamespacePolicies) *int32 {
-	if p == nil {
-		return nil
-	}
-	return p.MaxConsumersPerSubscription
-}
-
-func polMaxSubscriptions(p *clientv1.NamespacePolicies) *int32 {
-	if p == nil {
-		return nil
-	}
-	return p.MaxSubscriptionsPerTopic
+	return field(p)
 }
 
 // limitReached reports whether count objects already use a limit (0: none).
@@ -61,11 +48,11 @@ func limitError(field string, limit int, what string) error {
 // maxProducers and maxConsumers are t's limits (max_subscriptions_per_topic
 // is read under t.mu in getOrCreateSubOpts). Callers must not hold t.mu.
 func (t *topic) maxProducers() int {
-	return effectiveLimit(polMaxProducers(t.currentPolicies()), t.b.cfg.MaxProducersPerTopic)
+	return effectiveLimit(policyField(t.currentPolicies(), func(p *clientv1.NamespacePolicies) *int32 { return p.MaxProducersPerTopic }), t.b.cfg.MaxProducersPerTopic)
 }
 
 func (t *topic) maxConsumers() int {
-	return effectiveLimit(polMaxConsumers(t.currentPolicies()), t.b.cfg.MaxConsumersPerSubscription)
+	return effectiveLimit(policyField(t.currentPolicies(), func(p *clientv1.NamespacePolicies) *int32 { return p.MaxConsumersPerSubscription }), t.b.cfg.MaxConsumersPerSubscription)
 }
 
 // clientSubsLocked counts t's subscriptions that count against
@@ -105,20 +92,6 @@ func validateLimitPolicies(p interface {
 // allowAutoSubscriptionCreation). With one off, clients use only what
 // an operator created; the admin API and replication still create.
 
-func polAutoTopic(p *clientv1.NamespacePolicies) *bool {
-	if p == nil {
-		return nil
-	}
-	return p.AllowAutoTopicCreation
-}
-
-func polAutoSubscription(p *clientv1.NamespacePolicies) *bool {
-	if p == nil {
-		return nil
-	}
-	return p.AllowAutoSubscriptionCreation
-}
-
 // autoAllowed is the policy's switch when set, else the config's.
 func autoAllowed(policy *bool, config bool) bool {
 	if policy != nil {
@@ -139,22 +112,19 @@ func (s *Server) checkAutoTopicCreation(ctx context.Context, name TopicName) err
 // by a client (auto: the allow_auto_topic_creation switch applies) or by
 // the admin API. Both respect max_topics_per_namespace.
 func (s *Server) checkTopicCreation(ctx context.Context, name TopicName, auto bool) error {
-	pol, err := s.effectivePolicies(ctx, name)
-	if err != nil {
-		return err
-	}
-	autoOK := !auto || autoAllowed(polAutoTopic(pol), s.cfg.AllowAutoTopicCreation)
-	maxTopics := s.cfg.MaxTopicsPerNamespace
-	if pol != nil && pol.MaxTopicsPerNamespace != nil {
-		maxTopics = int(pol.GetMaxTopicsPerNamespace())
-	}
-	if autoOK && maxTopics <= 0 {
-		return nil
-	}
 	s.mu.Lock()
 	_, loaded := s.topics[name.String()]
 	s.mu.Unlock()
 	if loaded {
+		return nil // exists: nothing to check, no policies to resolve
+	}
+	pol, err := s.effectivePolicies(ctx, name)
+	if err != nil {
+		return err
+	}
+	autoOK := !auto || autoAllowed(policyField(pol, func(p *clientv1.NamespacePolicies) *bool { return p.AllowAutoTopicCreation }), s.cfg.AllowAutoTopicCreation)
+	maxTopics := effectiveLimit(policyField(pol, func(p *clientv1.NamespacePolicies) *int32 { return p.MaxTopicsPerNamespace }), s.cfg.MaxTopicsPerNamespace)
+	if autoOK && maxTopics <= 0 {
 		return nil
 	}
 	if i := strings.LastIndex(name.Topic, PartitionSuffix); auto && i > 0 && isPartitionName(name.Topic) {
@@ -187,5 +157,5 @@ func (s *Server) checkTopicCreation(ctx context.Context, name TopicName, auto bo
 // autoSubscriptionCreation reports whether a consumer may create a
 // durable subscription of t.
 func (t *topic) autoSubscriptionCreation() bool {
-	return autoAllowed(polAutoSubscription(t.currentPolicies()), t.b.cfg.AllowAutoSubscriptionCreation)
+	return autoAllowed(policyField(t.currentPolicies(), func(p *clientv1.NamespacePolicies) *bool { return p.AllowAutoSubscriptionCreation }), t.b.cfg.AllowAutoSubscriptionCreation)
 }

@@ -424,7 +424,7 @@ func (t *topic) getOrCreateSubOpts(ctx context.Context, name string, o subCreate
 		return nil, false, fmt.Errorf("%w: subscription %s of %s does not exist and allow_auto_subscription_creation is false: create it with the admin API", ErrNotFound, name, t.name)
 	}
 	countable := !isReplName(name) && !o.fromRemote
-	if lim := effectiveLimit(polMaxSubscriptions(t.policies), t.b.cfg.MaxSubscriptionsPerTopic); countable && limitReached(lim, t.clientSubsLocked()) {
+	if lim := effectiveLimit(policyField(t.policies, func(p *clientv1.NamespacePolicies) *int32 { return p.MaxSubscriptionsPerTopic }), t.b.cfg.MaxSubscriptionsPerTopic); countable && limitReached(lim, t.clientSubsLocked()) {
 		t.mu.Unlock()
 		return nil, false, limitError("max_subscriptions_per_topic", lim, fmt.Sprintf("%s already has %d subscriptions", t.name, lim))
 	}
