@@ -390,6 +390,7 @@ func (a *adminService) GetTopicStats(ctx context.Context, r *clientv1.GetTopicSt
 		ss.Type = s.typ
 		ss.MarkDeletePosition = &clientv1.MessageId{LedgerId: s.markDelete.L, EntryId: s.markDelete.E}
 		ss.Blocked = s.blockedStatsLocked()
+		ss.PoisonEntries = s.poisonStatsLocked()
 		ss.Replicated = s.cov.replicated
 		for _, c := range s.consumers {
 			ss.Consumers = append(ss.Consumers, &clientv1.ConsumerStats{ConsumerName: c.name, Address: c.addr,

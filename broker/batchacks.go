@@ -176,6 +176,9 @@ func (s *subscription) acknowledgeAck(ctx context.Context, a *clientv1.Ack) erro
 	if a.GetDeadLetter() && !a.GetCumulative() {
 		s.countDeadLettered(a.GetMessageIds())
 	}
+	if a.GetPoisonReason() != "" && !a.GetCumulative() {
+		s.countPoison(a.GetPoisonReason(), a.GetMessageIds()) // poison.go
+	}
 	if len(a.GetMessageIds()) == 0 {
 		if len(a.GetBatchIndexAcks()) == 0 || s.t.persistInterval() > 0 {
 			return nil

@@ -19,6 +19,8 @@ type metrics struct {
 	seekSeconds     prometheus.Histogram
 	// Backlog operations and policies (backlogops.go, ttl.go).
 	expiredEntries, evictedEntries *prometheus.CounterVec
+	// Poison pills acknowledged by consumers (poison.go).
+	poisonEntries *prometheus.CounterVec
 	// Acknowledgement vectors (ackvector_bound.go, subsync.go).
 	vectorDropped                     *prometheus.CounterVec
 	subSyncSentBytes, subSyncSentUpds *prometheus.CounterVec
@@ -57,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help: "Time to resolve a start position.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 17)}),
 		expiredEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_expired_entries_total",
 			Help: "Entries acknowledged on subscriptions by message TTL and expire-messages."}, []string{"namespace"}),
+		poisonEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_poison_entries_total",
+			Help: "Entries consumers acknowledged because they could not decode them (Ack.poison_reason), by reason: corrupt, too_large, unknown_compression, schema, other."}, []string{"namespace", "reason"}),
 		evictedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_broker_evicted_entries_total",
 			Help: "Entries acknowledged on subscriptions by the consumer_backlog_eviction quota action, by quota (size or age)."}, []string{"namespace", "quota"}),
 		vectorDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_subscription_ack_vector_dropped_total",
@@ -71,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
 		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s},
-		m.expiredEntries, m.evictedEntries, m.vectorDropped, m.subSyncSentBytes, m.subSyncSentUpds} {
+		m.expiredEntries, m.evictedEntries, m.poisonEntries, m.vectorDropped, m.subSyncSentBytes, m.subSyncSentUpds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -85,7 +85,23 @@ func aggregateTopicStats(agg *clientv1.TopicStats, parts []*clientv1.TopicStats)
 // named in skip are left alone.
 func mergeStats(dst, src protoreflect.Message, skip map[protoreflect.Name]bool) {
 	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if skip[fd.Name()] || fd.IsMap() {
+		if skip[fd.Name()] {
+			return true
+		}
+		if fd.IsMap() {
+			// Counters by key (poison_entries): summed per key.
+			if fd.MapValue().Kind() != protoreflect.Int64Kind {
+				return true
+			}
+			dm := dst.Mutable(fd).Map()
+			v.Map().Range(func(k protoreflect.MapKey, n protoreflect.Value) bool {
+				sum := n.Int()
+				if cur := dm.Get(k); cur.IsValid() {
+					sum += cur.Int()
+				}
+				dm.Set(k, protoreflect.ValueOfInt64(sum))
+				return true
+			})
 			return true
 		}
 		if fd.IsList() {

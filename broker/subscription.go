@@ -110,10 +110,13 @@ type subscription struct {
 	// redelivered counts redelivered messages, sampled for the rate.
 	deadLettered int64
 	redelivered  int64
-	createdAt    time.Time
-	rdAt         time.Time
-	rdBase       int64
-	rdRate       float64
+	// poison counts entries acknowledged with Ack.poison_reason, by
+	// reason (poison.go; keys from a fixed set).
+	poison    map[string]int64
+	createdAt time.Time
+	rdAt      time.Time
+	rdBase    int64
+	rdRate    float64
 }
 
 func newSubscription(t *topic, name string, md pos, acked map[pos]struct{}, createdMs, version int64) *subscription {

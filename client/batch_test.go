@@ -162,7 +162,7 @@ func TestEncodeBatchRoundTripsThroughWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs, err := decodeEntryMessage(&clientv1.Message{MessageId: &clientv1.MessageId{LedgerId: 3, EntryId: 4}, Metadata: md2, Payload: p2, RedeliveryCount: 2})
+		msgs, err := decodeEntryMessage(&clientv1.Message{MessageId: &clientv1.MessageId{LedgerId: 3, EntryId: 4}, Metadata: md2, Payload: p2, RedeliveryCount: 2}, wire.MaxUncompressedBytes)
 		if err != nil {
 			t.Fatalf("%v: %v", c, err)
 		}

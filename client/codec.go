@@ -58,13 +58,15 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// decodeEntryMessage splits one delivered entry into its messages.
-func decodeEntryMessage(m *clientv1.Message) ([]*ReceivedMessage, error) {
+// decodeEntryMessage splits one delivered entry into its messages; an
+// entry that declares or decodes to more than limit bytes is
+// wire.ErrTooLarge.
+func decodeEntryMessage(m *clientv1.Message, limit int64) ([]*ReceivedMessage, error) {
 	md := m.GetMetadata()
 	if md == nil {
-		return nil, fmt.Errorf("client: delivered entry %v has no metadata", idFromProto(m.GetMessageId()))
+		return nil, fmt.Errorf("%w: client: delivered entry %v has no metadata", wire.ErrCorrupt, idFromProto(m.GetMessageId()))
 	}
-	b, err := wire.DecodeBatch(md, m.GetPayload())
+	b, err := wire.DecodeBatchLimit(md, m.GetPayload(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("client: decode entry %v: %w", idFromProto(m.GetMessageId()), err)
 	}

@@ -94,6 +94,9 @@ type delivery struct {
 	origin string
 	oseq   int64
 	gen    uint64
+	// poison, when set, is an entry the client could not decode (msgs is
+	// empty; poison.go).
+	poison *poisonEntry
 }
 
 type entryKey struct{ ledger, entry int64 }
@@ -440,12 +443,19 @@ func (co *Consumer) readLoop(stream clientv1.Meridian_ConsumeClient) error {
 		}
 		switch k := resp.GetKind().(type) {
 		case *clientv1.ConsumeResponse_Message:
-			msgs, err := decodeEntryMessage(k.Message)
+			msgs, err := decodeEntryMessage(k.Message, co.opts.MaxEntryBytes)
 			if err != nil {
-				// Unreadable entry: report it, do not ack it, and give
-				// the permit back so delivery continues.
-				co.log.Error("dropping undecodable entry", "err", err)
-				_ = co.sendReq(stream, &clientv1.ConsumeRequest{Kind: &clientv1.ConsumeRequest_Flow{Flow: &clientv1.Flow{Permits: 1}}})
+				// A poison pill (poison.go): Receive dead-letters or
+				// acknowledges it with its reason, never the application.
+				d := &delivery{epoch: epoch, poison: newPoison(k.Message, err)}
+				if co.reader != nil && k.Message.GetMetadata() != nil && co.readerSkip(stream, k.Message, d) {
+					continue
+				}
+				select {
+				case co.queue <- d:
+				case <-co.ctx.Done():
+					return co.ctx.Err()
+				}
 				continue
 			}
 			co.log.Debug("entry delivered", "id", idFromProto(k.Message.GetMessageId()), "messages", len(msgs), "redeliveries", k.Message.GetRedeliveryCount())
@@ -606,6 +616,14 @@ func (co *Consumer) Receive(ctx context.Context) (*ReceivedMessage, error) {
 		epoch, fatal := co.epoch, co.fatal
 		co.mu.Unlock()
 		if d := co.cur; d != nil {
+			if d.poison != nil {
+				if d.epoch == epoch {
+					co.handlePoison(ctx, d) // poison.go
+					co.entryDoneLocked(epoch)
+				}
+				co.cur = nil
+				continue
+			}
 			if d.epoch == epoch && d.next == 0 && co.deadLetterDue(d) {
 				// dlq.go: not for the application; written to the
 				// dead-letter topic and acknowledged here.

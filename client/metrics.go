@@ -21,6 +21,8 @@ type clientMetrics struct {
 	// deadLettered, nacked: dlq.go, nack.go.
 	deadLettered prometheus.Counter
 	nacked       prometheus.Counter
+	// poison counts undecodable entries by reason (poison.go).
+	poison *prometheus.CounterVec
 
 	failovers     *prometheus.CounterVec
 	switchSeconds prometheus.Histogram
@@ -53,6 +55,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Name: "meridian_client_producer_stalls_total", Help: "Produce streams dropped after repeated send timeouts (the producer then looks the topic up again)."}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_client_messages_dead_lettered_total", Help: "Messages written to a dead-letter topic and acknowledged on their own."}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_client_poison_entries_total", Help: "Entries the consumer could not decode (poison pills), dead-lettered or acknowledged with their reason."}, []string{"reason", "action"}),
 		nacked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_client_messages_nacked_total", Help: "Negative acknowledgements (Nack calls)."}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -81,6 +85,7 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		m.stalls = register(reg, m.stalls)
 		m.deadLettered = register(reg, m.deadLettered)
 		m.nacked = register(reg, m.nacked)
+		m.poison = register(reg, m.poison)
 		m.failovers = register(reg, m.failovers)
 		m.switchSeconds = register(reg, m.switchSeconds)
 		m.regionUp = register(reg, m.regionUp)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
+	"github.com/meridianmq/meridian/internal/wire"
 	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -514,6 +515,17 @@ type ConsumerOptions struct {
 	// DeadLetter, when set, sends messages redelivered too often to a
 	// dead-letter topic (see DeadLetterPolicy).
 	DeadLetter *DeadLetterPolicy
+	// MaxEntryBytes bounds the decoded (uncompressed) size of an entry the
+	// consumer accepts: an entry that declares or decodes to more is a
+	// poison pill ("too_large", poison.go). Default and maximum
+	// wire.MaxUncompressedBytes (64 MiB); minimum 1 KiB.
+	MaxEntryBytes int64
+	// PoisonSchemaMismatch makes a TypedConsumer treat a message its schema
+	// cannot decode as a poison pill ("schema"): it goes to the dead-letter
+	// topic when DeadLetter is set, else it is acknowledged and counted,
+	// and Receive moves on. Default false: Receive returns the message with
+	// ErrSchemaMismatch and the application acks or nacks it.
+	PoisonSchemaMismatch bool
 
 	// nonDurable makes a reader's consumer (NewReader).
 	nonDurable bool
@@ -550,6 +562,9 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.NackRedeliveryDelay == 0 {
 		o.NackRedeliveryDelay = DefaultNackRedeliveryDelay
 	}
+	if o.MaxEntryBytes == 0 {
+		o.MaxEntryBytes = wire.MaxUncompressedBytes
+	}
 	return o
 }
 
@@ -580,6 +595,9 @@ func (o ConsumerOptions) Validate() error {
 	}
 	if len(o.Name) > maxNameLen {
 		return fmt.Errorf("%w: consumer Name is %d bytes, limit %d", ErrInvalidArgument, len(o.Name), maxNameLen)
+	}
+	if o.MaxEntryBytes != 0 && (o.MaxEntryBytes < 1<<10 || o.MaxEntryBytes > wire.MaxUncompressedBytes) {
+		return fmt.Errorf("%w: MaxEntryBytes %d out of range [1024, %d]", ErrInvalidArgument, o.MaxEntryBytes, wire.MaxUncompressedBytes)
 	}
 	return o.validateAcks() // nack.go
 }

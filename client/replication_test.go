@@ -90,7 +90,7 @@ func TestOriginIDOfReplicatedEntry(t *testing.T) {
 		OriginLedgerId: 40, OriginEntryId: 41, Replicated: true}
 	ent, _ := wire.EncodeEntry(md, payload)
 	md2, p2, _ := wire.DecodeEntry(ent)
-	msgs, err := decodeEntryMessage(&clientv1.Message{MessageId: &clientv1.MessageId{LedgerId: 3, EntryId: 4}, Metadata: md2, Payload: p2})
+	msgs, err := decodeEntryMessage(&clientv1.Message{MessageId: &clientv1.MessageId{LedgerId: 3, EntryId: 4}, Metadata: md2, Payload: p2}, wire.MaxUncompressedBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,8 +136,23 @@ func SubscribeTyped[T any](ctx context.Context, c *Client, opts ConsumerOptions,
 }
 
 // Receive returns the next message and its value. On ErrSchemaMismatch the
-// message is returned too (Value is the zero value): ack or nack it.
+// message is returned too (Value is the zero value): ack or nack it. With
+// ConsumerOptions.PoisonSchemaMismatch such a message is a poison pill
+// instead: dead-lettered or acknowledged (poison.go), and Receive moves on.
 func (tc *TypedConsumer[T]) Receive(ctx context.Context) (*TypedMessage[T], error) {
+	for {
+		tm, err := tc.receiveOne(ctx)
+		if err != nil && tm != nil && tc.co.opts.PoisonSchemaMismatch && errors.Is(err, ErrSchemaMismatch) {
+			if perr := tc.co.poisonMessage(ctx, tm.ReceivedMessage, err); perr != nil {
+				return tm, err
+			}
+			continue
+		}
+		return tm, err
+	}
+}
+
+func (tc *TypedConsumer[T]) receiveOne(ctx context.Context) (*TypedMessage[T], error) {
 	m, err := tc.co.Receive(ctx)
 	if err != nil {
 		return nil, err

@@ -2390,6 +2390,12 @@ type SubscriptionStats struct {
 	// loaded on this broker).
 	ExpiredEntriesTotal int64 `protobuf:"varint,25,opt,name=expired_entries_total,json=expiredEntriesTotal,proto3" json:"expired_entries_total,omitempty"`
 	EvictedEntriesTotal int64 `protobuf:"varint,26,opt,name=evicted_entries_total,json=evictedEntriesTotal,proto3" json:"evicted_entries_total,omitempty"`
+	// poison_entries counts, by reason, the entries consumers acknowledged
+	// because they could not decode them (Ack.poison_reason: corrupt,
+	// too_large, unknown_compression, schema, other), whether or not they
+	// were also written to a dead-letter topic, since this broker loaded the
+	// topic.
+	PoisonEntries map[string]int64 `protobuf:"bytes,27,rep,name=poison_entries,json=poisonEntries,proto3" json:"poison_entries,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// msg_backlog counts messages (not entries) after the mark-delete
 	// position not acknowledged, whole or by batch index (Pulsar's
 	// msgBacklog). msg_backlog_estimated is set when some of those entries'
@@ -2536,6 +2542,13 @@ func (x *SubscriptionStats) GetEvictedEntriesTotal() int64 {
 		return x.EvictedEntriesTotal
 	}
 	return 0
+}
+
+func (x *SubscriptionStats) GetPoisonEntries() map[string]int64 {
+	if x != nil {
+		return x.PoisonEntries
+	}
+	return nil
 }
 
 func (x *SubscriptionStats) GetMsgBacklog() int64 {
@@ -9169,7 +9182,7 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"msgRateOut\x12)\n" +
 	"\x10unacked_messages\x18\b \x01(\x03R\x0funackedMessages\x12E\n" +
 	"\x0fkey_hash_ranges\x18\v \x03(\v2\x1d.meridian.client.v1.HashRangeR\rkeyHashRanges\x12+\n" +
-	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\x8b\b\n" +
+	"\x12allow_out_of_order\x18\f \x01(\bR\x0fallowOutOfOrder\"\xae\t\n" +
 	"\x11SubscriptionStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\x0e2$.meridian.client.v1.SubscriptionTypeR\x04type\x12'\n" +
@@ -9186,7 +9199,8 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\adurable\x18\n" +
 	" \x01(\bR\adurable\x122\n" +
 	"\x15expired_entries_total\x18\x19 \x01(\x03R\x13expiredEntriesTotal\x122\n" +
-	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\x12\x1f\n" +
+	"\x15evicted_entries_total\x18\x1a \x01(\x03R\x13evictedEntriesTotal\x12_\n" +
+	"\x0epoison_entries\x18\x1b \x03(\v28.meridian.client.v1.SubscriptionStats.PoisonEntriesEntryR\rpoisonEntries\x12\x1f\n" +
 	"\vmsg_backlog\x18\v \x01(\x03R\n" +
 	"msgBacklog\x12)\n" +
 	"\x10unacked_messages\x18\f \x01(\x03R\x0funackedMessages\x12,\n" +
@@ -9196,7 +9210,10 @@ const file_api_client_v1_admin_proto_rawDesc = "" +
 	"\x17partially_acked_entries\x18\x10 \x01(\x03R\x15partiallyAckedEntries\x12'\n" +
 	"\x0fdelayed_entries\x18\x14 \x01(\x03R\x0edelayedEntries\x12*\n" +
 	"\x11set_aside_entries\x18\x15 \x01(\x03R\x0fsetAsideEntries\x12+\n" +
-	"\x11uncovered_entries\x18\x16 \x01(\x03R\x10uncoveredEntries\"\xd5\x01\n" +
+	"\x11uncovered_entries\x18\x16 \x01(\x03R\x10uncoveredEntries\x1a@\n" +
+	"\x12PoisonEntriesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd5\x01\n" +
 	"\x13AckReplicationStats\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1f\n" +
@@ -9752,7 +9769,7 @@ func file_api_client_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_api_client_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 150)
+var file_api_client_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 151)
 var file_api_client_v1_admin_proto_goTypes = []any{
 	(QuotaAction)(0),                           // 0: meridian.client.v1.QuotaAction
 	(MetadataShard)(0),                         // 1: meridian.client.v1.MetadataShard
@@ -9904,33 +9921,34 @@ var file_api_client_v1_admin_proto_goTypes = []any{
 	nil,                                        // 147: meridian.client.v1.RolePermissions.RolesEntry
 	nil,                                        // 148: meridian.client.v1.GetPermissionsResponse.PermissionsEntry
 	nil,                                        // 149: meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry
-	nil,                                        // 150: meridian.client.v1.LedgerDetails.PropertiesEntry
-	nil,                                        // 151: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	(SchemaCompatibility)(0),                   // 152: meridian.client.v1.SchemaCompatibility
-	(*HashRange)(nil),                          // 153: meridian.client.v1.HashRange
-	(SubscriptionType)(0),                      // 154: meridian.client.v1.SubscriptionType
-	(*MessageId)(nil),                          // 155: meridian.client.v1.MessageId
-	(InitialPosition)(0),                       // 156: meridian.client.v1.InitialPosition
-	(*OriginPosition)(nil),                     // 157: meridian.client.v1.OriginPosition
-	(*UploadSchemaRequest)(nil),                // 158: meridian.client.v1.UploadSchemaRequest
-	(*GetSchemaRequest)(nil),                   // 159: meridian.client.v1.GetSchemaRequest
-	(*ListSchemaVersionsRequest)(nil),          // 160: meridian.client.v1.ListSchemaVersionsRequest
-	(*DeleteSchemaRequest)(nil),                // 161: meridian.client.v1.DeleteSchemaRequest
-	(*TestSchemaCompatibilityRequest)(nil),     // 162: meridian.client.v1.TestSchemaCompatibilityRequest
-	(*SetSchemaCompatibilityRequest)(nil),      // 163: meridian.client.v1.SetSchemaCompatibilityRequest
-	(*GetSchemaCompatibilityRequest)(nil),      // 164: meridian.client.v1.GetSchemaCompatibilityRequest
-	(*UploadSchemaResponse)(nil),               // 165: meridian.client.v1.UploadSchemaResponse
-	(*GetSchemaResponse)(nil),                  // 166: meridian.client.v1.GetSchemaResponse
-	(*ListSchemaVersionsResponse)(nil),         // 167: meridian.client.v1.ListSchemaVersionsResponse
-	(*DeleteSchemaResponse)(nil),               // 168: meridian.client.v1.DeleteSchemaResponse
-	(*TestSchemaCompatibilityResponse)(nil),    // 169: meridian.client.v1.TestSchemaCompatibilityResponse
-	(*SetSchemaCompatibilityResponse)(nil),     // 170: meridian.client.v1.SetSchemaCompatibilityResponse
-	(*GetSchemaCompatibilityResponse)(nil),     // 171: meridian.client.v1.GetSchemaCompatibilityResponse
+	nil,                                        // 150: meridian.client.v1.SubscriptionStats.PoisonEntriesEntry
+	nil,                                        // 151: meridian.client.v1.LedgerDetails.PropertiesEntry
+	nil,                                        // 152: meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	(SchemaCompatibility)(0),                   // 153: meridian.client.v1.SchemaCompatibility
+	(*HashRange)(nil),                          // 154: meridian.client.v1.HashRange
+	(SubscriptionType)(0),                      // 155: meridian.client.v1.SubscriptionType
+	(*MessageId)(nil),                          // 156: meridian.client.v1.MessageId
+	(InitialPosition)(0),                       // 157: meridian.client.v1.InitialPosition
+	(*OriginPosition)(nil),                     // 158: meridian.client.v1.OriginPosition
+	(*UploadSchemaRequest)(nil),                // 159: meridian.client.v1.UploadSchemaRequest
+	(*GetSchemaRequest)(nil),                   // 160: meridian.client.v1.GetSchemaRequest
+	(*ListSchemaVersionsRequest)(nil),          // 161: meridian.client.v1.ListSchemaVersionsRequest
+	(*DeleteSchemaRequest)(nil),                // 162: meridian.client.v1.DeleteSchemaRequest
+	(*TestSchemaCompatibilityRequest)(nil),     // 163: meridian.client.v1.TestSchemaCompatibilityRequest
+	(*SetSchemaCompatibilityRequest)(nil),      // 164: meridian.client.v1.SetSchemaCompatibilityRequest
+	(*GetSchemaCompatibilityRequest)(nil),      // 165: meridian.client.v1.GetSchemaCompatibilityRequest
+	(*UploadSchemaResponse)(nil),               // 166: meridian.client.v1.UploadSchemaResponse
+	(*GetSchemaResponse)(nil),                  // 167: meridian.client.v1.GetSchemaResponse
+	(*ListSchemaVersionsResponse)(nil),         // 168: meridian.client.v1.ListSchemaVersionsResponse
+	(*DeleteSchemaResponse)(nil),               // 169: meridian.client.v1.DeleteSchemaResponse
+	(*TestSchemaCompatibilityResponse)(nil),    // 170: meridian.client.v1.TestSchemaCompatibilityResponse
+	(*SetSchemaCompatibilityResponse)(nil),     // 171: meridian.client.v1.SetSchemaCompatibilityResponse
+	(*GetSchemaCompatibilityResponse)(nil),     // 172: meridian.client.v1.GetSchemaCompatibilityResponse
 }
 var file_api_client_v1_admin_proto_depIdxs = []int32{
 	0,   // 0: meridian.client.v1.NamespacePolicies.backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
 	0,   // 1: meridian.client.v1.NamespacePolicies.max_replication_lag_action:type_name -> meridian.client.v1.QuotaAction
-	152, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
+	153, // 2: meridian.client.v1.NamespacePolicies.schema_compatibility:type_name -> meridian.client.v1.SchemaCompatibility
 	0,   // 3: meridian.client.v1.NamespacePolicies.replication_backlog_quota_action:type_name -> meridian.client.v1.QuotaAction
 	145, // 4: meridian.client.v1.NamespacePolicies.permissions:type_name -> meridian.client.v1.NamespacePolicies.PermissionsEntry
 	146, // 5: meridian.client.v1.NamespacePolicies.prefix_permissions:type_name -> meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry
@@ -9940,201 +9958,202 @@ var file_api_client_v1_admin_proto_depIdxs = []int32{
 	8,   // 9: meridian.client.v1.CreateNamespaceRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 10: meridian.client.v1.GetNamespacePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
 	8,   // 11: meridian.client.v1.SetNamespacePoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	153, // 12: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
-	154, // 13: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
+	154, // 12: meridian.client.v1.ConsumerStats.key_hash_ranges:type_name -> meridian.client.v1.HashRange
+	155, // 13: meridian.client.v1.SubscriptionStats.type:type_name -> meridian.client.v1.SubscriptionType
 	40,  // 14: meridian.client.v1.SubscriptionStats.consumers:type_name -> meridian.client.v1.ConsumerStats
-	155, // 15: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	156, // 15: meridian.client.v1.SubscriptionStats.mark_delete_position:type_name -> meridian.client.v1.MessageId
 	43,  // 16: meridian.client.v1.SubscriptionStats.blocked:type_name -> meridian.client.v1.BlockedRead
 	42,  // 17: meridian.client.v1.SubscriptionStats.ack_replication:type_name -> meridian.client.v1.AckReplicationStats
-	155, // 18: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
-	39,  // 19: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
-	41,  // 20: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
-	111, // 21: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
-	44,  // 22: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
-	155, // 23: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	45,  // 24: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
-	46,  // 25: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
-	155, // 26: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
-	156, // 27: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	155, // 28: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
-	156, // 29: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
-	157, // 30: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
-	57,  // 31: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
-	59,  // 32: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
-	62,  // 33: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
-	59,  // 34: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
-	74,  // 35: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
-	75,  // 36: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
-	1,   // 37: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	1,   // 38: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
-	77,  // 39: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
-	81,  // 40: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
-	82,  // 41: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
-	150, // 42: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
-	83,  // 43: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
-	88,  // 44: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
-	89,  // 45: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
-	155, // 46: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
-	108, // 47: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
-	109, // 48: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
-	8,   // 49: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 50: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 51: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
-	8,   // 52: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
-	126, // 53: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
-	8,   // 54: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
-	151, // 55: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
-	136, // 56: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
-	155, // 57: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
-	140, // 58: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
-	9,   // 59: meridian.client.v1.NamespacePolicies.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
-	10,  // 60: meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
-	9,   // 61: meridian.client.v1.RolePermissions.RolesEntry.value:type_name -> meridian.client.v1.PermissionActions
-	9,   // 62: meridian.client.v1.GetPermissionsResponse.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
-	10,  // 63: meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
-	2,   // 64: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
-	4,   // 65: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
-	6,   // 66: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
-	19,  // 67: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
-	21,  // 68: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
-	23,  // 69: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
-	25,  // 70: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
-	27,  // 71: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
-	29,  // 72: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
-	31,  // 73: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
-	33,  // 74: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
-	35,  // 75: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
-	36,  // 76: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
-	37,  // 77: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
-	48,  // 78: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
-	50,  // 79: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
-	52,  // 80: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
-	54,  // 81: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
-	56,  // 82: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
-	60,  // 83: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
-	63,  // 84: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
-	65,  // 85: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
-	67,  // 86: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
-	69,  // 87: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
-	71,  // 88: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
-	73,  // 89: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
-	78,  // 90: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
-	79,  // 91: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
-	84,  // 92: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
-	85,  // 93: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
-	87,  // 94: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
-	91,  // 95: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
-	93,  // 96: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
-	95,  // 97: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
-	97,  // 98: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
-	99,  // 99: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
-	101, // 100: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
-	103, // 101: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
-	105, // 102: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
-	107, // 103: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
-	112, // 104: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
-	114, // 105: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
-	115, // 106: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
-	117, // 107: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
-	119, // 108: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
-	121, // 109: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
-	123, // 110: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
-	125, // 111: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
-	128, // 112: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
-	130, // 113: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
-	132, // 114: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
-	133, // 115: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
-	134, // 116: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
-	158, // 117: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
-	159, // 118: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
-	160, // 119: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
-	161, // 120: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
-	162, // 121: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
-	163, // 122: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
-	164, // 123: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
-	137, // 124: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
-	138, // 125: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
-	139, // 126: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
-	141, // 127: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
-	143, // 128: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
-	11,  // 129: meridian.client.v1.Admin.UpdateTenant:input_type -> meridian.client.v1.UpdateTenantRequest
-	13,  // 130: meridian.client.v1.Admin.GrantPermission:input_type -> meridian.client.v1.GrantPermissionRequest
-	15,  // 131: meridian.client.v1.Admin.RevokePermission:input_type -> meridian.client.v1.RevokePermissionRequest
-	17,  // 132: meridian.client.v1.Admin.GetPermissions:input_type -> meridian.client.v1.GetPermissionsRequest
-	3,   // 133: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
-	5,   // 134: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
-	7,   // 135: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
-	20,  // 136: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
-	22,  // 137: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
-	24,  // 138: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
-	26,  // 139: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
-	28,  // 140: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
-	30,  // 141: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
-	32,  // 142: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
-	34,  // 143: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
-	44,  // 144: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
-	47,  // 145: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
-	38,  // 146: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
-	49,  // 147: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
-	51,  // 148: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
-	53,  // 149: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
-	55,  // 150: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
-	58,  // 151: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
-	61,  // 152: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
-	64,  // 153: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
-	66,  // 154: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
-	68,  // 155: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
-	70,  // 156: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
-	72,  // 157: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
-	76,  // 158: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
-	77,  // 159: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
-	80,  // 160: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
-	83,  // 161: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
-	86,  // 162: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
-	90,  // 163: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
-	92,  // 164: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
-	94,  // 165: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
-	96,  // 166: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
-	98,  // 167: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
-	100, // 168: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
-	102, // 169: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
-	104, // 170: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
-	106, // 171: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
-	110, // 172: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
-	113, // 173: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
-	116, // 174: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	116, // 175: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
-	118, // 176: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
-	120, // 177: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
-	122, // 178: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
-	124, // 179: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
-	127, // 180: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
-	129, // 181: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
-	131, // 182: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
-	135, // 183: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	135, // 184: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
-	135, // 185: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
-	165, // 186: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
-	166, // 187: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
-	167, // 188: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
-	168, // 189: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
-	169, // 190: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
-	170, // 191: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
-	171, // 192: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
-	140, // 193: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	140, // 194: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	140, // 195: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
-	142, // 196: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
-	144, // 197: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
-	12,  // 198: meridian.client.v1.Admin.UpdateTenant:output_type -> meridian.client.v1.UpdateTenantResponse
-	14,  // 199: meridian.client.v1.Admin.GrantPermission:output_type -> meridian.client.v1.GrantPermissionResponse
-	16,  // 200: meridian.client.v1.Admin.RevokePermission:output_type -> meridian.client.v1.RevokePermissionResponse
-	18,  // 201: meridian.client.v1.Admin.GetPermissions:output_type -> meridian.client.v1.GetPermissionsResponse
-	133, // [133:202] is the sub-list for method output_type
-	64,  // [64:133] is the sub-list for method input_type
-	64,  // [64:64] is the sub-list for extension type_name
-	64,  // [64:64] is the sub-list for extension extendee
-	0,   // [0:64] is the sub-list for field type_name
+	150, // 18: meridian.client.v1.SubscriptionStats.poison_entries:type_name -> meridian.client.v1.SubscriptionStats.PoisonEntriesEntry
+	156, // 19: meridian.client.v1.BlockedRead.position:type_name -> meridian.client.v1.MessageId
+	39,  // 20: meridian.client.v1.TopicStats.producers:type_name -> meridian.client.v1.ProducerStats
+	41,  // 21: meridian.client.v1.TopicStats.subscriptions:type_name -> meridian.client.v1.SubscriptionStats
+	111, // 22: meridian.client.v1.TopicStats.replicators:type_name -> meridian.client.v1.ReplicatorStats
+	44,  // 23: meridian.client.v1.TopicStats.partition_stats:type_name -> meridian.client.v1.TopicStats
+	156, // 24: meridian.client.v1.CursorInfo.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	45,  // 25: meridian.client.v1.TopicInternalStats.ledgers:type_name -> meridian.client.v1.LedgerInfo
+	46,  // 26: meridian.client.v1.TopicInternalStats.cursors:type_name -> meridian.client.v1.CursorInfo
+	156, // 27: meridian.client.v1.TopicInternalStats.last_confirmed_entry:type_name -> meridian.client.v1.MessageId
+	157, // 28: meridian.client.v1.CreateSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	156, // 29: meridian.client.v1.ResetSubscriptionRequest.message_id:type_name -> meridian.client.v1.MessageId
+	157, // 30: meridian.client.v1.ResetSubscriptionRequest.initial_position:type_name -> meridian.client.v1.InitialPosition
+	158, // 31: meridian.client.v1.ResetSubscriptionRequest.origin_position:type_name -> meridian.client.v1.OriginPosition
+	57,  // 32: meridian.client.v1.ListBrokersResponse.brokers:type_name -> meridian.client.v1.BrokerInfo
+	59,  // 33: meridian.client.v1.ListBookiesResponse.bookies:type_name -> meridian.client.v1.BookieStatus
+	62,  // 34: meridian.client.v1.AutorecoveryStatus.under_replicated:type_name -> meridian.client.v1.UnderReplicatedLedger
+	59,  // 35: meridian.client.v1.AutorecoveryStatus.bookies:type_name -> meridian.client.v1.BookieStatus
+	74,  // 36: meridian.client.v1.MetadataNodeStatus.shards:type_name -> meridian.client.v1.MetadataShardStatus
+	75,  // 37: meridian.client.v1.MetadataStatus.nodes:type_name -> meridian.client.v1.MetadataNodeStatus
+	1,   // 38: meridian.client.v1.GetMetadataKeyRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	1,   // 39: meridian.client.v1.ListMetadataKeysRequest.shard:type_name -> meridian.client.v1.MetadataShard
+	77,  // 40: meridian.client.v1.ListMetadataKeysResponse.kvs:type_name -> meridian.client.v1.MetadataKeyValue
+	81,  // 41: meridian.client.v1.LedgerSegment.ensemble:type_name -> meridian.client.v1.LedgerBookie
+	82,  // 42: meridian.client.v1.LedgerDetails.segments:type_name -> meridian.client.v1.LedgerSegment
+	151, // 43: meridian.client.v1.LedgerDetails.properties:type_name -> meridian.client.v1.LedgerDetails.PropertiesEntry
+	83,  // 44: meridian.client.v1.ListTopicLedgersResponse.ledgers:type_name -> meridian.client.v1.LedgerDetails
+	88,  // 45: meridian.client.v1.ScrubBookieResponse.corrupt_ranges:type_name -> meridian.client.v1.BookieCorruptRange
+	89,  // 46: meridian.client.v1.ScrubBookieResponse.damaged_journal:type_name -> meridian.client.v1.BookieDamagedJournalRange
+	156, // 47: meridian.client.v1.SkipLostEntriesRequest.entry:type_name -> meridian.client.v1.MessageId
+	108, // 48: meridian.client.v1.RegionStatus.replication:type_name -> meridian.client.v1.RegionReplicationLag
+	109, // 49: meridian.client.v1.ListRegionsResponse.regions:type_name -> meridian.client.v1.RegionStatus
+	8,   // 50: meridian.client.v1.SetTopicPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 51: meridian.client.v1.GetTopicPoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 52: meridian.client.v1.SetPrefixPoliciesRequest.policies:type_name -> meridian.client.v1.NamespacePolicies
+	8,   // 53: meridian.client.v1.PrefixPolicies.policies:type_name -> meridian.client.v1.NamespacePolicies
+	126, // 54: meridian.client.v1.ListPrefixPoliciesResponse.prefixes:type_name -> meridian.client.v1.PrefixPolicies
+	8,   // 55: meridian.client.v1.GetEffectivePoliciesResponse.policies:type_name -> meridian.client.v1.NamespacePolicies
+	152, // 56: meridian.client.v1.GetEffectivePoliciesResponse.sources:type_name -> meridian.client.v1.GetEffectivePoliciesResponse.SourcesEntry
+	136, // 57: meridian.client.v1.BacklogOpResponse.subscriptions:type_name -> meridian.client.v1.BacklogOpResult
+	156, // 58: meridian.client.v1.BacklogOpResult.mark_delete_position:type_name -> meridian.client.v1.MessageId
+	140, // 59: meridian.client.v1.ListPartitionedTopicsResponse.topics:type_name -> meridian.client.v1.PartitionedTopicMetadata
+	9,   // 60: meridian.client.v1.NamespacePolicies.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
+	10,  // 61: meridian.client.v1.NamespacePolicies.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
+	9,   // 62: meridian.client.v1.RolePermissions.RolesEntry.value:type_name -> meridian.client.v1.PermissionActions
+	9,   // 63: meridian.client.v1.GetPermissionsResponse.PermissionsEntry.value:type_name -> meridian.client.v1.PermissionActions
+	10,  // 64: meridian.client.v1.GetPermissionsResponse.PrefixPermissionsEntry.value:type_name -> meridian.client.v1.RolePermissions
+	2,   // 65: meridian.client.v1.Admin.ListTenants:input_type -> meridian.client.v1.ListTenantsRequest
+	4,   // 66: meridian.client.v1.Admin.CreateTenant:input_type -> meridian.client.v1.CreateTenantRequest
+	6,   // 67: meridian.client.v1.Admin.DeleteTenant:input_type -> meridian.client.v1.DeleteTenantRequest
+	19,  // 68: meridian.client.v1.Admin.ListNamespaces:input_type -> meridian.client.v1.ListNamespacesRequest
+	21,  // 69: meridian.client.v1.Admin.CreateNamespace:input_type -> meridian.client.v1.CreateNamespaceRequest
+	23,  // 70: meridian.client.v1.Admin.DeleteNamespace:input_type -> meridian.client.v1.DeleteNamespaceRequest
+	25,  // 71: meridian.client.v1.Admin.GetNamespacePolicies:input_type -> meridian.client.v1.GetNamespacePoliciesRequest
+	27,  // 72: meridian.client.v1.Admin.SetNamespacePolicies:input_type -> meridian.client.v1.SetNamespacePoliciesRequest
+	29,  // 73: meridian.client.v1.Admin.ListTopics:input_type -> meridian.client.v1.ListTopicsRequest
+	31,  // 74: meridian.client.v1.Admin.CreateTopic:input_type -> meridian.client.v1.CreateTopicRequest
+	33,  // 75: meridian.client.v1.Admin.DeleteTopic:input_type -> meridian.client.v1.DeleteTopicRequest
+	35,  // 76: meridian.client.v1.Admin.GetTopicStats:input_type -> meridian.client.v1.GetTopicStatsRequest
+	36,  // 77: meridian.client.v1.Admin.GetTopicInternalStats:input_type -> meridian.client.v1.GetTopicInternalStatsRequest
+	37,  // 78: meridian.client.v1.Admin.UnloadTopic:input_type -> meridian.client.v1.UnloadTopicRequest
+	48,  // 79: meridian.client.v1.Admin.ListSubscriptions:input_type -> meridian.client.v1.ListSubscriptionsRequest
+	50,  // 80: meridian.client.v1.Admin.CreateSubscription:input_type -> meridian.client.v1.CreateSubscriptionRequest
+	52,  // 81: meridian.client.v1.Admin.DeleteSubscription:input_type -> meridian.client.v1.DeleteSubscriptionRequest
+	54,  // 82: meridian.client.v1.Admin.ResetSubscription:input_type -> meridian.client.v1.ResetSubscriptionRequest
+	56,  // 83: meridian.client.v1.Admin.ListBrokers:input_type -> meridian.client.v1.ListBrokersRequest
+	60,  // 84: meridian.client.v1.Admin.ListBookies:input_type -> meridian.client.v1.ListBookiesRequest
+	63,  // 85: meridian.client.v1.Admin.GetAutorecoveryStatus:input_type -> meridian.client.v1.GetAutorecoveryStatusRequest
+	65,  // 86: meridian.client.v1.Admin.PauseAutorecovery:input_type -> meridian.client.v1.PauseAutorecoveryRequest
+	67,  // 87: meridian.client.v1.Admin.ResumeAutorecovery:input_type -> meridian.client.v1.ResumeAutorecoveryRequest
+	69,  // 88: meridian.client.v1.Admin.DecommissionBookie:input_type -> meridian.client.v1.DecommissionBookieRequest
+	71,  // 89: meridian.client.v1.Admin.RecommissionBookie:input_type -> meridian.client.v1.RecommissionBookieRequest
+	73,  // 90: meridian.client.v1.Admin.GetMetadataStatus:input_type -> meridian.client.v1.GetMetadataStatusRequest
+	78,  // 91: meridian.client.v1.Admin.GetMetadataKey:input_type -> meridian.client.v1.GetMetadataKeyRequest
+	79,  // 92: meridian.client.v1.Admin.ListMetadataKeys:input_type -> meridian.client.v1.ListMetadataKeysRequest
+	84,  // 93: meridian.client.v1.Admin.GetLedger:input_type -> meridian.client.v1.GetLedgerRequest
+	85,  // 94: meridian.client.v1.Admin.ListTopicLedgers:input_type -> meridian.client.v1.ListTopicLedgersRequest
+	87,  // 95: meridian.client.v1.Admin.ScrubBookie:input_type -> meridian.client.v1.ScrubBookieRequest
+	91,  // 96: meridian.client.v1.Admin.SkipLostEntries:input_type -> meridian.client.v1.SkipLostEntriesRequest
+	93,  // 97: meridian.client.v1.Admin.SetNamespaceReplication:input_type -> meridian.client.v1.SetNamespaceReplicationRequest
+	95,  // 98: meridian.client.v1.Admin.GetNamespaceReplication:input_type -> meridian.client.v1.GetNamespaceReplicationRequest
+	97,  // 99: meridian.client.v1.Admin.GetTenant:input_type -> meridian.client.v1.GetTenantRequest
+	99,  // 100: meridian.client.v1.Admin.SetTenantAllowedRegions:input_type -> meridian.client.v1.SetTenantAllowedRegionsRequest
+	101, // 101: meridian.client.v1.Admin.SetTopicReplication:input_type -> meridian.client.v1.SetTopicReplicationRequest
+	103, // 102: meridian.client.v1.Admin.GetTopicReplication:input_type -> meridian.client.v1.GetTopicReplicationRequest
+	105, // 103: meridian.client.v1.Admin.RemoveTopicReplication:input_type -> meridian.client.v1.RemoveTopicReplicationRequest
+	107, // 104: meridian.client.v1.Admin.ListRegions:input_type -> meridian.client.v1.ListRegionsRequest
+	112, // 105: meridian.client.v1.Admin.DeleteReplicationCursors:input_type -> meridian.client.v1.DeleteReplicationCursorsRequest
+	114, // 106: meridian.client.v1.Admin.SetFailoverTarget:input_type -> meridian.client.v1.SetFailoverTargetRequest
+	115, // 107: meridian.client.v1.Admin.GetFailoverTarget:input_type -> meridian.client.v1.GetFailoverTargetRequest
+	117, // 108: meridian.client.v1.Admin.SetTopicPolicies:input_type -> meridian.client.v1.SetTopicPoliciesRequest
+	119, // 109: meridian.client.v1.Admin.GetTopicPolicies:input_type -> meridian.client.v1.GetTopicPoliciesRequest
+	121, // 110: meridian.client.v1.Admin.RemoveTopicPolicies:input_type -> meridian.client.v1.RemoveTopicPoliciesRequest
+	123, // 111: meridian.client.v1.Admin.SetPrefixPolicies:input_type -> meridian.client.v1.SetPrefixPoliciesRequest
+	125, // 112: meridian.client.v1.Admin.ListPrefixPolicies:input_type -> meridian.client.v1.ListPrefixPoliciesRequest
+	128, // 113: meridian.client.v1.Admin.RemovePrefixPolicies:input_type -> meridian.client.v1.RemovePrefixPoliciesRequest
+	130, // 114: meridian.client.v1.Admin.GetEffectivePolicies:input_type -> meridian.client.v1.GetEffectivePoliciesRequest
+	132, // 115: meridian.client.v1.Admin.SkipMessages:input_type -> meridian.client.v1.SkipMessagesRequest
+	133, // 116: meridian.client.v1.Admin.ClearBacklog:input_type -> meridian.client.v1.ClearBacklogRequest
+	134, // 117: meridian.client.v1.Admin.ExpireMessages:input_type -> meridian.client.v1.ExpireMessagesRequest
+	159, // 118: meridian.client.v1.Admin.UploadSchema:input_type -> meridian.client.v1.UploadSchemaRequest
+	160, // 119: meridian.client.v1.Admin.GetSchema:input_type -> meridian.client.v1.GetSchemaRequest
+	161, // 120: meridian.client.v1.Admin.ListSchemaVersions:input_type -> meridian.client.v1.ListSchemaVersionsRequest
+	162, // 121: meridian.client.v1.Admin.DeleteSchema:input_type -> meridian.client.v1.DeleteSchemaRequest
+	163, // 122: meridian.client.v1.Admin.TestSchemaCompatibility:input_type -> meridian.client.v1.TestSchemaCompatibilityRequest
+	164, // 123: meridian.client.v1.Admin.SetSchemaCompatibility:input_type -> meridian.client.v1.SetSchemaCompatibilityRequest
+	165, // 124: meridian.client.v1.Admin.GetSchemaCompatibility:input_type -> meridian.client.v1.GetSchemaCompatibilityRequest
+	137, // 125: meridian.client.v1.Admin.CreatePartitionedTopic:input_type -> meridian.client.v1.CreatePartitionedTopicRequest
+	138, // 126: meridian.client.v1.Admin.UpdatePartitionedTopic:input_type -> meridian.client.v1.UpdatePartitionedTopicRequest
+	139, // 127: meridian.client.v1.Admin.GetPartitionedTopicMetadata:input_type -> meridian.client.v1.GetPartitionedTopicMetadataRequest
+	141, // 128: meridian.client.v1.Admin.DeletePartitionedTopic:input_type -> meridian.client.v1.DeletePartitionedTopicRequest
+	143, // 129: meridian.client.v1.Admin.ListPartitionedTopics:input_type -> meridian.client.v1.ListPartitionedTopicsRequest
+	11,  // 130: meridian.client.v1.Admin.UpdateTenant:input_type -> meridian.client.v1.UpdateTenantRequest
+	13,  // 131: meridian.client.v1.Admin.GrantPermission:input_type -> meridian.client.v1.GrantPermissionRequest
+	15,  // 132: meridian.client.v1.Admin.RevokePermission:input_type -> meridian.client.v1.RevokePermissionRequest
+	17,  // 133: meridian.client.v1.Admin.GetPermissions:input_type -> meridian.client.v1.GetPermissionsRequest
+	3,   // 134: meridian.client.v1.Admin.ListTenants:output_type -> meridian.client.v1.ListTenantsResponse
+	5,   // 135: meridian.client.v1.Admin.CreateTenant:output_type -> meridian.client.v1.CreateTenantResponse
+	7,   // 136: meridian.client.v1.Admin.DeleteTenant:output_type -> meridian.client.v1.DeleteTenantResponse
+	20,  // 137: meridian.client.v1.Admin.ListNamespaces:output_type -> meridian.client.v1.ListNamespacesResponse
+	22,  // 138: meridian.client.v1.Admin.CreateNamespace:output_type -> meridian.client.v1.CreateNamespaceResponse
+	24,  // 139: meridian.client.v1.Admin.DeleteNamespace:output_type -> meridian.client.v1.DeleteNamespaceResponse
+	26,  // 140: meridian.client.v1.Admin.GetNamespacePolicies:output_type -> meridian.client.v1.GetNamespacePoliciesResponse
+	28,  // 141: meridian.client.v1.Admin.SetNamespacePolicies:output_type -> meridian.client.v1.SetNamespacePoliciesResponse
+	30,  // 142: meridian.client.v1.Admin.ListTopics:output_type -> meridian.client.v1.ListTopicsResponse
+	32,  // 143: meridian.client.v1.Admin.CreateTopic:output_type -> meridian.client.v1.CreateTopicResponse
+	34,  // 144: meridian.client.v1.Admin.DeleteTopic:output_type -> meridian.client.v1.DeleteTopicResponse
+	44,  // 145: meridian.client.v1.Admin.GetTopicStats:output_type -> meridian.client.v1.TopicStats
+	47,  // 146: meridian.client.v1.Admin.GetTopicInternalStats:output_type -> meridian.client.v1.TopicInternalStats
+	38,  // 147: meridian.client.v1.Admin.UnloadTopic:output_type -> meridian.client.v1.UnloadTopicResponse
+	49,  // 148: meridian.client.v1.Admin.ListSubscriptions:output_type -> meridian.client.v1.ListSubscriptionsResponse
+	51,  // 149: meridian.client.v1.Admin.CreateSubscription:output_type -> meridian.client.v1.CreateSubscriptionResponse
+	53,  // 150: meridian.client.v1.Admin.DeleteSubscription:output_type -> meridian.client.v1.DeleteSubscriptionResponse
+	55,  // 151: meridian.client.v1.Admin.ResetSubscription:output_type -> meridian.client.v1.ResetSubscriptionResponse
+	58,  // 152: meridian.client.v1.Admin.ListBrokers:output_type -> meridian.client.v1.ListBrokersResponse
+	61,  // 153: meridian.client.v1.Admin.ListBookies:output_type -> meridian.client.v1.ListBookiesResponse
+	64,  // 154: meridian.client.v1.Admin.GetAutorecoveryStatus:output_type -> meridian.client.v1.AutorecoveryStatus
+	66,  // 155: meridian.client.v1.Admin.PauseAutorecovery:output_type -> meridian.client.v1.PauseAutorecoveryResponse
+	68,  // 156: meridian.client.v1.Admin.ResumeAutorecovery:output_type -> meridian.client.v1.ResumeAutorecoveryResponse
+	70,  // 157: meridian.client.v1.Admin.DecommissionBookie:output_type -> meridian.client.v1.DecommissionBookieResponse
+	72,  // 158: meridian.client.v1.Admin.RecommissionBookie:output_type -> meridian.client.v1.RecommissionBookieResponse
+	76,  // 159: meridian.client.v1.Admin.GetMetadataStatus:output_type -> meridian.client.v1.MetadataStatus
+	77,  // 160: meridian.client.v1.Admin.GetMetadataKey:output_type -> meridian.client.v1.MetadataKeyValue
+	80,  // 161: meridian.client.v1.Admin.ListMetadataKeys:output_type -> meridian.client.v1.ListMetadataKeysResponse
+	83,  // 162: meridian.client.v1.Admin.GetLedger:output_type -> meridian.client.v1.LedgerDetails
+	86,  // 163: meridian.client.v1.Admin.ListTopicLedgers:output_type -> meridian.client.v1.ListTopicLedgersResponse
+	90,  // 164: meridian.client.v1.Admin.ScrubBookie:output_type -> meridian.client.v1.ScrubBookieResponse
+	92,  // 165: meridian.client.v1.Admin.SkipLostEntries:output_type -> meridian.client.v1.SkipLostEntriesResponse
+	94,  // 166: meridian.client.v1.Admin.SetNamespaceReplication:output_type -> meridian.client.v1.SetNamespaceReplicationResponse
+	96,  // 167: meridian.client.v1.Admin.GetNamespaceReplication:output_type -> meridian.client.v1.GetNamespaceReplicationResponse
+	98,  // 168: meridian.client.v1.Admin.GetTenant:output_type -> meridian.client.v1.TenantInfo
+	100, // 169: meridian.client.v1.Admin.SetTenantAllowedRegions:output_type -> meridian.client.v1.SetTenantAllowedRegionsResponse
+	102, // 170: meridian.client.v1.Admin.SetTopicReplication:output_type -> meridian.client.v1.SetTopicReplicationResponse
+	104, // 171: meridian.client.v1.Admin.GetTopicReplication:output_type -> meridian.client.v1.GetTopicReplicationResponse
+	106, // 172: meridian.client.v1.Admin.RemoveTopicReplication:output_type -> meridian.client.v1.RemoveTopicReplicationResponse
+	110, // 173: meridian.client.v1.Admin.ListRegions:output_type -> meridian.client.v1.ListRegionsResponse
+	113, // 174: meridian.client.v1.Admin.DeleteReplicationCursors:output_type -> meridian.client.v1.DeleteReplicationCursorsResponse
+	116, // 175: meridian.client.v1.Admin.SetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	116, // 176: meridian.client.v1.Admin.GetFailoverTarget:output_type -> meridian.client.v1.FailoverTarget
+	118, // 177: meridian.client.v1.Admin.SetTopicPolicies:output_type -> meridian.client.v1.SetTopicPoliciesResponse
+	120, // 178: meridian.client.v1.Admin.GetTopicPolicies:output_type -> meridian.client.v1.GetTopicPoliciesResponse
+	122, // 179: meridian.client.v1.Admin.RemoveTopicPolicies:output_type -> meridian.client.v1.RemoveTopicPoliciesResponse
+	124, // 180: meridian.client.v1.Admin.SetPrefixPolicies:output_type -> meridian.client.v1.SetPrefixPoliciesResponse
+	127, // 181: meridian.client.v1.Admin.ListPrefixPolicies:output_type -> meridian.client.v1.ListPrefixPoliciesResponse
+	129, // 182: meridian.client.v1.Admin.RemovePrefixPolicies:output_type -> meridian.client.v1.RemovePrefixPoliciesResponse
+	131, // 183: meridian.client.v1.Admin.GetEffectivePolicies:output_type -> meridian.client.v1.GetEffectivePoliciesResponse
+	135, // 184: meridian.client.v1.Admin.SkipMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	135, // 185: meridian.client.v1.Admin.ClearBacklog:output_type -> meridian.client.v1.BacklogOpResponse
+	135, // 186: meridian.client.v1.Admin.ExpireMessages:output_type -> meridian.client.v1.BacklogOpResponse
+	166, // 187: meridian.client.v1.Admin.UploadSchema:output_type -> meridian.client.v1.UploadSchemaResponse
+	167, // 188: meridian.client.v1.Admin.GetSchema:output_type -> meridian.client.v1.GetSchemaResponse
+	168, // 189: meridian.client.v1.Admin.ListSchemaVersions:output_type -> meridian.client.v1.ListSchemaVersionsResponse
+	169, // 190: meridian.client.v1.Admin.DeleteSchema:output_type -> meridian.client.v1.DeleteSchemaResponse
+	170, // 191: meridian.client.v1.Admin.TestSchemaCompatibility:output_type -> meridian.client.v1.TestSchemaCompatibilityResponse
+	171, // 192: meridian.client.v1.Admin.SetSchemaCompatibility:output_type -> meridian.client.v1.SetSchemaCompatibilityResponse
+	172, // 193: meridian.client.v1.Admin.GetSchemaCompatibility:output_type -> meridian.client.v1.GetSchemaCompatibilityResponse
+	140, // 194: meridian.client.v1.Admin.CreatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	140, // 195: meridian.client.v1.Admin.UpdatePartitionedTopic:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	140, // 196: meridian.client.v1.Admin.GetPartitionedTopicMetadata:output_type -> meridian.client.v1.PartitionedTopicMetadata
+	142, // 197: meridian.client.v1.Admin.DeletePartitionedTopic:output_type -> meridian.client.v1.DeletePartitionedTopicResponse
+	144, // 198: meridian.client.v1.Admin.ListPartitionedTopics:output_type -> meridian.client.v1.ListPartitionedTopicsResponse
+	12,  // 199: meridian.client.v1.Admin.UpdateTenant:output_type -> meridian.client.v1.UpdateTenantResponse
+	14,  // 200: meridian.client.v1.Admin.GrantPermission:output_type -> meridian.client.v1.GrantPermissionResponse
+	16,  // 201: meridian.client.v1.Admin.RevokePermission:output_type -> meridian.client.v1.RevokePermissionResponse
+	18,  // 202: meridian.client.v1.Admin.GetPermissions:output_type -> meridian.client.v1.GetPermissionsResponse
+	134, // [134:203] is the sub-list for method output_type
+	65,  // [65:134] is the sub-list for method input_type
+	65,  // [65:65] is the sub-list for extension type_name
+	65,  // [65:65] is the sub-list for extension extendee
+	0,   // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_api_client_v1_admin_proto_init() }
@@ -10162,7 +10181,7 @@ func file_api_client_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_client_v1_admin_proto_rawDesc), len(file_api_client_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   150,
+			NumMessages:   151,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1827,7 +1827,14 @@ type Ack struct {
 	// dead_letter says the entries in message_ids were written to a
 	// dead-letter topic before being acknowledged here (counted in the
 	// subscription's dead-lettered messages).
-	DeadLetter    bool `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	DeadLetter bool `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// poison_reason, when set, says the entries in message_ids could not be
+	// decoded by the client (a "poison pill") and are acknowledged so that
+	// they do not stall the subscription: "corrupt", "too_large",
+	// "unknown_compression" or "schema" (any other value counts as "other").
+	// The broker counts them per subscription and reason (topics stats
+	// poison_entries, meridian_subscription_poison_entries_total).
+	PoisonReason  string `protobuf:"bytes,6,opt,name=poison_reason,json=poisonReason,proto3" json:"poison_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1895,6 +1902,13 @@ func (x *Ack) GetDeadLetter() bool {
 		return x.DeadLetter
 	}
 	return false
+}
+
+func (x *Ack) GetPoisonReason() string {
+	if x != nil {
+		return x.PoisonReason
+	}
+	return ""
 }
 
 // BatchIndexAck acknowledges messages of one entry by batch index.
@@ -2684,7 +2698,7 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.meridian.client.v1.ErrorR\x05error\" \n" +
 	"\x04Flow\x12\x18\n" +
-	"\apermits\x18\x01 \x01(\rR\apermits\"\xf2\x01\n" +
+	"\apermits\x18\x01 \x01(\rR\apermits\"\x97\x02\n" +
 	"\x03Ack\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.meridian.client.v1.MessageIdR\n" +
 	"messageIds\x12\x1e\n" +
@@ -2695,7 +2709,8 @@ const file_api_client_v1_client_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12K\n" +
 	"\x10batch_index_acks\x18\x04 \x03(\v2!.meridian.client.v1.BatchIndexAckR\x0ebatchIndexAcks\x12\x1f\n" +
 	"\vdead_letter\x18\x05 \x01(\bR\n" +
-	"deadLetter\"l\n" +
+	"deadLetter\x12#\n" +
+	"\rpoison_reason\x18\x06 \x01(\tR\fpoisonReason\"l\n" +
 	"\rBatchIndexAck\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12#\n" +
