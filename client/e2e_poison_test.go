@@ -185,3 +185,51 @@ func TestPoisonEntryGoesToTheDeadLetterTopic(t *testing.T) {
 	}
 	waitPoison(t, a, topic, "s", map[string]int64{"corrupt": 1, "too_large": 1}, 2)
 }
+
+// TestPoisonSchemaMismatch: with PoisonSchemaMismatch a typed consumer
+// does not return a message its schema cannot decode; it writes it to the
+// dead-letter topic with POISON_REASON "schema", acknowledges it, and
+// Receive returns the next good value.
+func TestPoisonSchemaMismatch(t *testing.T) {
+	sa := startStandalone(t)
+	c := newClient(t, sa.GRPCAddr())
+	ctx := tctx(t, 60*time.Second)
+	const topic = "public/default/poison-schema"
+	s1, _ := client.JSONSchema[userV1]()
+	dlq, err := c.Subscribe(ctx, client.ConsumerOptions{Topic: topic + "-s-DLQ", Subscription: "check", InitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := client.SubscribeTyped(ctx, c, client.ConsumerOptions{Topic: topic, Subscription: "s", InitialPosition: client.Earliest,
+		PoisonSchemaMismatch: true, DeadLetter: &client.DeadLetterPolicy{MaxRedeliveries: 3}}, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, _ := c.Admin()
+	p1, err := client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.SetSchemaCompatibility(ctx, topic, false, clientv1.SchemaCompatibility_SCHEMA_COMPATIBILITY_NONE); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := client.NewTypedProducer(ctx, c, client.ProducerOptions{Topic: topic}, client.StringSchema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Send(ctx, "not json", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p1.Send(ctx, userV1{"ann", 30}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := co.Receive(ctx)
+	if err != nil || m.Value != (userV1{"ann", 30}) {
+		t.Fatalf("Receive: %+v, %v; want ann (the STRING message dead-lettered)", m, err)
+	}
+	_ = co.Ack(ctx, m.ID)
+	l := receiveN(t, dlq, 1, 30*time.Second, true)[0]
+	if l.Properties[client.PropertyPoisonReason] != "schema" || string(l.Payload) != "not json" {
+		t.Fatalf("dead letter %q with %v; want the STRING message with POISON_REASON schema", l.Payload, l.Properties)
+	}
+}
