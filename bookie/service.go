@@ -109,6 +109,9 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 	// the receiving goroutine waits, so it stops reading the stream.
 	held := newStreamHold(svc.srv.cfg.MaxInflightAddBytesPerStream, svc.srv.metrics.streamAddBytes)
 	defer held.close()
+	if testStreamBudgetHook != nil {
+		testStreamBudgetHook(held.b)
+	}
 	resps := make(chan streamAnswer, maxStreamInFlight)
 	sem := make(chan struct{}, maxStreamInFlight)
 	recvErr := make(chan error, 1)
@@ -188,6 +191,10 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 		}
 	}
 }
+
+// testStreamBudgetHook, set by tests only, receives each new stream's
+// budget.
+var testStreamBudgetHook func(*budget.Budget)
 
 // streamAnswer is one add's answer on its way to the stream, with the
 // payload bytes it holds of the stream's budget.
