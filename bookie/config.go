@@ -78,6 +78,26 @@ type Config struct {
 	// MaxQueuedAdds bounds the records waiting for the journal; beyond it
 	// adds fail with ErrTooManyInFlight. Default 10000.
 	MaxQueuedAdds int
+	// MaxQueuedAddBytes (yaml max_queued_add_bytes) bounds the bytes
+	// (record header + payload) of the entries and GC relocations queued
+	// for the journal and not yet written, fsynced and answered, over all
+	// streams. An add that does not fit waits (its stream stops reading)
+	// until earlier adds are answered or its context ends, then fails with
+	// ErrTooManyInFlight (ResourceExhausted) naming max_queued_add_bytes
+	// and its value. Waiters are served in arrival order. When nothing is
+	// queued one record goes through even if it is larger, so no entry
+	// deadlocks. Must be >= 1 (there is no "none": this is the bound of
+	// the bookie's add memory). Default 256 MiB.
+	MaxQueuedAddBytes int64
+	// MaxInflightAddBytesPerStream (yaml
+	// max_inflight_add_bytes_per_stream) bounds the payload bytes of one
+	// AddEntries stream's adds that are read and not yet answered on the
+	// stream: beyond it the stream stops reading requests, so gRPC flow
+	// control pushes back on the client (a client that never reads its
+	// answers holds at most this much, plus the one request being read).
+	// One add goes through when the stream holds nothing. Must be >= 1.
+	// Default 32 MiB.
+	MaxInflightAddBytesPerStream int64
 	// MaxJournalFileBytes rolls the journal to a new file beyond this size.
 	// Default 64 MiB.
 	MaxJournalFileBytes int64
@@ -211,6 +231,9 @@ func DefaultConfig() Config {
 		ScrubBytesPerSecond: 32 << 20,
 		LimboCheckInterval:  10 * time.Second,
 		Limits:              netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
+
+		MaxQueuedAddBytes:            256 << 20,
+		MaxInflightAddBytesPerStream: 32 << 20,
 	}
 }
 
@@ -240,6 +263,10 @@ func (c *Config) Validate() error {
 		return cfgErr("GroupMaxEntries", "must be >= 1, got %d", c.GroupMaxEntries)
 	case c.MaxQueuedAdds < 1:
 		return cfgErr("MaxQueuedAdds", "must be >= 1, got %d", c.MaxQueuedAdds)
+	case c.MaxQueuedAddBytes < 1:
+		return cfgErr("MaxQueuedAddBytes (max_queued_add_bytes)", "must be >= 1, got %d", c.MaxQueuedAddBytes)
+	case c.MaxInflightAddBytesPerStream < 1:
+		return cfgErr("MaxInflightAddBytesPerStream (max_inflight_add_bytes_per_stream)", "must be >= 1, got %d", c.MaxInflightAddBytesPerStream)
 	case c.MaxJournalFileBytes < 1<<20:
 		return cfgErr("MaxJournalFileBytes", "must be >= 1MiB, got %d", c.MaxJournalFileBytes)
 	case c.MaxJournalFileBytes > 1<<40:

@@ -29,6 +29,11 @@ type metrics struct {
 	checkpoints  prometheus.Counter
 	scrubs       prometheus.Counter
 	scrubCorrupt prometheus.Gauge
+	// queuedAddBytes is the bytes held by storage.queued
+	// (MaxQueuedAddBytes); streamAddBytes the bytes held by the AddEntries
+	// streams' budgets (MaxInflightAddBytesPerStream each), summed.
+	queuedAddBytes prometheus.Gauge
+	streamAddBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -86,11 +91,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meridian_bookie_scrubs_total", Help: "Completed scrubs (CRC verification of every stored entry)."}),
 		scrubCorrupt: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_bookie_scrub_corrupt_entries", Help: "Corrupt entries found by the last completed scrub."}),
+		queuedAddBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_journal_queued_add_bytes", Help: "Bytes of entry records queued for the journal and not yet written, fsynced and answered (bounded by max_queued_add_bytes)."}),
+		streamAddBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_add_stream_inflight_bytes", Help: "Payload bytes of adds read from AddEntries streams and not yet answered, summed over streams (each bounded by max_inflight_add_bytes_per_stream)."}),
 	}
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.groupEntries, m.groupBytes,
 		m.fsyncs, m.addEntries, m.addBytes, m.addErrors, m.readEntries, m.readBytes, m.readErrors, m.ledgers,
 		m.journalBytes, m.diskUsed, m.diskTotal, m.readOnly, m.gcReclaimed, m.gcRelocated, m.checkpoints,
-		m.scrubs, m.scrubCorrupt, m.readRuns} {
+		m.scrubs, m.scrubCorrupt, m.readRuns, m.queuedAddBytes, m.streamAddBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

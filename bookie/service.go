@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	bookiev1 "github.com/meridianmq/meridian/api/bookie/v1"
+	"github.com/meridianmq/meridian/internal/budget"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 )
 
@@ -101,7 +104,15 @@ const maxResultsPerMessage = 1024
 
 func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 	ctx := stream.Context()
-	resps := make(chan *bookiev1.AddEntryResponse, maxStreamInFlight)
+	// An add holds a slot of sem and its payload's bytes of held from the
+	// moment it is read until its answer is sent: while either is used up
+	// the receiving goroutine waits, so it stops reading the stream.
+	held := newStreamHold(svc.srv.cfg.MaxInflightAddBytesPerStream, svc.srv.metrics.streamAddBytes)
+	defer held.close()
+	if testStreamBudgetHook != nil {
+		testStreamBudgetHook(held.b)
+	}
+	resps := make(chan streamAnswer, maxStreamInFlight)
 	sem := make(chan struct{}, maxStreamInFlight)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -119,9 +130,15 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 					recvErr <- ctx.Err()
 					return
 				}
+				n := int64(len(r.Payload))
+				if err := held.acquire(ctx, n); err != nil {
+					<-sem
+					recvErr <- err
+					return
+				}
 				answer := func(err error) {
 					c, m := ToStatus(err)
-					resps <- &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}
+					resps <- streamAnswer{bytes: n, resp: &bookiev1.AddEntryResponse{LedgerId: r.LedgerId, EntryId: r.EntryId, RequestId: r.RequestId, Code: int32(c), Message: m}}
 				}
 				if idErr != nil {
 					answer(idErr)
@@ -139,23 +156,27 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 			return nil
 		}
 		select {
-		case resp := <-resps:
+		case a := <-resps:
 			// Pack every result that is ready (a group commit answers many
 			// at once) into one message.
-			out.Results = append(out.Results[:0], resp)
+			out.Results = append(out.Results[:0], a.resp)
+			answered := a.bytes
 		more:
 			for len(out.Results) < maxResultsPerMessage {
 				select {
-				case r := <-resps:
-					out.Results = append(out.Results, r)
+				case a := <-resps:
+					out.Results = append(out.Results, a.resp)
+					answered += a.bytes
 				default:
 					break more
 				}
 			}
+			err := stream.Send(out)
+			// Sent (or the stream is broken): the adds are answered.
+			held.release(answered)
 			for range out.Results {
 				<-sem
 			}
-			err := stream.Send(out)
 			clear(out.Results)
 			if err != nil {
 				return err
@@ -169,6 +190,72 @@ func (svc *service) AddEntries(stream bookiev1.Bookie_AddEntriesServer) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// testStreamBudgetHook, set by tests only, receives each new stream's
+// budget.
+var testStreamBudgetHook func(*budget.Budget)
+
+// streamAnswer is one add's answer on its way to the stream, with the
+// payload bytes it holds of the stream's budget.
+type streamAnswer struct {
+	bytes int64
+	resp  *bookiev1.AddEntryResponse
+}
+
+// streamHold is what one AddEntries stream holds of its budget
+// (MaxInflightAddBytesPerStream), mirrored in a gauge summed over streams.
+type streamHold struct {
+	b     *budget.Budget
+	gauge prometheus.Gauge
+
+	mu     sync.Mutex
+	held   int64
+	closed bool
+}
+
+func newStreamHold(limit int64, gauge prometheus.Gauge) *streamHold {
+	return &streamHold{b: budget.New(limit), gauge: gauge}
+}
+
+// acquire takes n bytes, waiting while the stream's unanswered adds hold
+// the budget; it fails with ErrTooManyInFlight naming the limit when ctx
+// ends first.
+func (h *streamHold) acquire(ctx context.Context, n int64) error {
+	if err := h.b.Acquire(ctx, n); err != nil {
+		return fmt.Errorf("%w: stream's unanswered adds hold %d bytes (max_inflight_add_bytes_per_stream=%d): %w",
+			ErrTooManyInFlight, h.b.InUse(), h.b.Limit(), err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		h.b.Release(n)
+		return ErrStopping
+	}
+	h.held += n
+	h.gauge.Add(float64(n))
+	return nil
+}
+
+// release gives back n bytes of answered adds (nothing after close).
+func (h *streamHold) release(n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.held -= n
+	h.gauge.Sub(float64(n))
+	h.b.Release(n)
+}
+
+// close takes what the stream still holds out of the gauge: the stream
+// ended, its budget goes with it.
+func (h *streamHold) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gauge.Sub(float64(h.held))
+	h.held, h.closed = 0, true
 }
 
 func (svc *service) ReadEntry(ctx context.Context, r *bookiev1.ReadEntryRequest) (*bookiev1.ReadEntryResponse, error) {

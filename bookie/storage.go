@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridianmq/meridian/internal/budget"
 	"github.com/meridianmq/meridian/internal/faultfs"
 )
 
@@ -79,7 +80,10 @@ type storage struct {
 	readersMu sync.RWMutex // guards readers; held (R) during ReadAt
 	readers   map[uint64]faultfs.File
 
-	queue    chan *op
+	queue chan *op
+	// queued bounds the bytes of the entry and relocation records in queue
+	// and in the journal pipeline until answered (MaxQueuedAddBytes).
+	queued   *budget.Budget
 	closeMu  sync.RWMutex // guards closed
 	closed   bool
 	stopCh   chan struct{}
@@ -161,6 +165,7 @@ func openStorage(cfg Config, fsys faultfs.FS, log *slog.Logger, m *metrics) (*st
 		files:    map[uint64]int64{},
 		readers:  map[uint64]faultfs.File{},
 		queue:    make(chan *op, cfg.MaxQueuedAdds),
+		queued:   budget.New(cfg.MaxQueuedAddBytes),
 		stopCh:   make(chan struct{}),
 		abortCh:  make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -211,12 +216,30 @@ func (s *storage) openJournalFile(seq uint64) error {
 
 // submit queues an op for the journal goroutine, waiting while the bounded
 // queue is full (back-pressure: a stream stops reading requests, and gRPC
-// flow control then slows the client) until ctx ends.
+// flow control then slows the client) until ctx ends. An entry or a
+// relocation first takes its record's bytes from s.queued
+// (MaxQueuedAddBytes) and gives them back just before it is answered:
+// until then the payload is held (the request, the write buffer).
 func (s *storage) submit(ctx context.Context, o *op) error {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
 		return ErrStopping
+	}
+	var n int64
+	if o.kind == recEntry || o.kind == opRelocate {
+		n = int64(len(o.rec) + len(o.body))
+		if err := s.queued.Acquire(ctx, n); err != nil {
+			return fmt.Errorf("%w: journal queue full (max_queued_add_bytes=%d, %d bytes queued, this record %d): %w",
+				ErrTooManyInFlight, s.cfg.MaxQueuedAddBytes, s.queued.InUse(), n, err)
+		}
+		s.m.queuedAddBytes.Add(float64(n))
+		done := o.done
+		o.done = func(r opResult) {
+			s.m.queuedAddBytes.Sub(float64(n))
+			s.queued.Release(n)
+			done(r)
+		}
 	}
 	select {
 	case s.queue <- o:
@@ -227,6 +250,10 @@ func (s *storage) submit(ctx context.Context, o *op) error {
 	case s.queue <- o:
 		return nil
 	case <-ctx.Done():
+		if n > 0 {
+			s.m.queuedAddBytes.Sub(float64(n))
+			s.queued.Release(n)
+		}
 		return fmt.Errorf("%w: journal queue full (MaxQueuedAdds=%d): %w", ErrTooManyInFlight, s.cfg.MaxQueuedAdds, ctx.Err())
 	}
 }

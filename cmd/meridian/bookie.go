@@ -50,6 +50,11 @@ type bookieFileConfig struct {
 	ReadRangeMaxBytes   *int64         `yaml:"read_range_max_bytes"`
 	SessionTTL          *time.Duration `yaml:"session_ttl"`
 	LogLevel            *string        `yaml:"log_level"`
+
+	// Byte bounds of the add path (bookie.Config.MaxQueuedAddBytes and
+	// MaxInflightAddBytesPerStream).
+	MaxQueuedAddBytes            *int64 `yaml:"max_queued_add_bytes"`
+	MaxInflightAddBytesPerStream *int64 `yaml:"max_inflight_add_bytes_per_stream"`
 	// Limits against hostile peers (bookie.Config.Limits, netguard.Limits).
 	MaxConnectionsPerIP     *int           `yaml:"max_connections_per_ip"`
 	MaxStreamsPerConnection *uint32        `yaml:"max_streams_per_connection"`
@@ -251,6 +256,8 @@ func parseBookieConfig(data []byte) (bookie.Config, bookieFileConfig, error) {
 	setIf(&cfg.GroupMaxEntries, fc.GroupMaxEntries)
 	setIf(&cfg.FlushWhenIdle, fc.FlushWhenIdle)
 	setIf(&cfg.MaxQueuedAdds, fc.MaxQueuedAdds)
+	setIf(&cfg.MaxQueuedAddBytes, fc.MaxQueuedAddBytes)
+	setIf(&cfg.MaxInflightAddBytesPerStream, fc.MaxInflightAddBytesPerStream)
 	setIf(&cfg.MaxJournalFileBytes, fc.MaxJournalFileBytes)
 	setIf(&cfg.Limits.MaxConnectionsPerIP, fc.MaxConnectionsPerIP)
 	setIf(&cfg.Limits.MaxStreamsPerConnection, fc.MaxStreamsPerConnection)
