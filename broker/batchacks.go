@@ -290,10 +290,7 @@ func (s *subscription) countDeadLettered(ids []*clientv1.MessageId) {
 	defer ml.mu.Unlock()
 	for _, id := range ids {
 		p := pos{id.GetLedgerId(), id.GetEntryId()}
-		if _, ok := ml.seqOf[p.L]; !ok || !ml.lessLocked(s.markDelete, p) {
-			continue
-		}
-		if _, done := s.acked[p]; done {
+		if !s.liveUnackedLocked(p) {
 			continue
 		}
 		n, _ := ml.msgsOfLocked(p)
@@ -302,6 +299,16 @@ func (s *subscription) countDeadLettered(ids []*clientv1.MessageId) {
 		}
 		s.deadLettered += n
 	}
+}
+
+// liveUnackedLocked reports whether entry p is in a ledger of the topic, after
+// the mark-delete position and not acknowledged. s.mu and s.t.ml.mu held.
+func (s *subscription) liveUnackedLocked(p pos) bool {
+	if _, ok := s.t.ml.seqOf[p.L]; !ok || !s.t.ml.lessLocked(s.markDelete, p) {
+		return false
+	}
+	_, done := s.acked[p]
+	return !done
 }
 
 // msgStats returns the subscription's message backlog (and whether it is

@@ -52,14 +52,9 @@ func (s *subscription) countPoison(reason string, ids []*clientv1.MessageId) {
 	ml.mu.Lock()
 	var n int64
 	for _, id := range ids {
-		p := pos{id.GetLedgerId(), id.GetEntryId()}
-		if _, ok := ml.seqOf[p.L]; !ok || !ml.lessLocked(s.markDelete, p) {
-			continue
+		if s.liveUnackedLocked(pos{id.GetLedgerId(), id.GetEntryId()}) { // batchacks.go
+			n++
 		}
-		if _, done := s.acked[p]; done {
-			continue
-		}
-		n++
 	}
 	ml.mu.Unlock()
 	if n > 0 {
