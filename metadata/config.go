@@ -149,8 +149,9 @@ type NodeConfig struct {
 	// max_connection_idle (30m), http_read_timeout (30s),
 	// http_write_timeout (2m), http_idle_timeout (2m),
 	// http_max_header_bytes (64 KiB)). Keepalive is
-	// netguard.DefaultKeepalive. The Raft listener has its own limits
-	// (transport.go).
+	// netguard.DefaultKeepalive. max_connections_per_ip also caps the
+	// Raft listener, before its TLS handshake; its other limits are its
+	// own (transport.go).
 	netguard.Limits `yaml:",inline"`
 }
 

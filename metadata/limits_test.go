@@ -2,6 +2,9 @@ package metadata_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,14 +21,55 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestNodeLimitsPerIP: the node's gRPC and HTTP listeners each refuse
-// connection N+1 from one IP and accept again after one closes.
+// TestNodeLimitsPerIP: the node's gRPC, HTTP and Raft listeners each
+// refuse connection N+1 from one IP and accept again after one closes.
 func TestNodeLimitsPerIP(t *testing.T) {
+	var raftAddr string
 	c := metadatatest.StartClusterWith(t, 1, metadatatest.Options{GRPC: true, HTTP: true, Configure: func(_ int, cfg *metadata.NodeConfig) {
 		cfg.MaxConnectionsPerIP = 2
+		raftAddr = cfg.RaftAddress
 	}})
 	netguardtest.CheckPerIPLimit(t, c.Node(0).GRPCAddr(), 2, nil)
 	netguardtest.CheckPerIPLimit(t, c.Node(0).HTTPAddr(), 2, netguardtest.HTTPProbe)
+
+	// The Raft listener never writes first: a held connection stays open
+	// (its read times out), a refused one is closed at once.
+	open := func() (net.Conn, bool) {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", raftAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = conn.Read(make([]byte, 1))
+		var ne net.Error
+		return conn, errors.As(err, &ne) && ne.Timeout()
+	}
+	var held []net.Conn
+	for deadline := time.Now().Add(10 * time.Second); len(held) < 2; {
+		if conn, ok := open(); ok {
+			held = append(held, conn)
+		} else if time.Now().After(deadline) {
+			t.Fatal("the Raft listener refuses connections under the limit")
+		}
+	}
+	if _, ok := open(); ok {
+		t.Fatal("the Raft listener held a 3rd connection from one IP; max_connections_per_ip is 2")
+	}
+	held[0].Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, ok := open(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Raft listener still refuses after a connection closed")
+		}
+	}
+	// The node still commits.
+	if _, err := c.Store(0, metadata.GlobalShard).Put(context.Background(), "/after-raft-limit", []byte("v"), metadata.AnyVersion, 0); err != nil {
+		t.Fatalf("put after the Raft per-IP test: %v", err)
+	}
 }
 
 // TestNodeLimitsStreamsTimeoutsAndSize: the gRPC server announces the

@@ -144,12 +144,18 @@ func (n *Node) Start(ctx context.Context) error {
 		n.closeSec()
 		return fmt.Errorf("metadata: register metrics: %w", err)
 	}
+	guard, err := netguard.NewMetrics(n.cfg.Registerer, "metadata")
+	if err != nil {
+		n.closeSec()
+		return fmt.Errorf("metadata: register metrics: %w", err)
+	}
 	quietDragonboat()
 	expert := dbconfig.ExpertConfig{
 		LogDB: dbconfig.GetTinyMemLogDBConfig(),
 		// Always Meridian's transport: Dragonboat's own crashes on a
 		// hostile frame (see RaftTransportDragonboat).
-		TransportFactory: newRaftTransportFactory(n.cfg.RaftDialRewrite, n.sec.TLS(), n.log, n.tmetrics),
+		TransportFactory: newRaftTransportFactory(n.cfg.RaftDialRewrite, n.sec.TLS(), n.log, n.tmetrics,
+			n.cfg.MaxConnectionsPerIP, guard.RefusedPerIP("raft")),
 	}
 	nh, err := dragonboat.NewNodeHost(dbconfig.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, "nodehost"),
@@ -199,11 +205,6 @@ func (n *Node) Start(ctx context.Context) error {
 	n.cancel = cancel
 	n.wg.Add(1)
 	go n.tickLoop(tctx)
-	guard, err := netguard.NewMetrics(n.cfg.Registerer, "metadata")
-	if err != nil {
-		n.stopLocked()
-		return fmt.Errorf("metadata: register metrics: %w", err)
-	}
 	if n.cfg.GRPCAddress != "" {
 		lis, err := net.Listen("tcp", n.cfg.GRPCAddress)
 		if err != nil {

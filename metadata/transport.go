@@ -17,6 +17,7 @@ import (
 	dbconfig "github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/meridianmq/meridian/internal/netguard"
 	"github.com/meridianmq/meridian/security"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -111,6 +112,11 @@ type raftTransportFactory struct {
 	tls     *security.TLS // nil: plaintext
 	log     *slog.Logger
 	metrics *raftTransportMetrics
+	// perIP caps the connections one remote IP holds on the Raft
+	// listener (max_connections_per_ip; 0: no cap), refused counts those
+	// closed for it; both checked before the TLS handshake.
+	perIP   int
+	refused prometheus.Counter
 }
 
 var _ dbconfig.TransportFactory = (*raftTransportFactory)(nil)
@@ -118,12 +124,14 @@ var _ dbconfig.TransportFactory = (*raftTransportFactory)(nil)
 // newRaftTransportFactory returns the factory of the rewriting transport;
 // rewrite maps a Raft address to the address dialed instead.
 // tl (nil: plaintext) secures every connection.
-func newRaftTransportFactory(rewrite map[string]string, tl *security.TLS, log *slog.Logger, m *raftTransportMetrics) *raftTransportFactory {
+// perIP (0: none) caps the connections per remote IP on the listener and
+// refused counts the connections closed for it.
+func newRaftTransportFactory(rewrite map[string]string, tl *security.TLS, log *slog.Logger, m *raftTransportMetrics, perIP int, refused prometheus.Counter) *raftTransportFactory {
 	rw := make(map[string]string, len(rewrite))
 	for k, v := range rewrite {
 		rw[k] = v
 	}
-	return &raftTransportFactory{rewrite: rw, tls: tl, log: log, metrics: m}
+	return &raftTransportFactory{rewrite: rw, tls: tl, log: log, metrics: m, perIP: perIP, refused: refused}
 }
 
 // Create implements dbconfig.TransportFactory.
@@ -137,6 +145,8 @@ func (f *raftTransportFactory) Create(nhc dbconfig.NodeHostConfig, mh raftio.Mes
 		onChunk: ch,
 		metrics: f.metrics,
 		conns:   map[net.Conn]struct{}{},
+		perIP:   f.perIP,
+		refused: f.refused,
 	}
 }
 
@@ -157,6 +167,8 @@ type rewriteTransport struct {
 	onBatch raftio.MessageHandler
 	onChunk raftio.ChunkHandler
 	metrics *raftTransportMetrics
+	perIP   int                // see raftTransportFactory
+	refused prometheus.Counter // see raftTransportFactory
 
 	wg sync.WaitGroup
 
@@ -209,6 +221,7 @@ func (t *rewriteTransport) Start() error {
 	if err != nil {
 		return fmt.Errorf("metadata: raft transport listen %s: %w", t.listen, err)
 	}
+	lis = netguard.LimitPerIP(lis, t.perIP, t.refused)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

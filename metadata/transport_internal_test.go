@@ -53,7 +53,7 @@ func newTestTransport(t *testing.T, rewrite map[string]string) (*rewriteTranspor
 func newTestTransportTLS(t *testing.T, rewrite map[string]string, tl *security.TLS) (*rewriteTransport, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	f := newRaftTransportFactory(rewrite, tl, slog.New(slog.DiscardHandler), newRaftTransportMetrics(nil))
+	f := newRaftTransportFactory(rewrite, tl, slog.New(slog.DiscardHandler), newRaftTransportMetrics(nil), 0, nil)
 	if !f.Validate("127.0.0.1:1") || f.Validate("nope") {
 		t.Fatal("Validate accepts non host:port addresses or refuses host:port")
 	}
