@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"github.com/meridianmq/meridian/internal/wire"
 	"log/slog"
 	"net"
 	"slices"
@@ -139,6 +140,14 @@ type Config struct {
 	// same name: the topics (each partition counts) this region creates in
 	// a namespace (default 0 = no limit, as in Pulsar).
 	MaxTopicsPerNamespace int `yaml:"max_topics_per_namespace"`
+	// MaxBatchMessages refuses a send whose num_messages is larger (default
+	// 100 000, the client's largest batch), and MaxBatchBytes one whose
+	// declared uncompressed_size is larger (default 64 MiB, at most that):
+	// a batch is what every consumer must decode in one piece. The broker
+	// checks what the send declares; a consumer's decoder refuses a batch
+	// that lies about either (a poison entry, client/poison.go).
+	MaxBatchMessages int   `yaml:"max_batch_messages"`
+	MaxBatchBytes    int64 `yaml:"max_batch_bytes"`
 	// MaxInflightBytesPerConnection bounds the same per client connection
 	// (default 32 MiB), over all its producers. At least max_message_bytes.
 	MaxInflightBytesPerConnection int64 `yaml:"max_inflight_bytes_per_connection"`
@@ -146,6 +155,17 @@ type Config struct {
 	// (default 256 MiB; Pulsar's maxMessagePublishBufferSizeInMB). At
 	// least max_message_bytes.
 	MaxInflightProduceBytes int64 `yaml:"max_inflight_produce_bytes"`
+	// MaxPendingDeliveryBytesPerConsumer bounds the payload bytes queued
+	// towards one consumer's stream and not yet written to it (default
+	// 16 MiB); MaxPendingDeliveryBytesPerConnection the same over the
+	// consumers of one client connection (default 64 MiB), and
+	// MaxPendingDeliveryBytes over the whole broker (default 512 MiB). A
+	// level with room takes a whole entry, so each overshoots by at most
+	// one entry. Past a limit dispatch to that consumer pauses until its
+	// stream drains (see deliverybudget.go).
+	MaxPendingDeliveryBytesPerConsumer   int64 `yaml:"max_pending_delivery_bytes_per_consumer"`
+	MaxPendingDeliveryBytesPerConnection int64 `yaml:"max_pending_delivery_bytes_per_connection"`
+	MaxPendingDeliveryBytes              int64 `yaml:"max_pending_delivery_bytes"`
 	// MaxPermitsPerConsumer caps the permits a consumer may accumulate
 	// (default 10000) and so the entries queued towards it.
 	MaxPermitsPerConsumer int `yaml:"max_permits_per_consumer"`
@@ -320,43 +340,48 @@ func (c Config) grpcWindow() int32 {
 // DefaultConfig returns a Config with every limit at its default.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddress:                   "127.0.0.1:6650",
-		MaxMessageBytes:               5 << 20,
-		DefaultEnsembleSize:           3,
-		DefaultWriteQuorum:            2,
-		DefaultAckQuorum:              2,
-		RolloverEntries:               50000,
-		RolloverBytes:                 256 << 20,
-		RolloverAge:                   4 * time.Hour,
-		CursorPersistInterval:         time.Second,
-		RetentionInterval:             time.Minute,
-		BacklogPolicyInterval:         5 * time.Second,
-		FailoverSwitchDelay:           time.Second,
-		SessionTTL:                    10 * time.Second,
-		OperationTimeout:              30 * time.Second,
-		MaxPendingSends:               4096,
-		MaxPendingSendBytes:           64 << 20,
-		MaxProducersPerTopic:          10000,
-		MaxConsumersPerSubscription:   10000,
-		MaxSubscriptionsPerTopic:      10000,
-		AllowAutoTopicCreation:        true,
-		AllowAutoSubscriptionCreation: true,
-		DefaultBacklogQuotaBytes:      10 << 30,
-		MaxInflightBytesPerConnection: 32 << 20,
-		MaxInflightProduceBytes:       256 << 20,
-		MaxPermitsPerConsumer:         10000,
-		MaxUnackedPerConsumer:         50000,
-		TailCacheBytes:                256 << 20,
-		MaxIndividualAcks:             100000,
-		DedupMaxProducers:             10000,
-		MaxOriginIncarnations:         16,
-		MaxFailoverConfirmBytes:       1 << 20,
-		KeepaliveTime:                 30 * time.Second,
-		KeepaliveTimeout:              10 * time.Second,
-		KeepaliveMinTime:              5 * time.Second,
-		Replication:                   DefaultReplicationConfig(),
-		Subscriptions:                 DefaultSubscriptionsConfig(),
-		Limits:                        netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
+		GRPCAddress:                          "127.0.0.1:6650",
+		MaxMessageBytes:                      5 << 20,
+		DefaultEnsembleSize:                  3,
+		DefaultWriteQuorum:                   2,
+		DefaultAckQuorum:                     2,
+		RolloverEntries:                      50000,
+		RolloverBytes:                        256 << 20,
+		RolloverAge:                          4 * time.Hour,
+		CursorPersistInterval:                time.Second,
+		RetentionInterval:                    time.Minute,
+		BacklogPolicyInterval:                5 * time.Second,
+		FailoverSwitchDelay:                  time.Second,
+		SessionTTL:                           10 * time.Second,
+		OperationTimeout:                     30 * time.Second,
+		MaxPendingSends:                      4096,
+		MaxPendingSendBytes:                  64 << 20,
+		MaxProducersPerTopic:                 10000,
+		MaxConsumersPerSubscription:          10000,
+		MaxSubscriptionsPerTopic:             10000,
+		AllowAutoTopicCreation:               true,
+		AllowAutoSubscriptionCreation:        true,
+		DefaultBacklogQuotaBytes:             10 << 30,
+		MaxInflightBytesPerConnection:        32 << 20,
+		MaxInflightProduceBytes:              256 << 20,
+		MaxPermitsPerConsumer:                10000,
+		MaxBatchMessages:                     100_000,
+		MaxBatchBytes:                        wire.MaxUncompressedBytes,
+		MaxPendingDeliveryBytesPerConsumer:   16 << 20,
+		MaxPendingDeliveryBytesPerConnection: 64 << 20,
+		MaxPendingDeliveryBytes:              512 << 20,
+		MaxUnackedPerConsumer:                50000,
+		TailCacheBytes:                       256 << 20,
+		MaxIndividualAcks:                    100000,
+		DedupMaxProducers:                    10000,
+		MaxOriginIncarnations:                16,
+		MaxFailoverConfirmBytes:              1 << 20,
+		KeepaliveTime:                        30 * time.Second,
+		KeepaliveTimeout:                     10 * time.Second,
+		KeepaliveMinTime:                     5 * time.Second,
+		Replication:                          DefaultReplicationConfig(),
+		Subscriptions:                        DefaultSubscriptionsConfig(),
+		Limits:                               netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
 	}
 }
 
@@ -402,6 +427,10 @@ func (c Config) Validate() error {
 		return bad("max_producers_per_topic %d must be >= 0 (0 = no limit)", c.MaxProducersPerTopic)
 	case c.MaxConsumersPerSubscription < 0:
 		return bad("max_consumers_per_subscription %d must be >= 0 (0 = no limit)", c.MaxConsumersPerSubscription)
+	case c.MaxBatchMessages < 1:
+		return bad("max_batch_messages %d must be >= 1", c.MaxBatchMessages)
+	case c.MaxBatchBytes < 1 || c.MaxBatchBytes > wire.MaxUncompressedBytes:
+		return bad("max_batch_bytes %d must be in [1, %d]", c.MaxBatchBytes, wire.MaxUncompressedBytes)
 	case c.MaxTopicsPerNamespace < 0:
 		return bad("max_topics_per_namespace %d must be >= 0 (0 = no limit)", c.MaxTopicsPerNamespace)
 	case c.MaxSubscriptionsPerTopic < 0:
@@ -412,6 +441,12 @@ func (c Config) Validate() error {
 		return bad("max_inflight_bytes_per_connection %d must be >= max_message_bytes %d", c.MaxInflightBytesPerConnection, c.MaxMessageBytes)
 	case c.MaxInflightProduceBytes < int64(c.MaxMessageBytes):
 		return bad("max_inflight_produce_bytes %d must be >= max_message_bytes %d", c.MaxInflightProduceBytes, c.MaxMessageBytes)
+	case c.MaxPendingDeliveryBytesPerConsumer < 1:
+		return bad("max_pending_delivery_bytes_per_consumer %d must be >= 1", c.MaxPendingDeliveryBytesPerConsumer)
+	case c.MaxPendingDeliveryBytesPerConnection < c.MaxPendingDeliveryBytesPerConsumer:
+		return bad("max_pending_delivery_bytes_per_connection %d must be >= max_pending_delivery_bytes_per_consumer %d", c.MaxPendingDeliveryBytesPerConnection, c.MaxPendingDeliveryBytesPerConsumer)
+	case c.MaxPendingDeliveryBytes < c.MaxPendingDeliveryBytesPerConnection:
+		return bad("max_pending_delivery_bytes %d must be >= max_pending_delivery_bytes_per_connection %d", c.MaxPendingDeliveryBytes, c.MaxPendingDeliveryBytesPerConnection)
 	case c.MaxPermitsPerConsumer < 1:
 		return bad("max_permits_per_consumer %d must be >= 1", c.MaxPermitsPerConsumer)
 	case c.MaxUnackedPerConsumer < 1:

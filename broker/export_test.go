@@ -27,3 +27,6 @@ func BrokerRuleComponents(method string) []string { return brokerRules[method].k
 // InflightProduceBytesForTesting reports the bytes the broker's produce
 // budget holds now (sendbudget.go).
 func InflightProduceBytesForTesting(s *Server) int64 { return s.sendBytes.inUse() }
+
+// PendingDeliveryBytesForTesting is the broker's delivery budget in use.
+func PendingDeliveryBytesForTesting(s *Server) int64 { return s.deliveryBytes.inUse() }

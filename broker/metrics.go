@@ -75,7 +75,13 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.msgsIn, m.bytesIn, m.msgsOut, m.bytesOut, m.publishLatency, m.subscriptions,
 		m.topicsOwned, m.ledgersDeleted, m.takeoverLostEntries, m.seekResolutions, m.seekScanned, m.seekSeconds, &storageCollector{s: s},
-		m.expiredEntries, m.evictedEntries, m.poisonEntries, m.vectorDropped, m.subSyncSentBytes, m.subSyncSentUpds} {
+		m.expiredEntries, m.evictedEntries, m.poisonEntries, m.vectorDropped, m.subSyncSentBytes, m.subSyncSentUpds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_broker_inflight_produce_bytes",
+			Help: "Payload bytes of sends read and not yet acknowledged (bounded by max_inflight_produce_bytes)."},
+			func() float64 { return float64(s.sendBytes.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_broker_pending_delivery_bytes",
+			Help: "Payload bytes queued towards consumers' streams and not yet written (bounded by max_pending_delivery_bytes)."},
+			func() float64 { return float64(s.deliveryBytes.inUse()) })} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -399,6 +399,7 @@ func (s *subscription) dropQueued(c *consumer) []*clientv1.ConsumeResponse {
 				keep = append(keep, r)
 				continue
 			}
+			c.hold.release(deliverySize(r))
 			p := pos{m.GetMessageId().GetLedgerId(), m.GetMessageId().GetEntryId()}
 			if s.pending[p] == c {
 				delete(s.pending, p)

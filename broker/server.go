@@ -56,6 +56,10 @@ type Server struct {
 	// broker and per connection (sendbudget.go).
 	sendBytes *byteBudget
 	sendConns connBudgets
+	// deliveryBytes and deliveryConns bound the bytes queued towards
+	// consumers' streams, per broker and per connection (deliverybudget.go).
+	deliveryBytes *byteBudget
+	deliveryConns connBudgets
 	// sched runs every loaded topic's periodic work (timerwheel.go).
 	sched *topicSched
 
@@ -128,7 +132,8 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, topics: map[string]*topicSlot{}, peers: map[string]*grpc.ClientConn{}, bgDone: make(chan struct{}),
 		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(), vlim: cfg.Subscriptions.vecLimits(),
 		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes},
-		sendBytes:        newByteBudget(cfg.MaxInflightProduceBytes), sendConns: connBudgets{limit: cfg.MaxInflightBytesPerConnection}}
+		sendBytes:        newByteBudget(cfg.MaxInflightProduceBytes), sendConns: connBudgets{limit: cfg.MaxInflightBytesPerConnection},
+		deliveryBytes: newByteBudget(cfg.MaxPendingDeliveryBytes), deliveryConns: connBudgets{limit: cfg.MaxPendingDeliveryBytesPerConnection}}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err

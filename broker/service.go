@@ -22,6 +22,15 @@ type clientService struct {
 
 var nameCounter atomic.Int64
 
+// batchBytes is the size a send's batch declares once decompressed (its
+// payload, uncompressed).
+func batchBytes(sd *clientv1.Send) int64 {
+	if sd.GetCompression() == clientv1.CompressionType_COMPRESSION_TYPE_NONE {
+		return max(sd.GetUncompressedSize(), int64(len(sd.GetPayload())))
+	}
+	return sd.GetUncompressedSize()
+}
+
 func peerAddr(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok {
 		return p.Addr.String()
@@ -218,6 +227,14 @@ func (cs *clientService) handleSend(ctx context.Context, t *topic, p *producer, 
 	}
 	if sd.GetNumMessages() < 1 {
 		fail(fmt.Errorf("%w: num_messages %d must be >= 1", ErrInvalidArgument, sd.GetNumMessages()))
+		return
+	}
+	if n := sd.GetNumMessages(); int64(n) > int64(b.cfg.MaxBatchMessages) {
+		fail(fmt.Errorf("%w: batch of %d messages, limit %d (max_batch_messages)", ErrMessageTooLarge, n, b.cfg.MaxBatchMessages))
+		return
+	}
+	if u := batchBytes(sd); u > b.cfg.MaxBatchBytes {
+		fail(fmt.Errorf("%w: batch of %d bytes uncompressed, limit %d (max_batch_bytes)", ErrMessageTooLarge, u, b.cfg.MaxBatchBytes))
 		return
 	}
 	if _, ok := clientv1.CompressionType_name[int32(sd.GetCompression())]; !ok {
@@ -419,13 +436,21 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	if s.nonDurable {
 		defer t.removeReader(s)
 	}
-	c := &consumer{name: cname, priority: sub.GetPriority(), addr: peerAddr(ctx),
+	connKey := peerAddr(ctx)
+	hold := &deliveryHold{own: newByteBudget(b.cfg.MaxPendingDeliveryBytesPerConsumer), conn: b.deliveryConns.get(connKey), broker: b.deliveryBytes}
+	defer b.deliveryConns.put(connKey)
+	c := &consumer{name: cname, priority: sub.GetPriority(), addr: connKey,
 		out: make(chan *clientv1.ConsumeResponse, b.cfg.MaxPermitsPerConsumer+64), done: make(chan struct{}),
-		ks: sub.GetKeyShared()}
+		ks: sub.GetKeyShared(), hold: hold}
 	if err := s.addConsumer(c, sub.GetType(), t.maxConsumers()); err != nil {
+		hold.close()
 		return GRPCError(err)
 	}
-	defer s.removeConsumer(c)
+	defer func() {
+		s.removeConsumer(c)
+		hold.close() // what is still queued on c.out is dropped with the stream
+		c.closeDone()
+	}()
 	if err := stream.Send(&clientv1.ConsumeResponse{Kind: &clientv1.ConsumeResponse_Subscribed{Subscribed: &clientv1.Subscribed{ConsumerName: cname, Created: created, SchemaVersion: schemaVer}}}); err != nil {
 		return err
 	}
@@ -452,7 +477,9 @@ func (cs *clientService) Consume(stream clientv1.Meridian_ConsumeServer) error {
 	for {
 		select {
 		case r := <-c.out:
-			if err := stream.Send(r); err != nil {
+			err := stream.Send(r)
+			hold.release(deliverySize(r))
+			if err != nil {
 				return err
 			}
 		case r := <-reqs:

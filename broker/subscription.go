@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv1 "github.com/meridianmq/meridian/api/client/v1"
@@ -26,6 +27,10 @@ type consumer struct {
 	out      chan *clientv1.ConsumeResponse
 	done     chan struct{}
 	doneOnce sync.Once
+	// hold bounds the bytes queued on out (deliverybudget.go); roomWait
+	// marks a goroutine waiting for it to have room again.
+	hold     *deliveryHold
+	roomWait atomic.Bool
 	// guarded by subscription.mu:
 	permits  int64
 	pending  int64
@@ -465,7 +470,7 @@ func (s *subscription) permitsLocked() int64 {
 		return 0 // a failover switch delay: endSwitchHold kicks the dispatcher
 	}
 	for _, c := range s.consumers {
-		if !s.sharedLikeLocked() && !c.active || c.pending >= limit {
+		if !s.sharedLikeLocked() && !c.active || c.pending >= limit || c.permits <= 0 || !s.hasRoomLocked(c) {
 			continue
 		}
 		n += c.permits
@@ -481,7 +486,7 @@ func (s *subscription) pickLocked() *consumer {
 	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
 	if !s.sharedLikeLocked() {
 		for _, c := range s.consumers {
-			if c.active && c.permits > 0 && c.pending < limit {
+			if c.active && c.permits > 0 && c.pending < limit && s.hasRoomLocked(c) {
 				return c
 			}
 		}
@@ -489,7 +494,7 @@ func (s *subscription) pickLocked() *consumer {
 	}
 	for i := 0; i < len(s.consumers); i++ {
 		c := s.consumers[(s.rr+i)%len(s.consumers)]
-		if c.permits > 0 && c.pending < limit {
+		if c.permits > 0 && c.pending < limit && s.hasRoomLocked(c) {
 			s.rr = (s.rr + i + 1) % len(s.consumers)
 			return c
 		}
@@ -604,7 +609,9 @@ func (s *subscription) dispatchOnce() (bool, error) {
 				continue
 			}
 		}
-		s.deliverLocked(c, e, 0)
+		if !s.deliverLocked(c, e, 0) {
+			break // its bytes did not fit after all: it waits in the replay set
+		}
 	}
 	return sent, nil
 }
@@ -669,7 +676,10 @@ func (s *subscription) routeReadLocked(ents []LedgerEntry, delayOn bool) bool {
 			s.setAsideLocked(p)
 			continue
 		}
-		s.deliverLocked(c, e, 0)
+		if !s.deliverLocked(c, e, 0) {
+			r.blocked[slot] = true // set aside; the key waits for the bytes
+			continue
+		}
 		r.delivered(c, slot)
 	}
 	s.pruneKeySharedLocked()
@@ -758,12 +768,23 @@ func (s *subscription) replayLocked(ctx context.Context, permits int64, epoch in
 		if s.coverEntryLocked(e) {
 			continue // acknowledged by the cover vector meanwhile
 		}
-		if _, fresh := s.ks.fresh[p]; fresh {
-			delete(s.ks.fresh, p) // set aside, never delivered: not a redelivery
-		} else {
-			s.redelivers[p]++
+		n := s.redelivers[p]
+		_, fresh := s.ks.fresh[p] // set aside, never delivered: not a redelivery
+		if !fresh {
+			n++
 		}
-		s.deliverLocked(c, e, s.redelivers[p])
+		if !s.deliverLocked(c, e, n) {
+			if ks {
+				r.blocked[slot] = true
+				continue
+			}
+			break // back in the replay set: its bytes did not fit
+		}
+		if fresh {
+			delete(s.ks.fresh, p)
+		} else {
+			s.redelivers[p] = n
+		}
 		if ks {
 			r.delivered(c, slot)
 		}
@@ -772,8 +793,10 @@ func (s *subscription) replayLocked(ctx context.Context, permits int64, epoch in
 	return sent || len(ents) == 0 && len(cand) > 0, nil
 }
 
-// deliverLocked pushes one entry to c under one of its permits.
-func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries int32) {
+// deliverLocked pushes one entry to c under one of its permits. It reports
+// false when c's delivery bytes had no room (the entry is put in the
+// replay set); true when the entry went, or needed no delivery.
+func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries int32) bool {
 	p := pos{e.LedgerID, e.EntryID}
 	md, payload, err := wire.DecodeEntry(e.Data)
 	if err != nil {
@@ -781,7 +804,7 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 		// the subscription does not stall on it.
 		s.log.Error("undecodable entry skipped", "ledger", p.L, "entry", p.E, "err", err)
 		s.acked[p] = struct{}{}
-		return
+		return true
 	}
 	if !md.GetReplicated() && md.GetOriginLedgerId() == 0 && md.GetOriginEntryId() == 0 {
 		// Locally produced: the origin position is the local position (it
@@ -803,7 +826,7 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 			s.compactLocked()
 			s.afterAckLocked()
 			ml.mu.Unlock()
-			return
+			return true
 		}
 		skip = b.indexes()
 	}
@@ -814,10 +837,17 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 		RedeliveryCount:   redeliveries,
 		AckedBatchIndexes: skip,
 	}}}
+	size := deliverySize(msg)
+	if !c.hold.take(size) {
+		s.redeliver[p] = struct{}{}
+		s.hasRoomLocked(c) // arms the wake-up for when it has room
+		return false
+	}
 	if !c.send(msg) {
+		c.hold.release(size)
 		s.redeliver[p] = struct{}{}
 		c.permits = 0
-		return
+		return true
 	}
 	c.permits--
 	c.pending++
@@ -828,6 +858,29 @@ func (s *subscription) deliverLocked(c *consumer, e LedgerEntry, redeliveries in
 		s.redelivered += int64(md.GetNumMessages()) - int64(len(skip))
 	}
 	s.t.countOut(md.GetNumMessages(), len(payload))
+	return true
+}
+
+// hasRoomLocked reports whether c's delivery budgets have room. When one
+// is full it starts (once per consumer) a goroutine that kicks the
+// dispatcher when that level next releases bytes, or c goes.
+func (s *subscription) hasRoomLocked(c *consumer) bool {
+	full, wake := c.hold.blocked()
+	if !full {
+		return true
+	}
+	if c.roomWait.CompareAndSwap(false, true) {
+		go func() {
+			select {
+			case <-wake:
+			case <-c.done:
+			case <-s.stop:
+			}
+			c.roomWait.Store(false)
+			s.kick()
+		}()
+	}
+	return false
 }
 
 // slowestMarkDelete is read by retention.

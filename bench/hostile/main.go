@@ -58,6 +58,7 @@ func main() {
 	bin := flag.String("bin", "", "meridian binary (default: go build ./cmd/meridian)")
 	conns := flag.Int("conns", 1000, "idle connections")
 	streams := flag.Int("streams", 200, "consume streams that never read")
+	backlog := flag.Int("backlog", 500, "64 KiB messages in the streams' backlog (past the tail cache's 32 MiB per topic they are read from the bookie)")
 	hold := flag.Duration("hold", 10*time.Second, "how long each attack holds")
 	only := flag.String("only", "", "comma-separated attacks to run (default all)")
 	flag.Parse()
@@ -104,7 +105,7 @@ func main() {
 
 	// Warm up: a topic with a backlog of 64 KiB messages for the streams.
 	topic := "public/default/hostile"
-	if err := produce(ctx, cl, topic, 64<<10, 500, true); err != nil {
+	if err := produce(ctx, cl, topic, 64<<10, *backlog, true); err != nil {
 		log.Fatalf("fill %s: %v", topic, err)
 	}
 	settle(pid)
@@ -124,7 +125,7 @@ func main() {
 		}))
 	}
 	if run("streams") {
-		emit(measure(pid, "streams", fmt.Sprintf("%d Consume streams on one connection, flow 100000 each, never read; backlog 500 x 64 KiB", *streams), *hold, func(stop <-chan struct{}) string {
+		emit(measure(pid, "streams", fmt.Sprintf("%d Consume streams on one connection, flow 100000 each, never read; backlog %d x 64 KiB", *streams, *backlog), *hold, func(stop <-chan struct{}) string {
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			opened := 0
