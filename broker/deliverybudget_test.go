@@ -36,8 +36,20 @@ func TestConsumerDeliveryBoundedInBytes(t *testing.T) {
 		}
 	}
 
+	for _, typ := range []clientv1.SubscriptionType{clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED,
+		clientv1.SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE, clientv1.SubscriptionType_SUBSCRIPTION_TYPE_KEY_SHARED} {
+		t.Run(typ.String(), func(t *testing.T) {
+			checkStuckConsumerBounded(t, rc, cli, topic, typ, payload, msgs, limit)
+		})
+	}
+}
+
+// checkStuckConsumerBounded subscribes a consumer of type typ that does
+// not read, checks the broker holds at most limit plus one entry for it
+// while another subscription is served, then reads everything.
+func checkStuckConsumerBounded(t *testing.T, rc *regiontest.Cluster, cli clientv1.MeridianClient, topic string, typ clientv1.SubscriptionType, payload []byte, msgs int, limit int64) {
 	stuckCli, _ := conn(t, rc.Addrs()[0])
-	stuck := subscribe(t, stuckCli, topic, "stuck", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED) // 1 000 permits, not read
+	stuck := subscribe(t, stuckCli, topic, "stuck-"+typ.String(), typ) // 1 000 permits, not read
 	// The broker queues what fits, then stops: sample until it settles.
 	var peak int64
 	var settled int
@@ -60,7 +72,7 @@ func TestConsumerDeliveryBoundedInBytes(t *testing.T) {
 	}
 
 	// Another subscription, on another connection, gets everything.
-	other := subscribe(t, cli, topic, "other", clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
+	other := subscribe(t, cli, topic, "other-"+typ.String(), clientv1.SubscriptionType_SUBSCRIPTION_TYPE_SHARED)
 	for i := 0; i < msgs; i++ {
 		id, _ := other.next()
 		if e := other.ack(id, false); e != nil {
@@ -70,16 +82,21 @@ func TestConsumerDeliveryBoundedInBytes(t *testing.T) {
 
 	// The stuck consumer reads now: every message arrives, none lost.
 	seen := map[[2]int64]bool{}
+	dups := 0
 	for len(seen) < msgs {
 		id, got := stuck.next()
 		if got != string(payload) {
 			t.Fatalf("message %v: payload differs", id)
 		}
-		seen[[2]int64{id.GetLedgerId(), id.GetEntryId()}] = true
+		k := [2]int64{id.GetLedgerId(), id.GetEntryId()}
+		if seen[k] {
+			dups++
+		}
+		seen[k] = true
 		if e := stuck.ack(id, false); e != nil {
 			t.Fatalf("ack: %v", e)
 		}
 	}
-	t.Logf("the stuck consumer then received all %d messages, 0 lost", msgs)
+	t.Logf("the stuck consumer then received all %d messages, 0 lost, %d duplicates", msgs, dups)
 	waitFor(t, "the delivery budget to drain", func() bool { return broker.PendingDeliveryBytesForTesting(rc.Broker(0)) == 0 })
 }

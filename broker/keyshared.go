@@ -284,7 +284,7 @@ func (s *subscription) routeLocked(r *ksRound, slot int32) *consumer {
 	}
 	c := s.ownerLocked(slot)
 	limit := int64(s.t.b.cfg.MaxUnackedPerConsumer)
-	ok := c != nil && c.permits-r.used[c] > 0 && c.pending+r.used[c] < limit
+	ok := c != nil && c.permits-r.used[c] > 0 && c.pending+r.used[c] < limit && s.hasRoomLocked(c)
 	if ok && !c.ks.GetAllowOutOfOrder() {
 		if h, held := r.holders[slot]; held && h != c {
 			ok = false // draining: entries of the key are unacknowledged elsewhere
