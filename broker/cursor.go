@@ -157,15 +157,25 @@ func ackRanges(acked map[pos]struct{}, maxAcks int) [][3]int64 {
 	return out
 }
 
-func decodeCursor(b []byte) (pos, map[pos]struct{}, int64, error) {
+// decodeCursor decodes a cursor record: mark-delete, individually
+// acknowledged positions and creation time. It keeps at most maxAcks
+// acknowledged positions (max_individual_acks, the bound encodeCursorExt
+// writes with), the first in the record's order: a record that holds more
+// (written under a larger bound, or corrupt) costs maxAcks positions, not
+// what its ranges span, and the positions dropped are redelivered, never
+// lost. A range whose last entry is before its first holds nothing.
+func decodeCursor(b []byte, maxAcks int) (pos, map[pos]struct{}, int64, error) {
 	var rec cursorRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return pos{}, nil, 0, fmt.Errorf("broker: cursor record corrupt: %v", err)
 	}
 	acked := map[pos]struct{}{}
 	for _, r := range rec.Acked {
-		for e := r[1]; e <= r[2] && e-r[1] < 1<<20; e++ {
+		for e := r[1]; e <= r[2] && len(acked) < maxAcks; e++ {
 			acked[pos{r[0], e}] = struct{}{}
+			if e == r[2] {
+				break // e++ would wrap at math.MaxInt64
+			}
 		}
 	}
 	return pos{rec.MarkDelete[0], rec.MarkDelete[1]}, acked, rec.CreatedMs, nil

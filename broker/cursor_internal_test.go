@@ -10,7 +10,7 @@ import (
 func TestCursorRecordRoundTrip(t *testing.T) {
 	acked := map[pos]struct{}{{5, 3}: {}, {5, 4}: {}, {5, 5}: {}, {5, 9}: {}, {7, 0}: {}, {7, 1}: {}}
 	b := encodeCursor(pos{5, 1}, acked, 42, 100)
-	md, got, created, err := decodeCursor(b)
+	md, got, created, err := decodeCursor(b, 100)
 	if err != nil || md != (pos{5, 1}) || created != 42 || !reflect.DeepEqual(got, acked) {
 		t.Fatalf("round trip: md=%v acked=%v created=%d err=%v", md, got, created, err)
 	}
@@ -23,7 +23,7 @@ func TestCursorRecordRoundTrip(t *testing.T) {
 	if r := ackRanges(acked, 2); !reflect.DeepEqual(r, [][3]int64{{5, 3, 4}}) {
 		t.Fatalf("capped ranges %v", r)
 	}
-	if _, _, _, err := decodeCursor([]byte("{")); err == nil {
+	if _, _, _, err := decodeCursor([]byte("{"), 100); err == nil {
 		t.Fatal("corrupt cursor accepted")
 	}
 }
@@ -69,5 +69,26 @@ func TestErrorMapping(t *testing.T) {
 	var n *notOwnedError
 	if !errors.As(no, &n) || n.owner != "h:1" || !errors.Is(no, ErrTopicNotOwned) {
 		t.Errorf("redirect lost: %v", no)
+	}
+}
+
+// TestDecodeCursorBounded: a stored record's ranges cost at most maxAcks
+// positions (the old decoder kept up to 2^20 per range, whatever their
+// number: a 40-byte record held a million positions), and a range ending
+// at math.MaxInt64 does not wrap into negative entries.
+func TestDecodeCursorBounded(t *testing.T) {
+	_, acked, _, err := decodeCursor([]byte(`{"md":[1,0],"acked":[[2,0,99999999],[3,0,99999999],[4,0,99999999]]}`), 1000)
+	if err != nil || len(acked) != 1000 {
+		t.Fatalf("wide ranges: %d positions kept, bound 1000 (err %v)", len(acked), err)
+	}
+	for p := range acked {
+		if p.L != 2 || p.E < 0 || p.E >= 1000 {
+			t.Fatalf("kept %v: want the first 1000 positions in record order", p)
+		}
+	}
+	_, acked, _, err = decodeCursor([]byte(`{"md":[1,0],"acked":[[2,9223372036854775806,9223372036854775807],[5,3,1]]}`), 1000)
+	want := map[pos]struct{}{{2, 9223372036854775806}: {}, {2, 9223372036854775807}: {}}
+	if err != nil || !reflect.DeepEqual(acked, want) {
+		t.Fatalf("range to MaxInt64: %d positions %v (err %v), want %v", len(acked), acked, err, want)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-func conn(t *testing.T, addr string) (clientv1.MeridianClient, clientv1.AdminClient) {
+func conn(t testing.TB, addr string) (clientv1.MeridianClient, clientv1.AdminClient) {
 	t.Helper()
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

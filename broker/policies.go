@@ -222,8 +222,8 @@ func (s *Server) readPolicyRecord(ctx context.Context, key string) (*topicPolicy
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %v", ErrUnavailable, key, err)
 	}
-	rec := &topicPolicyRecord{}
-	if err := json.Unmarshal(kv.Value, rec); err != nil {
+	rec, err := decodeTopicPolicyRecord(kv.Value)
+	if err != nil {
 		return nil, fmt.Errorf("broker: policy record %s corrupt: %v", key, err)
 	}
 	return rec, nil
@@ -349,7 +349,7 @@ func (s *Server) updatePolicyRecord(ctx context.Context, key string, fn func(rec
 		kv, err := s.cfg.Global.Get(ctx, key, metadata.ReadOptions{})
 		switch {
 		case err == nil:
-			if err := json.Unmarshal(kv.Value, rec); err != nil {
+			if rec, err = decodeTopicPolicyRecord(kv.Value); err != nil {
 				return fmt.Errorf("broker: policy record %s corrupt: %v", key, err)
 			}
 			version = kv.Version
@@ -571,8 +571,8 @@ func (a *adminService) GetTopicPolicies(ctx context.Context, r *clientv1.GetTopi
 	case err != nil:
 		return nil, GRPCError(fmt.Errorf("%w: read policies of %s: %v", ErrUnavailable, name, err))
 	}
-	var rec topicPolicyRecord
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+	rec, err := decodeTopicPolicyRecord(kv.Value)
+	if err != nil {
 		return nil, GRPCError(fmt.Errorf("broker: policies of %s corrupt: %v", name, err))
 	}
 	if resp.Policies, err = rec.policies(); err != nil {
@@ -620,8 +620,8 @@ func (a *adminService) ListPrefixPolicies(ctx context.Context, r *clientv1.ListP
 	}
 	resp := &clientv1.ListPrefixPoliciesResponse{Stale: stale}
 	for _, kv := range kvs {
-		var rec topicPolicyRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		rec, err := decodeTopicPolicyRecord(kv.Value)
+		if err != nil {
 			return nil, GRPCError(fmt.Errorf("broker: policy record %s corrupt: %v", kv.Key, err))
 		}
 		p, err := rec.policies()

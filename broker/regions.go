@@ -114,8 +114,13 @@ func (s *Server) RegionInfo(ctx context.Context, region string) (RegionRecord, e
 	if err != nil {
 		return RegionRecord{}, fmt.Errorf("%w: read region %q: %v", ErrUnavailable, region, err)
 	}
+	return parseRegionRecord(region, kv.Value)
+}
+
+// parseRegionRecord decodes a region's record (regions/<name>).
+func parseRegionRecord(region string, val []byte) (RegionRecord, error) {
 	var rec RegionRecord
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+	if err := json.Unmarshal(val, &rec); err != nil {
 		return RegionRecord{}, fmt.Errorf("region record %q is corrupt: %v", region, err)
 	}
 	return rec, nil

@@ -132,7 +132,7 @@ func (m *replManager) hasReplBacklog(ctx context.Context, topic string, regions 
 		if err != nil {
 			return false, err
 		}
-		md, _, _, err := decodeCursor(ckv.Value)
+		md, _, _, err := decodeCursor(ckv.Value, 0) // the mark-delete only
 		if err != nil {
 			return true, nil
 		}

@@ -47,6 +47,16 @@ type topicPolicyRecord struct {
 	Permissions map[string][]string `json:"permissions,omitempty"`
 }
 
+// decodeTopicPolicyRecord decodes a stored topic or prefix policy record;
+// callers name the key in the error.
+func decodeTopicPolicyRecord(val []byte) (*topicPolicyRecord, error) {
+	rec := &topicPolicyRecord{}
+	if err := json.Unmarshal(val, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
 // ReplicationRegions returns the regions a topic replicates to: its
 // topic-level override, else its namespace's replication_regions, limited
 // to the tenant's allowed regions, plus the local region; nil when the
@@ -98,11 +108,11 @@ func (s *Server) topicOverride(ctx context.Context, name TopicName) (topicPolicy
 	if err != nil {
 		return topicPolicyRecord{}, false, fmt.Errorf("%w: read replication override of %s: %v", ErrUnavailable, name, err)
 	}
-	var rec topicPolicyRecord
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+	rec, err := decodeTopicPolicyRecord(kv.Value)
+	if err != nil {
 		return topicPolicyRecord{}, false, fmt.Errorf("broker: replication override of %s corrupt: %v", name, err)
 	}
-	return rec, true, nil
+	return *rec, true, nil
 }
 
 // validateRegionList checks a replication region list's shape: the count,
@@ -367,8 +377,8 @@ func (a *adminService) GetTopicReplication(ctx context.Context, r *clientv1.GetT
 	kv, stale, err := a.b.policies.fresh(ctx, topicPolicyPrefix+name.String())
 	switch {
 	case err == nil:
-		var rec topicPolicyRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		rec, err := decodeTopicPolicyRecord(kv.Value)
+		if err != nil {
 			return nil, GRPCError(fmt.Errorf("broker: replication override of %s corrupt: %v", name, err))
 		}
 		if rec.ReplicationRegions != nil {

@@ -150,7 +150,7 @@ func (t *topic) load(ctx context.Context, create bool) error {
 				t.ml.close(ctx, false, false)
 				return err
 			}
-			md, acked, created, err := decodeCursor(fenced.Value)
+			md, acked, created, err := decodeCursor(fenced.Value, t.b.cfg.MaxIndividualAcks)
 			if err != nil {
 				t.log.Error("cursor skipped", "subscription", name, "err", err)
 				continue

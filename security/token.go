@@ -247,12 +247,15 @@ func (v *Verifier) Close() error {
 // Verify checks token's signature with the current key, its exp and nbf
 // claims, and returns its sub claim as the role. Errors wrap
 // ErrTokenInvalid and say why (expired, bad signature, unexpected
-// algorithm) without echoing the token.
+// algorithm) without echoing the token. Segments must be canonical
+// base64url: the lenient decoder took a signature whose last character
+// had its unused low bits set, so a valid token had other spellings that
+// verified too (FuzzVerifyToken).
 func (v *Verifier) Verify(token string) (string, error) {
 	k := v.cur.Load()
 	claims := jwt.RegisteredClaims{}
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return k.key, nil },
-		jwt.WithValidMethods(k.methods), jwt.WithLeeway(5*time.Second))
+		jwt.WithValidMethods(k.methods), jwt.WithLeeway(5*time.Second), jwt.WithStrictDecoding())
 	if err != nil {
 		return "", fmt.Errorf("%w: %s", ErrTokenInvalid, tokenReason(err))
 	}
