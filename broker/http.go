@@ -169,6 +169,7 @@ func (s *Server) httpHandler() http.Handler {
 	return mux
 }
 
+// httpStatus maps an admin call's gRPC code to its HTTP status.
 func httpStatus(c codes.Code) int {
 	switch c {
 	case codes.InvalidArgument:
@@ -179,6 +180,14 @@ func httpStatus(c codes.Code) int {
 		return http.StatusConflict
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return http.StatusServiceUnavailable
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests // a limit: the body names it
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }
