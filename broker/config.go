@@ -166,6 +166,14 @@ type Config struct {
 	MaxPendingDeliveryBytesPerConsumer   int64 `yaml:"max_pending_delivery_bytes_per_consumer"`
 	MaxPendingDeliveryBytesPerConnection int64 `yaml:"max_pending_delivery_bytes_per_connection"`
 	MaxPendingDeliveryBytes              int64 `yaml:"max_pending_delivery_bytes"`
+	// DispatcherMaxReadBytes is about the most one dispatch round reads
+	// (default 5 MiB, Pulsar's dispatcherMaxReadSizeBytes), estimated from
+	// the mean size of the subscription's last read;
+	// MaxInflightDispatchReadBytes bounds those estimates over all rounds
+	// reading at once (default 64 MiB; a round waits for room). See
+	// readbudget.go.
+	DispatcherMaxReadBytes       int64 `yaml:"dispatcher_max_read_bytes"`
+	MaxInflightDispatchReadBytes int64 `yaml:"max_inflight_dispatch_read_bytes"`
 	// MaxPermitsPerConsumer caps the permits a consumer may accumulate
 	// (default 10000) and so the entries queued towards it.
 	MaxPermitsPerConsumer int `yaml:"max_permits_per_consumer"`
@@ -365,6 +373,8 @@ func DefaultConfig() Config {
 		MaxInflightBytesPerConnection:        32 << 20,
 		MaxInflightProduceBytes:              256 << 20,
 		MaxPermitsPerConsumer:                10000,
+		DispatcherMaxReadBytes:               5 << 20,
+		MaxInflightDispatchReadBytes:         64 << 20,
 		MaxBatchMessages:                     100_000,
 		MaxBatchBytes:                        wire.MaxUncompressedBytes,
 		MaxPendingDeliveryBytesPerConsumer:   16 << 20,
@@ -427,6 +437,10 @@ func (c Config) Validate() error {
 		return bad("max_producers_per_topic %d must be >= 0 (0 = no limit)", c.MaxProducersPerTopic)
 	case c.MaxConsumersPerSubscription < 0:
 		return bad("max_consumers_per_subscription %d must be >= 0 (0 = no limit)", c.MaxConsumersPerSubscription)
+	case c.DispatcherMaxReadBytes < 1:
+		return bad("dispatcher_max_read_bytes %d must be >= 1", c.DispatcherMaxReadBytes)
+	case c.MaxInflightDispatchReadBytes < int64(c.MaxMessageBytes):
+		return bad("max_inflight_dispatch_read_bytes %d must be >= max_message_bytes %d", c.MaxInflightDispatchReadBytes, c.MaxMessageBytes)
 	case c.MaxBatchMessages < 1:
 		return bad("max_batch_messages %d must be >= 1", c.MaxBatchMessages)
 	case c.MaxBatchBytes < 1 || c.MaxBatchBytes > wire.MaxUncompressedBytes:

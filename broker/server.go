@@ -60,6 +60,8 @@ type Server struct {
 	// consumers' streams, per broker and per connection (deliverybudget.go).
 	deliveryBytes *byteBudget
 	deliveryConns connBudgets
+	// dispatchReads bounds the dispatch reads in flight (readbudget.go).
+	dispatchReads *byteBudget
 	// sched runs every loaded topic's periodic work (timerwheel.go).
 	sched *topicSched
 
@@ -133,7 +135,8 @@ func NewServer(cfg Config) (*Server, error) {
 		takeWarn: warnEvery{interval: 10 * time.Second}, sched: newTopicSched(), vlim: cfg.Subscriptions.vecLimits(),
 		failoverConfirms: failoverConfirms{limit: cfg.MaxFailoverConfirmBytes},
 		sendBytes:        newByteBudget(cfg.MaxInflightProduceBytes), sendConns: connBudgets{limit: cfg.MaxInflightBytesPerConnection},
-		deliveryBytes: newByteBudget(cfg.MaxPendingDeliveryBytes), deliveryConns: connBudgets{limit: cfg.MaxPendingDeliveryBytesPerConnection}}
+		deliveryBytes: newByteBudget(cfg.MaxPendingDeliveryBytes), deliveryConns: connBudgets{limit: cfg.MaxPendingDeliveryBytesPerConnection},
+		dispatchReads: newByteBudget(cfg.MaxInflightDispatchReadBytes)}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err

@@ -101,10 +101,13 @@ type subscription struct {
 	lastPersist time.Time
 	deleted     bool
 	readEpoch   int64
-	blocked     *blockedRead   // dispatch cannot read its next entry (see lost.go)
-	cov         coverState     // cover vector and replicated-subscription state (subcover.go)
-	ks          keySharedState // Key_Shared routing (keyshared.go)
-	delay       delayIndex     // delayed entries held back (delayed.go)
+	// avgEntry is the mean entry size of the last dispatch read (0: none
+	// yet); it sizes the next read (readbudget.go).
+	avgEntry int64
+	blocked  *blockedRead   // dispatch cannot read its next entry (see lost.go)
+	cov      coverState     // cover vector and replicated-subscription state (subcover.go)
+	ks       keySharedState // Key_Shared routing (keyshared.go)
+	delay    delayIndex     // delayed entries held back (delayed.go)
 
 	// bl holds the backlog operation counters (backlogops.go).
 	bl backlogSubState
@@ -549,7 +552,14 @@ func (s *subscription) dispatchOnce() (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	ents, err := ml.read(ctx, next, int(min(permits, maxReadBatch)))
+	n, est := s.readSize(min(permits, maxReadBatch))
+	release, err := s.t.b.dispatchReads.hold(ctx, est) // readbudget.go
+	if err != nil {
+		return false, fmt.Errorf("wait for max_inflight_dispatch_read_bytes: %w", err) // retried after a pause
+	}
+	defer release()
+	ents, err := ml.read(ctx, next, n)
+	s.noteRead(ents)
 	if errors.Is(err, ErrNotFound) {
 		// The ledger was trimmed under us: skip to what is retained.
 		s.mu.Lock()
@@ -724,7 +734,14 @@ func (s *subscription) replayLocked(ctx context.Context, permits int64, epoch in
 	} else {
 		cand = ps[:min(int64(len(ps)), permits)]
 	}
+	n, est := s.readSizeLocked(int64(len(cand)))
+	cand = cand[:n]
 	s.mu.Unlock()
+	release, err := s.t.b.dispatchReads.hold(ctx, est) // readbudget.go
+	if err != nil {
+		return false, fmt.Errorf("wait for max_inflight_dispatch_read_bytes: %w", err)
+	}
+	defer release()
 	var ents []LedgerEntry
 	for _, p := range cand {
 		e, err := ml.read(ctx, p, 1)
@@ -739,6 +756,7 @@ func (s *subscription) replayLocked(ctx context.Context, permits int64, epoch in
 		}
 		ents = append(ents, e...)
 	}
+	s.noteRead(ents)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.readEpoch != epoch {
