@@ -141,3 +141,64 @@ func TestStateMachineHistoryBytes(t *testing.T) {
 		t.Fatalf("history not bounded: %d events, compacted %d", len(s.st.Hist), s.st.CompactedRev)
 	}
 }
+
+// sumBytes recomputes the bytes of keys plus values from the state.
+func sumBytes(s *stateMachine) int64 {
+	var n int64
+	for k, kv := range s.st.KVs {
+		n += int64(len(k) + len(kv.Value))
+	}
+	return n
+}
+
+// TestStateMachineQuotaTotals: the running byte total and the sessions per
+// owner follow puts, replaces, deletes and session expiry, are recomputed
+// from a snapshot (they are not in it), and the limits the commands carry
+// refuse alike before and after recovery. A snapshot without owners (older
+// format) loads with no session counted.
+func TestStateMachineQuotaTotals(t *testing.T) {
+	s := newStateMachine(1, 100, 1<<20, nil)
+	sec := int64(time.Second)
+	_, r := apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: sec, Client: "ip:a", MaxSessions: 2})
+	apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: 10 * sec, Client: "ip:a", MaxSessions: 2})
+	apply(t, s, command{Type: cmdTxn, Now: sec, Ops: []cmdOp{put("e/1", r.Session), put("p/1", 0), put("p/2", 0)}})
+	apply(t, s, command{Type: cmdTxn, Now: sec, Ops: []cmdOp{{Type: OpPut, Key: "p/1", Value: []byte("longer")}, {Type: OpDelete, Key: "p/2"}}})
+	if code, res := apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: sec, Client: "ip:a", MaxSessions: 2}); code != codeLimitExceeded || s.st.NextSession != 3 {
+		t.Fatalf("3rd session of ip:a: code %d %q, next session %d", code, res.Msg, s.st.NextSession)
+	}
+	apply(t, s, command{Type: cmdTick, Now: 3 * sec}) // expires session 1 and e/1
+	if s.totalBytes != sumBytes(s) || s.totalBytes != int64(len("p/1")+len("longer")) || s.owners["ip:a"] != 1 {
+		t.Fatalf("totals: bytes %d (recomputed %d), owners %v", s.totalBytes, sumBytes(s), s.owners)
+	}
+	var snap bytes.Buffer
+	if err := s.SaveSnapshot(&snap, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newStateMachine(1, 100, 1<<20, nil)
+	if err := r2.RecoverFromSnapshot(bytes.NewReader(snap.Bytes()), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r2.totalBytes != s.totalBytes || r2.owners["ip:a"] != 1 {
+		t.Fatalf("recovered totals: bytes %d, want %d; owners %v", r2.totalBytes, s.totalBytes, r2.owners)
+	}
+	for _, m := range []*stateMachine{s, r2} {
+		if code, _ := apply(t, m, command{Type: cmdTxn, Now: 3 * sec, Ops: []cmdOp{put("q", 0)}, MaxBytes: s.totalBytes + 1}); code != codeLimitExceeded {
+			t.Fatalf("2-byte put with 1 byte of room: code %d", code)
+		}
+		if code, _ := apply(t, m, command{Type: cmdTxn, Now: 3 * sec, Ops: []cmdOp{put("q", 0)}, MaxKeys: 1}); code != codeLimitExceeded {
+			t.Fatalf("2nd key with max_keys 1: code %d", code)
+		}
+		apply(t, m, command{Type: cmdCreateSess, Now: 3 * sec, TTL: sec, Client: "ip:a", MaxSessions: 2})
+		if code, _ := apply(t, m, command{Type: cmdCreateSess, Now: 3 * sec, TTL: sec, Client: "ip:a", MaxSessions: 2}); code != codeLimitExceeded {
+			t.Fatalf("3rd session of ip:a: code %d", code)
+		}
+	}
+	old := newStateMachine(1, 100, 1<<20, nil)
+	oldSnap := `{"rev":1,"time":0,"nextSession":2,"kvs":{"k":{"Key":"k","Value":"dg==","Version":1,"CreateRevision":1,"ModRevision":1,"Session":0}},"sessions":{"1":{"ttl":1000,"deadline":5000,"keys":{}}},"hist":[],"compacted":0}`
+	if err := old.RecoverFromSnapshot(bytes.NewReader([]byte(oldSnap)), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if old.totalBytes != 2 || len(old.owners) != 0 || len(old.st.Sessions) != 1 {
+		t.Fatalf("old snapshot: bytes %d owners %v sessions %d", old.totalBytes, old.owners, len(old.st.Sessions))
+	}
+}
