@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/btree"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 )
 
@@ -29,8 +30,10 @@ type stateMachine struct {
 	notify *notifier
 
 	st smState
-	// keys is st.KVs' key set, sorted, for List and prefix scans.
-	keys []string
+	// keys is st.KVs' key set in order, for List and prefix scans: a
+	// B-tree, so that a new or deleted key costs O(log n), not the move of
+	// half a sorted slice (BenchmarkStateMachinePutNewKey).
+	keys *btree.BTreeG[string]
 	// histBytes is the approximate size of st.Hist.
 	histBytes int
 	// totalBytes is the bytes of keys plus values in st.KVs, and owners
@@ -67,12 +70,18 @@ type smSession struct {
 	Owner string `json:"owner,omitempty"`
 }
 
+// keyIndexDegree is the degree of the key B-tree (nodes of up to 63 keys).
+const keyIndexDegree = 32
+
+func newKeyIndex() *btree.BTreeG[string] { return btree.NewOrderedG[string](keyIndexDegree) }
+
 func newStateMachine(shardID uint64, historyEvents, historyBytes int, n *notifier) *stateMachine {
 	return &stateMachine{
 		shardID:       shardID,
 		historyEvents: historyEvents,
 		historyBytes:  historyBytes,
 		notify:        n,
+		keys:          newKeyIndex(),
 		owners:        map[string]int64{},
 		st: smState{
 			NextSession: 1,
@@ -317,8 +326,7 @@ func (s *stateMachine) putKey(key string, value []byte, session SessionID) KV {
 	if !exists {
 		kv = &KV{Key: key, CreateRevision: s.st.Rev}
 		s.st.KVs[key] = kv
-		i, _ := slices.BinarySearch(s.keys, key)
-		s.keys = slices.Insert(s.keys, i, key)
+		s.keys.ReplaceOrInsert(key)
 		s.totalBytes += int64(len(key))
 	}
 	if kv.Session != 0 && kv.Session != session {
@@ -346,9 +354,7 @@ func (s *stateMachine) deleteKey(key string) {
 	s.st.Rev++
 	delete(s.st.KVs, key)
 	s.totalBytes -= int64(len(key) + len(kv.Value))
-	if i, ok := slices.BinarySearch(s.keys, key); ok {
-		s.keys = slices.Delete(s.keys, i, i+1)
-	}
+	s.keys.Delete(key)
 	if kv.Session != 0 {
 		if ss, ok := s.st.Sessions[uint64(kv.Session)]; ok {
 			delete(ss.Keys, key)
@@ -442,22 +448,26 @@ func (s *stateMachine) Lookup(q interface{}) (interface{}, error) {
 		}
 		return getResult{KV: copyKV(*kv), Found: true, Rev: s.st.Rev}, nil
 	case listQuery:
-		start, _ := slices.BinarySearch(s.keys, q.Prefix)
-		if q.After != "" && q.After >= q.Prefix {
-			i, found := slices.BinarySearch(s.keys, q.After)
-			if found {
-				i++
-			}
-			start = i
+		// From the prefix, or from just after After when that is later.
+		start, after := q.Prefix, q.After != "" && q.After >= q.Prefix
+		if after {
+			start = q.After
 		}
 		res := ListResult{Revision: s.st.Rev}
-		for i := start; i < len(s.keys) && strings.HasPrefix(s.keys[i], q.Prefix); i++ {
+		s.keys.AscendGreaterOrEqual(start, func(k string) bool {
+			if after && k == q.After {
+				return true
+			}
+			if !strings.HasPrefix(k, q.Prefix) {
+				return false
+			}
 			if len(res.KVs) == q.Limit {
 				res.More = true
-				break
+				return false
 			}
-			res.KVs = append(res.KVs, copyKV(*s.st.KVs[s.keys[i]]))
-		}
+			res.KVs = append(res.KVs, copyKV(*s.st.KVs[k]))
+			return true
+		})
 		return res, nil
 	case histQuery:
 		res := histResult{ScannedTo: q.After, CompactedRev: s.st.CompactedRev}
@@ -534,13 +544,12 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <
 		}
 	}
 	s.st = st
-	s.keys = make([]string, 0, len(st.KVs))
+	s.keys = newKeyIndex()
 	s.totalBytes = 0
 	for k, kv := range st.KVs {
-		s.keys = append(s.keys, k)
+		s.keys.ReplaceOrInsert(k)
 		s.totalBytes += int64(len(k) + len(kv.Value))
 	}
-	slices.Sort(s.keys)
 	s.histBytes = 0
 	for _, ev := range st.Hist {
 		s.histBytes += eventSize(ev)

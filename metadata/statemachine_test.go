@@ -3,6 +3,8 @@ package metadata
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,8 +69,8 @@ func TestStateMachineSessionTime(t *testing.T) {
 	if code, _ := apply(t, s, command{Type: cmdKeepAlive, Now: 16 * sec, Session: id}); code != codeSessionExpired {
 		t.Fatalf("keep-alive after expiry: code %d", code)
 	}
-	if len(s.st.KVs) != 2 || s.st.KVs["p"] == nil {
-		t.Fatalf("keys after expiry: %v", s.keys)
+	if len(s.st.KVs) != 2 || s.st.KVs["p"] == nil || s.keys.Len() != 2 {
+		t.Fatalf("keys after expiry: %d, index %d", len(s.st.KVs), s.keys.Len())
 	}
 	// Deletes happen in key order with consecutive revisions.
 	h := s.st.Hist[len(s.st.Hist)-2:]
@@ -115,8 +117,8 @@ func TestStateMachineDeterministicSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b put, b deleted, a and c expired, d put: revisions 1..7; history of 4.
-	if r.st.Rev != 7 || r.st.CompactedRev != 3 || len(r.st.Hist) != 4 || len(r.keys) != 1 || r.keys[0] != "d" {
-		t.Fatalf("recovered: rev %d compacted %d hist %d keys %v", r.st.Rev, r.st.CompactedRev, len(r.st.Hist), r.keys)
+	if min, _ := r.keys.Min(); r.st.Rev != 7 || r.st.CompactedRev != 3 || len(r.st.Hist) != 4 || r.keys.Len() != 1 || min != "d" {
+		t.Fatalf("recovered: rev %d compacted %d hist %d keys %d (first %q)", r.st.Rev, r.st.CompactedRev, len(r.st.Hist), r.keys.Len(), min)
 	}
 	v, _ := r.Lookup(histQuery{After: 2, Limit: 10})
 	if !v.(histResult).Compacted {
@@ -200,5 +202,58 @@ func TestStateMachineQuotaTotals(t *testing.T) {
 	}
 	if old.totalBytes != 2 || len(old.owners) != 0 || len(old.st.Sessions) != 1 {
 		t.Fatalf("old snapshot: bytes %d owners %v sessions %d", old.totalBytes, old.owners, len(old.st.Sessions))
+	}
+}
+
+// TestStateMachineListMatchesModel: List over the key index returns what a
+// scan of the sorted key set would, for prefixes and After keys present,
+// absent, before and past the prefix, after puts and deletes.
+func TestStateMachineListMatchesModel(t *testing.T) {
+	s := newStateMachine(1, 100, 1<<20, nil)
+	alphabet := []string{"a", "ab", "abc", "b", "ba", "bb", "c"}
+	var all []string
+	for _, x := range alphabet {
+		for _, y := range alphabet {
+			all = append(all, x+"/"+y)
+		}
+	}
+	for i, k := range all {
+		apply(t, s, command{Type: cmdTxn, Ops: []cmdOp{put(k, 0)}})
+		if i%3 == 0 {
+			apply(t, s, command{Type: cmdTxn, Ops: []cmdOp{{Type: OpDelete, Key: k}}})
+		}
+	}
+	var live []string
+	for k := range s.st.KVs {
+		live = append(live, k)
+	}
+	slices.Sort(live)
+	probes := append([]string{"", "a", "a/", "ab/", "b/b", "b/zz", "c/c", "z"}, all...)
+	for _, prefix := range []string{"", "a", "a/", "ab", "b/", "b/b", "c/", "d"} {
+		for _, after := range probes {
+			for _, limit := range []int{1, 3, 1000} {
+				var want []string
+				more := false
+				for _, k := range live {
+					if !strings.HasPrefix(k, prefix) || (after != "" && k <= after) {
+						continue
+					}
+					if len(want) == limit {
+						more = true
+						break
+					}
+					want = append(want, k)
+				}
+				v, _ := s.Lookup(listQuery{Prefix: prefix, After: after, Limit: limit})
+				res := v.(ListResult)
+				var got []string
+				for _, kv := range res.KVs {
+					got = append(got, kv.Key)
+				}
+				if !slices.Equal(got, want) || res.More != more {
+					t.Fatalf("List(%q, after %q, limit %d) = %v more %v, want %v more %v", prefix, after, limit, got, res.More, want, more)
+				}
+			}
+		}
 	}
 }
