@@ -292,8 +292,8 @@ func (s *stateMachine) applyTxn(ops []cmdOp, maxKeys, maxBytes int64) (uint64, c
 	return codeOK, cmdResult{KVs: out}
 }
 
-// checkQuota returns why ops would pass max_keys or max_total_bytes ("" if
-// they would not). Only growth is refused: a transaction that shrinks the
+// checkQuota returns why ops would take the shard past max_keys or
+// max_total_bytes ("" if they would not). Only growth is refused: a transaction that shrinks the
 // shard, or replaces a value with one no larger, passes even when the shard
 // is over a limit (lowered since, or never enforced by older proposers).
 func (s *stateMachine) checkQuota(ops []cmdOp, maxKeys, maxBytes int64) string {
