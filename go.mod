@@ -7,6 +7,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/google/btree v1.1.3
 	github.com/hamba/avro/v2 v2.20.0
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/klauspost/compress v1.20.4
@@ -38,7 +39,6 @@ require (
 	github.com/getsentry/sentry-go v0.12.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/snappy v0.0.4 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect

@@ -34,6 +34,16 @@ type command struct {
 	// MaxSkew (ns), on a tick, is the leader's max_clock_skew: how far
 	// after the session clock other commands' times may fall.
 	MaxSkew int64 `json:"k,omitempty"`
+	// MaxKeys and MaxBytes, on a txn, are the proposer's max_keys and
+	// max_total_bytes (0: unlimited, as in commands written before them).
+	// The limits travel in the command so that every replica decides alike.
+	MaxKeys  int64 `json:"mk,omitempty"`
+	MaxBytes int64 `json:"mb,omitempty"`
+	// Client and MaxSessions, on a csess, are the client the session is
+	// counted against ("" = none) and the proposer's max_sessions_per_client
+	// (0: unlimited).
+	Client      string `json:"c,omitempty"`
+	MaxSessions int64  `json:"ms,omitempty"`
 }
 
 // cmdOp is one transaction operation inside a command.
@@ -53,6 +63,7 @@ const (
 	codeVersionMismatch
 	codeSessionExpired
 	codeInvalid
+	codeLimitExceeded
 )
 
 // cmdResult is the Data of an sm.Result.
@@ -84,6 +95,8 @@ func codeError(code uint64, msg string) error {
 		return fmt.Errorf("%w: %s", ErrVersionMismatch, msg)
 	case codeSessionExpired:
 		return fmt.Errorf("%w: %s", ErrSessionExpired, msg)
+	case codeLimitExceeded:
+		return fmt.Errorf("%w: %s", ErrLimitExceeded, msg)
 	default:
 		return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
 	}

@@ -118,6 +118,23 @@ type NodeConfig struct {
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// MaxWatches caps concurrent watches served by this node (default 1024).
 	MaxWatches int `yaml:"max_watches"`
+	// MaxWatchesPerClient caps the concurrent watches one client holds on
+	// this node (default 256), so one caller cannot take all of max_watches.
+	// A client is the authenticated role of a gRPC caller, else its remote
+	// IP; in-process callers are not counted.
+	MaxWatchesPerClient int `yaml:"max_watches_per_client"`
+	// MaxTotalBytes caps the bytes of keys plus values stored in one shard
+	// (default 1 GiB): the state machine, and every snapshot, holds them
+	// all in memory. A write that would pass it is refused; deletes and
+	// session expiry always succeed.
+	MaxTotalBytes int64 `yaml:"max_total_bytes"`
+	// MaxKeys caps the keys stored in one shard (default 1000000).
+	MaxKeys int `yaml:"max_keys"`
+	// MaxSessionsPerClient caps the live sessions one client (as for
+	// max_watches_per_client) holds in one shard (default 1024), counted by
+	// the state machine across the cluster: each session holds state until
+	// it expires.
+	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
 	// FaultInjection (chaos testing only) runs the node on a SkewClock and
 	// serves GET/POST /debug/clock on HTTPAddress to read and set its skew
 	// (see Node.httpHandler). Default false.
@@ -184,25 +201,29 @@ type ShardConfig struct {
 // no identity (NodeID, addresses, DataDir, Shards) set.
 func DefaultNodeConfig() NodeConfig {
 	return NodeConfig{
-		RTT:                10 * time.Millisecond,
-		ElectionTicks:      10,
-		HeartbeatTicks:     1,
-		SnapshotEntries:    10000,
-		CompactionOverhead: 5000,
-		MaxValueBytes:      1 << 20,
-		MaxTxnOps:          128,
-		MaxTxnBytes:        4 << 20,
-		DefaultPageLimit:   MaxPageLimit,
-		HistoryEvents:      10000,
-		HistoryBytes:       64 << 20,
-		MinSessionTTL:      500 * time.Millisecond,
-		MaxSessionTTL:      time.Hour,
-		SessionTick:        200 * time.Millisecond,
-		MaxClockSkew:       2 * time.Second,
-		RequestTimeout:     5 * time.Second,
-		AttemptTimeout:     2 * time.Second,
-		MaxWatches:         1024,
-		Limits:             netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
+		RTT:                  10 * time.Millisecond,
+		ElectionTicks:        10,
+		HeartbeatTicks:       1,
+		SnapshotEntries:      10000,
+		CompactionOverhead:   5000,
+		MaxValueBytes:        1 << 20,
+		MaxTxnOps:            128,
+		MaxTxnBytes:          4 << 20,
+		DefaultPageLimit:     MaxPageLimit,
+		HistoryEvents:        10000,
+		HistoryBytes:         64 << 20,
+		MinSessionTTL:        500 * time.Millisecond,
+		MaxSessionTTL:        time.Hour,
+		SessionTick:          200 * time.Millisecond,
+		MaxClockSkew:         2 * time.Second,
+		RequestTimeout:       5 * time.Second,
+		AttemptTimeout:       2 * time.Second,
+		MaxWatches:           1024,
+		MaxWatchesPerClient:  256,
+		MaxTotalBytes:        1 << 30,
+		MaxKeys:              1000000,
+		MaxSessionsPerClient: 1024,
+		Limits:               netguard.DefaultLimits(DefaultMaxStreamsPerConnection),
 	}
 }
 
@@ -368,6 +389,18 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.MaxWatches < 1 {
 		bad("max_watches %d must be at least 1", c.MaxWatches)
+	}
+	if c.MaxWatchesPerClient < 1 {
+		bad("max_watches_per_client %d must be at least 1", c.MaxWatchesPerClient)
+	}
+	if c.MaxTotalBytes < 1 {
+		bad("max_total_bytes %d must be at least 1", c.MaxTotalBytes)
+	}
+	if c.MaxKeys < 1 {
+		bad("max_keys %d must be at least 1", c.MaxKeys)
+	}
+	if c.MaxSessionsPerClient < 1 {
+		bad("max_sessions_per_client %d must be at least 1", c.MaxSessionsPerClient)
 	}
 	if err := c.Limits.Validate(); err != nil {
 		bad("%v", err)

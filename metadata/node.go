@@ -61,8 +61,11 @@ type Node struct {
 	sec      *security.Runtime
 	ownSec   bool
 	watchSem chan struct{}
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// watchMu guards clientWatches: the watches each client holds here.
+	watchMu       sync.Mutex
+	clientWatches map[string]int
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
 
 	// nhMu is held shared by every call that reaches a state machine
 	// (nhCall) and exclusively by Close.
@@ -101,6 +104,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		metrics:  newMetrics(cfg.Registerer),
 		tmetrics: newRaftTransportMetrics(cfg.Registerer),
 		watchSem: make(chan struct{}, cfg.MaxWatches),
+
+		clientWatches: map[string]int{},
 	}, nil
 }
 
@@ -417,17 +422,38 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	return nil
 }
 
-func (n *Node) acquireWatch() bool {
+// acquireWatch takes a watch slot for client ("" = not counted per
+// client): ErrLimitExceeded when the client holds max_watches_per_client,
+// ErrUnavailable when the node serves max_watches (another node may not).
+func (n *Node) acquireWatch(client string) error {
+	if client != "" {
+		n.watchMu.Lock()
+		defer n.watchMu.Unlock()
+		if held := n.clientWatches[client]; held >= n.cfg.MaxWatchesPerClient {
+			return fmt.Errorf("%w: max_watches_per_client %d reached: client %q holds %d watches on this node", ErrLimitExceeded, n.cfg.MaxWatchesPerClient, client, held)
+		}
+	}
 	select {
 	case n.watchSem <- struct{}{}:
-		n.metrics.watches.Inc()
-		return true
 	default:
-		return false
+		return fmt.Errorf("%w: too many watches on this node (max_watches %d)", ErrUnavailable, n.cfg.MaxWatches)
 	}
+	n.metrics.watches.Inc()
+	if client != "" {
+		n.clientWatches[client]++
+	}
+	return nil
 }
 
-func (n *Node) releaseWatch() {
+// releaseWatch returns a slot taken by acquireWatch(client).
+func (n *Node) releaseWatch(client string) {
+	if client != "" {
+		n.watchMu.Lock()
+		if n.clientWatches[client]--; n.clientWatches[client] <= 0 {
+			delete(n.clientWatches, client)
+		}
+		n.watchMu.Unlock()
+	}
 	<-n.watchSem
 	n.metrics.watches.Dec()
 }

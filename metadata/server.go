@@ -2,11 +2,14 @@ package metadata
 
 import (
 	"context"
+	"net"
 	"time"
 
 	metadatav1 "github.com/meridianmq/meridian/api/metadata/v1"
 	"github.com/meridianmq/meridian/internal/netguard"
+	"github.com/meridianmq/meridian/security"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -18,6 +21,25 @@ func newGRPCServer(n *Node) *grpc.Server {
 	metadatav1.RegisterMetadataServer(s, &service{node: n})
 	reflection.Register(s)
 	return s
+}
+
+// clientOf names the caller that max_sessions_per_client and
+// max_watches_per_client count: "role:<role>" for an authenticated caller
+// (security.IdentityFrom, set by the node's interceptors), else "ip:<remote
+// IP>". Every caller authenticated as one role (all brokers of a region are
+// "broker.<region>") shares its limits.
+func clientOf(ctx context.Context) string {
+	if id := security.IdentityFrom(ctx); !id.Anonymous() {
+		return "role:" + id.Role
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		host, _, err := net.SplitHostPort(p.Addr.String())
+		if err != nil {
+			host = p.Addr.String()
+		}
+		return "ip:" + host
+	}
+	return "unknown"
 }
 
 // service implements metadatav1.MetadataServer over the node's shard stores.
@@ -122,7 +144,7 @@ func (s *service) Watch(req *metadatav1.WatchRequest, stream grpc.ServerStreamin
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	evc, errc := st.Watch(ctx, req.Prefix, req.AfterRevision)
+	evc, errc := st.watch(ctx, req.Prefix, req.AfterRevision, clientOf(ctx))
 	for ev := range evc {
 		resp := &metadatav1.WatchResponse{Events: []*metadatav1.Event{eventToPB(ev)}}
 	batch:
@@ -158,7 +180,7 @@ func (s *service) CreateSession(ctx context.Context, req *metadatav1.CreateSessi
 	if err != nil {
 		return nil, err
 	}
-	id, err := st.CreateSession(ctx, time.Duration(req.TtlMs)*time.Millisecond)
+	id, err := st.createSession(ctx, time.Duration(req.TtlMs)*time.Millisecond, clientOf(ctx))
 	if err != nil {
 		return nil, ToStatus(err)
 	}

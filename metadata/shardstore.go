@@ -91,7 +91,7 @@ func (s *shardStore) propose(ctx context.Context, c command, safe bool) (cmdResu
 				return cmdResult{}, fmt.Errorf("%w: decode result: %v", ErrUnknownOutcome, uerr)
 			}
 			if res.Value != codeOK {
-				if uncertain != nil && (res.Value == codeVersionMismatch || res.Value == codeNotFound || res.Value == codeSessionExpired) {
+				if uncertain != nil && (res.Value == codeVersionMismatch || res.Value == codeNotFound || res.Value == codeSessionExpired || res.Value == codeLimitExceeded) {
 					s.node.metrics.proposal(s.name, "unknown", start)
 					return cmdResult{}, fmt.Errorf("%w: an earlier attempt may have applied (%v); the retry found: %v", ErrUnknownOutcome, uncertain, codeError(res.Value, out.Msg))
 				}
@@ -237,19 +237,32 @@ func (s *shardStore) Txn(ctx context.Context, ops []Op) ([]KV, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.propose(ctx, command{Type: cmdTxn, Ops: cops}, guarded(ops))
+	// The limits travel in the command: every replica enforces the same.
+	c := command{Type: cmdTxn, Ops: cops, MaxKeys: int64(s.node.cfg.MaxKeys), MaxBytes: s.node.cfg.MaxTotalBytes}
+	res, err := s.propose(ctx, c, guarded(ops))
 	if err != nil {
 		return nil, err
 	}
 	return res.KVs, nil
 }
 
-// CreateSession implements Store.
+// CreateSession implements Store. An in-process caller is no client:
+// max_sessions_per_client does not count it.
 func (s *shardStore) CreateSession(ctx context.Context, ttl time.Duration) (SessionID, error) {
+	return s.createSession(ctx, ttl, "")
+}
+
+// createSession opens a session counted against client ("" = none) for
+// max_sessions_per_client.
+func (s *shardStore) createSession(ctx context.Context, ttl time.Duration, client string) (SessionID, error) {
 	if ttl < s.node.cfg.MinSessionTTL || ttl > s.node.cfg.MaxSessionTTL {
 		return 0, fmt.Errorf("%w: ttl %v must be in [%v, %v]", ErrInvalidArgument, ttl, s.node.cfg.MinSessionTTL, s.node.cfg.MaxSessionTTL)
 	}
-	res, err := s.propose(ctx, command{Type: cmdCreateSess, TTL: int64(ttl)}, false)
+	c := command{Type: cmdCreateSess, TTL: int64(ttl)}
+	if client != "" {
+		c.Client, c.MaxSessions = client, int64(s.node.cfg.MaxSessionsPerClient)
+	}
+	res, err := s.propose(ctx, c, false)
 	if err != nil {
 		return 0, err
 	}
@@ -279,7 +292,15 @@ const watchPage = 256
 
 // Watch implements Store. It reads the local replica's history, so it
 // follows this replica's applied state; a follower's watch lags a little.
+// An in-process caller is no client: max_watches_per_client does not count
+// it.
 func (s *shardStore) Watch(ctx context.Context, prefix string, afterRevision int64) (<-chan Event, <-chan error) {
+	return s.watch(ctx, prefix, afterRevision, "")
+}
+
+// watch is Watch counted against client ("" = none) for
+// max_watches_per_client.
+func (s *shardStore) watch(ctx context.Context, prefix string, afterRevision int64, client string) (<-chan Event, <-chan error) {
 	evc := make(chan Event, 64)
 	errc := make(chan error, 1)
 	fail := func(err error) {
@@ -295,12 +316,12 @@ func (s *shardStore) Watch(ctx context.Context, prefix string, afterRevision int
 		fail(fmt.Errorf("%w: after_revision %d must not be negative", ErrInvalidArgument, afterRevision))
 		return evc, errc
 	}
-	if !s.node.acquireWatch() {
-		fail(fmt.Errorf("%w: too many watches on this node (limit %d)", ErrUnavailable, s.node.cfg.MaxWatches))
+	if err := s.node.acquireWatch(client); err != nil {
+		fail(err)
 		return evc, errc
 	}
 	go func() {
-		defer s.node.releaseWatch()
+		defer s.node.releaseWatch(client)
 		wake, unsubscribe := s.notify.subscribe()
 		defer unsubscribe()
 		scanned := afterRevision

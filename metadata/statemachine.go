@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/btree"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 )
 
@@ -29,10 +30,18 @@ type stateMachine struct {
 	notify *notifier
 
 	st smState
-	// keys is st.KVs' key set, sorted, for List and prefix scans.
-	keys []string
+	// keys is st.KVs' key set in order, for List and prefix scans: a
+	// B-tree, so that a new or deleted key costs O(log n), not the move of
+	// half a sorted slice (BenchmarkStateMachinePutNewKey).
+	keys *btree.BTreeG[string]
 	// histBytes is the approximate size of st.Hist.
 	histBytes int
+	// totalBytes is the bytes of keys plus values in st.KVs, and owners
+	// the live sessions of each st.Sessions owner: derived from st, kept
+	// up to date by putKey, deleteKey and endSession, and recomputed from
+	// the state on RecoverFromSnapshot (never stored).
+	totalBytes int64
+	owners     map[string]int64
 }
 
 // smState is the replicated state, also the snapshot format.
@@ -56,7 +65,15 @@ type smSession struct {
 	TTL      int64               `json:"ttl"`
 	Deadline int64               `json:"deadline"`
 	Keys     map[string]struct{} `json:"keys"`
+	// Owner is the client the session counts against for
+	// max_sessions_per_client ("" = none, as in older snapshots).
+	Owner string `json:"owner,omitempty"`
 }
+
+// keyIndexDegree is the degree of the key B-tree (nodes of up to 63 keys).
+const keyIndexDegree = 32
+
+func newKeyIndex() *btree.BTreeG[string] { return btree.NewOrderedG[string](keyIndexDegree) }
 
 func newStateMachine(shardID uint64, historyEvents, historyBytes int, n *notifier) *stateMachine {
 	return &stateMachine{
@@ -64,6 +81,8 @@ func newStateMachine(shardID uint64, historyEvents, historyBytes int, n *notifie
 		historyEvents: historyEvents,
 		historyBytes:  historyBytes,
 		notify:        n,
+		keys:          newKeyIndex(),
+		owners:        map[string]int64{},
 		st: smState{
 			NextSession: 1,
 			KVs:         map[string]*KV{},
@@ -95,11 +114,18 @@ func (s *stateMachine) Update(e sm.Entry) (sm.Result, error) {
 	var res cmdResult
 	switch c.Type {
 	case cmdTxn:
-		code, res = s.applyTxn(c.Ops)
+		code, res = s.applyTxn(c.Ops, c.MaxKeys, c.MaxBytes)
 	case cmdCreateSess:
+		if c.Client != "" && c.MaxSessions > 0 && s.owners[c.Client] >= c.MaxSessions {
+			code, res.Msg = codeLimitExceeded, fmt.Sprintf("max_sessions_per_client %d reached: client %q has %d live sessions", c.MaxSessions, c.Client, s.owners[c.Client])
+			break
+		}
 		id := s.st.NextSession
 		s.st.NextSession++
-		s.st.Sessions[id] = &smSession{TTL: c.TTL, Deadline: now + c.TTL, Keys: map[string]struct{}{}}
+		s.st.Sessions[id] = &smSession{TTL: c.TTL, Deadline: now + c.TTL, Keys: map[string]struct{}{}, Owner: c.Client}
+		if c.Client != "" {
+			s.owners[c.Client]++
+		}
 		res.Session = id
 	case cmdKeepAlive:
 		ss, ok := s.liveSession(c.Session)
@@ -174,6 +200,11 @@ func (s *stateMachine) tick(renew bool) int {
 func (s *stateMachine) endSession(id uint64) {
 	ss := s.st.Sessions[id]
 	delete(s.st.Sessions, id)
+	if ss.Owner != "" {
+		if s.owners[ss.Owner]--; s.owners[ss.Owner] <= 0 {
+			delete(s.owners, ss.Owner)
+		}
+	}
 	keys := make([]string, 0, len(ss.Keys))
 	for k := range ss.Keys {
 		keys = append(keys, k)
@@ -186,10 +217,11 @@ func (s *stateMachine) endSession(id uint64) {
 	}
 }
 
-// applyTxn checks every guard against the current state, then applies every
+// applyTxn checks every guard against the current state, then the limits
+// the command carries (maxKeys, maxBytes; 0 = unlimited), then applies every
 // op, each with its own revision, so that a watch resuming from any revision
 // never skips part of a transaction.
-func (s *stateMachine) applyTxn(ops []cmdOp) (uint64, cmdResult) {
+func (s *stateMachine) applyTxn(ops []cmdOp, maxKeys, maxBytes int64) (uint64, cmdResult) {
 	seen := make(map[string]int, len(ops))
 	for i, op := range ops {
 		if op.Key == "" {
@@ -231,6 +263,9 @@ func (s *stateMachine) applyTxn(ops []cmdOp) (uint64, cmdResult) {
 			return codeInvalid, cmdResult{Msg: fmt.Sprintf("ops[%d].type %d is unknown", i, op.Type)}
 		}
 	}
+	if msg := s.checkQuota(ops, maxKeys, maxBytes); msg != "" {
+		return codeLimitExceeded, cmdResult{Msg: msg}
+	}
 	out := make([]KV, 0, len(ops))
 	for _, op := range ops {
 		switch op.Type {
@@ -257,14 +292,42 @@ func (s *stateMachine) applyTxn(ops []cmdOp) (uint64, cmdResult) {
 	return codeOK, cmdResult{KVs: out}
 }
 
+// checkQuota returns why ops would take the shard past max_keys or
+// max_total_bytes ("" if they would not). Only growth is refused: a transaction that shrinks the
+// shard, or replaces a value with one no larger, passes even when the shard
+// is over a limit (lowered since, or never enforced by older proposers).
+func (s *stateMachine) checkQuota(ops []cmdOp, maxKeys, maxBytes int64) string {
+	var dKeys, dBytes int64
+	for _, op := range ops {
+		cur, exists := s.st.KVs[op.Key]
+		switch {
+		case op.Type == OpPut && exists:
+			dBytes += int64(len(op.Value)) - int64(len(cur.Value))
+		case op.Type == OpPut:
+			dKeys++
+			dBytes += int64(len(op.Key) + len(op.Value))
+		case op.Type == OpDelete && exists:
+			dKeys--
+			dBytes -= int64(len(op.Key) + len(cur.Value))
+		}
+	}
+	if keys := int64(len(s.st.KVs)); maxKeys > 0 && dKeys > 0 && keys+dKeys > maxKeys {
+		return fmt.Sprintf("max_keys %d reached: the shard holds %d keys and the request adds %d", maxKeys, keys, dKeys)
+	}
+	if maxBytes > 0 && dBytes > 0 && s.totalBytes+dBytes > maxBytes {
+		return fmt.Sprintf("max_total_bytes %d reached: the shard holds %d bytes of keys and values and the request adds %d", maxBytes, s.totalBytes, dBytes)
+	}
+	return ""
+}
+
 func (s *stateMachine) putKey(key string, value []byte, session SessionID) KV {
 	s.st.Rev++
 	kv, exists := s.st.KVs[key]
 	if !exists {
 		kv = &KV{Key: key, CreateRevision: s.st.Rev}
 		s.st.KVs[key] = kv
-		i, _ := slices.BinarySearch(s.keys, key)
-		s.keys = slices.Insert(s.keys, i, key)
+		s.keys.ReplaceOrInsert(key)
+		s.totalBytes += int64(len(key))
 	}
 	if kv.Session != 0 && kv.Session != session {
 		if old, ok := s.st.Sessions[uint64(kv.Session)]; ok {
@@ -277,6 +340,7 @@ func (s *stateMachine) putKey(key string, value []byte, session SessionID) KV {
 	if value == nil {
 		value = []byte{}
 	}
+	s.totalBytes += int64(len(value)) - int64(len(kv.Value))
 	kv.Value = value
 	kv.Version++
 	kv.ModRevision = s.st.Rev
@@ -289,9 +353,8 @@ func (s *stateMachine) deleteKey(key string) {
 	kv := s.st.KVs[key]
 	s.st.Rev++
 	delete(s.st.KVs, key)
-	if i, ok := slices.BinarySearch(s.keys, key); ok {
-		s.keys = slices.Delete(s.keys, i, i+1)
-	}
+	s.totalBytes -= int64(len(key) + len(kv.Value))
+	s.keys.Delete(key)
 	if kv.Session != 0 {
 		if ss, ok := s.st.Sessions[uint64(kv.Session)]; ok {
 			delete(ss.Keys, key)
@@ -369,7 +432,9 @@ type (
 	statsResult struct {
 		Keys, Sessions, HistEvents int
 		Rev, CompactedRev          int64
-		LastTime                   time.Time
+		// Bytes is the bytes of keys plus values stored.
+		Bytes    int64
+		LastTime time.Time
 	}
 )
 
@@ -383,22 +448,26 @@ func (s *stateMachine) Lookup(q interface{}) (interface{}, error) {
 		}
 		return getResult{KV: copyKV(*kv), Found: true, Rev: s.st.Rev}, nil
 	case listQuery:
-		start, _ := slices.BinarySearch(s.keys, q.Prefix)
-		if q.After != "" && q.After >= q.Prefix {
-			i, found := slices.BinarySearch(s.keys, q.After)
-			if found {
-				i++
-			}
-			start = i
+		// From the prefix, or from just after After when that is later.
+		start, after := q.Prefix, q.After != "" && q.After >= q.Prefix
+		if after {
+			start = q.After
 		}
 		res := ListResult{Revision: s.st.Rev}
-		for i := start; i < len(s.keys) && strings.HasPrefix(s.keys[i], q.Prefix); i++ {
+		s.keys.AscendGreaterOrEqual(start, func(k string) bool {
+			if after && k == q.After {
+				return true
+			}
+			if !strings.HasPrefix(k, q.Prefix) {
+				return false
+			}
 			if len(res.KVs) == q.Limit {
 				res.More = true
-				break
+				return false
 			}
-			res.KVs = append(res.KVs, copyKV(*s.st.KVs[s.keys[i]]))
-		}
+			res.KVs = append(res.KVs, copyKV(*s.st.KVs[k]))
+			return true
+		})
 		return res, nil
 	case histQuery:
 		res := histResult{ScannedTo: q.After, CompactedRev: s.st.CompactedRev}
@@ -435,7 +504,7 @@ func (s *stateMachine) Lookup(q interface{}) (interface{}, error) {
 	case statsQuery:
 		return statsResult{
 			Keys: len(s.st.KVs), Sessions: len(s.st.Sessions), HistEvents: len(s.st.Hist),
-			Rev: s.st.Rev, CompactedRev: s.st.CompactedRev, LastTime: time.Unix(0, s.st.LastTime),
+			Rev: s.st.Rev, CompactedRev: s.st.CompactedRev, Bytes: s.totalBytes, LastTime: time.Unix(0, s.st.LastTime),
 		}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown query type %T", ErrInvalidArgument, q)
@@ -465,17 +534,22 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <
 	if st.Sessions == nil {
 		st.Sessions = map[uint64]*smSession{}
 	}
+	s.owners = map[string]int64{}
 	for _, ss := range st.Sessions {
 		if ss.Keys == nil {
 			ss.Keys = map[string]struct{}{}
 		}
+		if ss.Owner != "" {
+			s.owners[ss.Owner]++
+		}
 	}
 	s.st = st
-	s.keys = make([]string, 0, len(st.KVs))
-	for k := range st.KVs {
-		s.keys = append(s.keys, k)
+	s.keys = newKeyIndex()
+	s.totalBytes = 0
+	for k, kv := range st.KVs {
+		s.keys.ReplaceOrInsert(k)
+		s.totalBytes += int64(len(k) + len(kv.Value))
 	}
-	slices.Sort(s.keys)
 	s.histBytes = 0
 	for _, ev := range st.Hist {
 		s.histBytes += eventSize(ev)

@@ -3,6 +3,8 @@ package metadata
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,8 +69,8 @@ func TestStateMachineSessionTime(t *testing.T) {
 	if code, _ := apply(t, s, command{Type: cmdKeepAlive, Now: 16 * sec, Session: id}); code != codeSessionExpired {
 		t.Fatalf("keep-alive after expiry: code %d", code)
 	}
-	if len(s.st.KVs) != 2 || s.st.KVs["p"] == nil {
-		t.Fatalf("keys after expiry: %v", s.keys)
+	if len(s.st.KVs) != 2 || s.st.KVs["p"] == nil || s.keys.Len() != 2 {
+		t.Fatalf("keys after expiry: %d, index %d", len(s.st.KVs), s.keys.Len())
 	}
 	// Deletes happen in key order with consecutive revisions.
 	h := s.st.Hist[len(s.st.Hist)-2:]
@@ -115,8 +117,8 @@ func TestStateMachineDeterministicSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b put, b deleted, a and c expired, d put: revisions 1..7; history of 4.
-	if r.st.Rev != 7 || r.st.CompactedRev != 3 || len(r.st.Hist) != 4 || len(r.keys) != 1 || r.keys[0] != "d" {
-		t.Fatalf("recovered: rev %d compacted %d hist %d keys %v", r.st.Rev, r.st.CompactedRev, len(r.st.Hist), r.keys)
+	if min, _ := r.keys.Min(); r.st.Rev != 7 || r.st.CompactedRev != 3 || len(r.st.Hist) != 4 || r.keys.Len() != 1 || min != "d" {
+		t.Fatalf("recovered: rev %d compacted %d hist %d keys %d (first %q)", r.st.Rev, r.st.CompactedRev, len(r.st.Hist), r.keys.Len(), min)
 	}
 	v, _ := r.Lookup(histQuery{After: 2, Limit: 10})
 	if !v.(histResult).Compacted {
@@ -139,5 +141,119 @@ func TestStateMachineHistoryBytes(t *testing.T) {
 	}
 	if s.st.CompactedRev == 0 || len(s.st.Hist) == 0 {
 		t.Fatalf("history not bounded: %d events, compacted %d", len(s.st.Hist), s.st.CompactedRev)
+	}
+}
+
+// sumBytes recomputes the bytes of keys plus values from the state.
+func sumBytes(s *stateMachine) int64 {
+	var n int64
+	for k, kv := range s.st.KVs {
+		n += int64(len(k) + len(kv.Value))
+	}
+	return n
+}
+
+// TestStateMachineQuotaTotals: the running byte total and the sessions per
+// owner follow puts, replaces, deletes and session expiry, are recomputed
+// from a snapshot (they are not in it), and the limits the commands carry
+// refuse alike before and after recovery. A snapshot without owners (older
+// format) loads with no session counted.
+func TestStateMachineQuotaTotals(t *testing.T) {
+	s := newStateMachine(1, 100, 1<<20, nil)
+	sec := int64(time.Second)
+	_, r := apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: sec, Client: "ip:a", MaxSessions: 2})
+	apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: 10 * sec, Client: "ip:a", MaxSessions: 2})
+	apply(t, s, command{Type: cmdTxn, Now: sec, Ops: []cmdOp{put("e/1", r.Session), put("p/1", 0), put("p/2", 0)}})
+	apply(t, s, command{Type: cmdTxn, Now: sec, Ops: []cmdOp{{Type: OpPut, Key: "p/1", Value: []byte("longer")}, {Type: OpDelete, Key: "p/2"}}})
+	if code, res := apply(t, s, command{Type: cmdCreateSess, Now: sec, TTL: sec, Client: "ip:a", MaxSessions: 2}); code != codeLimitExceeded || s.st.NextSession != 3 {
+		t.Fatalf("3rd session of ip:a: code %d %q, next session %d", code, res.Msg, s.st.NextSession)
+	}
+	apply(t, s, command{Type: cmdTick, Now: 3 * sec}) // expires session 1 and e/1
+	if s.totalBytes != sumBytes(s) || s.totalBytes != int64(len("p/1")+len("longer")) || s.owners["ip:a"] != 1 {
+		t.Fatalf("totals: bytes %d (recomputed %d), owners %v", s.totalBytes, sumBytes(s), s.owners)
+	}
+	var snap bytes.Buffer
+	if err := s.SaveSnapshot(&snap, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newStateMachine(1, 100, 1<<20, nil)
+	if err := r2.RecoverFromSnapshot(bytes.NewReader(snap.Bytes()), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r2.totalBytes != s.totalBytes || r2.owners["ip:a"] != 1 {
+		t.Fatalf("recovered totals: bytes %d, want %d; owners %v", r2.totalBytes, s.totalBytes, r2.owners)
+	}
+	for _, m := range []*stateMachine{s, r2} {
+		if code, _ := apply(t, m, command{Type: cmdTxn, Now: 3 * sec, Ops: []cmdOp{put("q", 0)}, MaxBytes: s.totalBytes + 1}); code != codeLimitExceeded {
+			t.Fatalf("2-byte put with 1 byte of room: code %d", code)
+		}
+		if code, _ := apply(t, m, command{Type: cmdTxn, Now: 3 * sec, Ops: []cmdOp{put("q", 0)}, MaxKeys: 1}); code != codeLimitExceeded {
+			t.Fatalf("2nd key with max_keys 1: code %d", code)
+		}
+		apply(t, m, command{Type: cmdCreateSess, Now: 3 * sec, TTL: sec, Client: "ip:a", MaxSessions: 2})
+		if code, _ := apply(t, m, command{Type: cmdCreateSess, Now: 3 * sec, TTL: sec, Client: "ip:a", MaxSessions: 2}); code != codeLimitExceeded {
+			t.Fatalf("3rd session of ip:a: code %d", code)
+		}
+	}
+	old := newStateMachine(1, 100, 1<<20, nil)
+	oldSnap := `{"rev":1,"time":0,"nextSession":2,"kvs":{"k":{"Key":"k","Value":"dg==","Version":1,"CreateRevision":1,"ModRevision":1,"Session":0}},"sessions":{"1":{"ttl":1000,"deadline":5000,"keys":{}}},"hist":[],"compacted":0}`
+	if err := old.RecoverFromSnapshot(bytes.NewReader([]byte(oldSnap)), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if old.totalBytes != 2 || len(old.owners) != 0 || len(old.st.Sessions) != 1 {
+		t.Fatalf("old snapshot: bytes %d owners %v sessions %d", old.totalBytes, old.owners, len(old.st.Sessions))
+	}
+}
+
+// TestStateMachineListMatchesModel: List over the key index returns what a
+// scan of the sorted key set would, for prefixes and After keys present,
+// absent, before and past the prefix, after puts and deletes.
+func TestStateMachineListMatchesModel(t *testing.T) {
+	s := newStateMachine(1, 100, 1<<20, nil)
+	alphabet := []string{"a", "ab", "abc", "b", "ba", "bb", "c"}
+	var all []string
+	for _, x := range alphabet {
+		for _, y := range alphabet {
+			all = append(all, x+"/"+y)
+		}
+	}
+	for i, k := range all {
+		apply(t, s, command{Type: cmdTxn, Ops: []cmdOp{put(k, 0)}})
+		if i%3 == 0 {
+			apply(t, s, command{Type: cmdTxn, Ops: []cmdOp{{Type: OpDelete, Key: k}}})
+		}
+	}
+	var live []string
+	for k := range s.st.KVs {
+		live = append(live, k)
+	}
+	slices.Sort(live)
+	probes := append([]string{"", "a", "a/", "ab/", "b/b", "b/zz", "c/c", "z"}, all...)
+	for _, prefix := range []string{"", "a", "a/", "ab", "b/", "b/b", "c/", "d"} {
+		for _, after := range probes {
+			for _, limit := range []int{1, 3, 1000} {
+				var want []string
+				more := false
+				for _, k := range live {
+					if !strings.HasPrefix(k, prefix) || (after != "" && k <= after) {
+						continue
+					}
+					if len(want) == limit {
+						more = true
+						break
+					}
+					want = append(want, k)
+				}
+				v, _ := s.Lookup(listQuery{Prefix: prefix, After: after, Limit: limit})
+				res := v.(ListResult)
+				var got []string
+				for _, kv := range res.KVs {
+					got = append(got, kv.Key)
+				}
+				if !slices.Equal(got, want) || res.More != more {
+					t.Fatalf("List(%q, after %q, limit %d) = %v more %v, want %v more %v", prefix, after, limit, got, res.More, want, more)
+				}
+			}
+		}
 	}
 }

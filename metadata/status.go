@@ -20,6 +20,7 @@ var statusReasons = []struct {
 	{ErrSessionExpired, codes.FailedPrecondition, "session expired"},
 	{ErrCompacted, codes.OutOfRange, "compacted"},
 	{ErrInvalidArgument, codes.InvalidArgument, "invalid argument"},
+	{ErrLimitExceeded, codes.ResourceExhausted, "limit exceeded"},
 	{ErrUnavailable, codes.Unavailable, "unavailable"},
 	{ErrUnknownOutcome, codes.Unknown, "outcome unknown"},
 }

@@ -31,6 +31,11 @@ var (
 	// ErrInvalidArgument: bad input (empty or oversize key or value, unknown
 	// shard, bad page size); the error text names the field and the limit.
 	ErrInvalidArgument = errors.New("metadata: invalid argument")
+	// ErrLimitExceeded: a configured limit (max_keys, max_total_bytes,
+	// max_sessions_per_client, max_watches_per_client) refused the request;
+	// nothing was applied. The error text names the field and its value.
+	// Deleting keys or closing sessions and watches makes room.
+	ErrLimitExceeded = errors.New("metadata: limit exceeded")
 	// ErrUnavailable: no quorum or no reachable endpoint; nothing was applied.
 	ErrUnavailable = errors.New("metadata: unavailable")
 )

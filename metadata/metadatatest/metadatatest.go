@@ -60,6 +60,10 @@ func StartClusterWith(t testing.TB, n int, opts Options) *Cluster {
 	}
 	logger := slog.New(newTestHandler(t))
 	c := &Cluster{t: t, nodes: make([]*metadata.Node, n), configs: make([]metadata.NodeConfig, n)}
+	// The first TempDir registers the removal of every later one: before
+	// the nodes' stop, so that it runs after it (cleanups run last first)
+	// and no node is still writing a snapshot into a removed dir.
+	t.TempDir()
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
