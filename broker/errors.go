@@ -79,6 +79,9 @@ var errTable = []errMap{
 	{ErrNotAllowed, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.FailedPrecondition},
 	{ErrProducerBusy, clientv1.ErrorCode_ERROR_CODE_PRODUCER_BUSY, codes.FailedPrecondition},
 	{ErrLimitReached, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.FailedPrecondition},
+	// A metadata store limit (max_keys, max_total_bytes, max_sessions_per_client,
+	// max_watches_per_client); the message names it.
+	{metadata.ErrLimitExceeded, clientv1.ErrorCode_ERROR_CODE_NOT_ALLOWED, codes.ResourceExhausted},
 	{ErrStorage, clientv1.ErrorCode_ERROR_CODE_STORAGE_ERROR, codes.Unavailable},
 	{ErrTopicFenced, clientv1.ErrorCode_ERROR_CODE_TOPIC_NOT_OWNED, codes.FailedPrecondition},
 	{ErrQuotaRefused, clientv1.ErrorCode_ERROR_CODE_QUOTA_REFUSED, codes.ResourceExhausted},
