@@ -15,6 +15,11 @@
 //                                            than the retained history.
 //   INVALID_ARGUMENT    "invalid argument"   bad input or unknown shard; the
 //                                            detail names the field and limit.
+//   RESOURCE_EXHAUSTED  "limit exceeded"     a configured limit (max_keys,
+//                                            max_total_bytes, max_sessions_per_client,
+//                                            max_watches_per_client) refused it;
+//                                            NOT applied; the detail names the
+//                                            field and its value.
 //   UNAVAILABLE         "unavailable"        no leader/quorum; NOT applied,
 //                                            safe to retry anywhere.
 //   UNKNOWN             "outcome unknown"    the write may or may not have
