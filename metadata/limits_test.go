@@ -108,11 +108,11 @@ func TestNodeConfigValidateLimits(t *testing.T) {
 	}
 }
 
-// TestNodeConfigLimitsYAML: the limits are top-level node YAML fields.
-func TestNodeConfigLimitsYAML(t *testing.T) {
+// loadNodeYAML loads a one-node config file with extra YAML lines appended.
+func loadNodeYAML(t *testing.T, extra string) metadata.NodeConfig {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "node.yaml")
-	y := "node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: " + t.TempDir() + "\nshards:\n  - {name: global, shard_id: 1, members: {1: 127.0.0.1:1}}\n" +
-		"max_connections_per_ip: 7\nhttp_idle_timeout: 4s\n"
+	y := "node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: " + t.TempDir() + "\nshards:\n  - {name: global, shard_id: 1, members: {1: 127.0.0.1:1}}\n" + extra
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +120,12 @@ func TestNodeConfigLimitsYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// TestNodeConfigLimitsYAML: the limits are top-level node YAML fields.
+func TestNodeConfigLimitsYAML(t *testing.T) {
+	cfg := loadNodeYAML(t, "max_connections_per_ip: 7\nhttp_idle_timeout: 4s\n")
 	if cfg.MaxConnectionsPerIP != 7 || cfg.HTTPIdleTimeout != 4*time.Second || cfg.MaxStreamsPerConnection != metadata.DefaultMaxStreamsPerConnection {
 		t.Fatalf("decoded limits %+v", cfg.Limits)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -344,16 +342,7 @@ func TestNodeConfigQuotas(t *testing.T) {
 		t.Fatalf("defaults: max_total_bytes %d max_keys %d max_sessions_per_client %d max_watches_per_client %d",
 			d.MaxTotalBytes, d.MaxKeys, d.MaxSessionsPerClient, d.MaxWatchesPerClient)
 	}
-	p := filepath.Join(t.TempDir(), "node.yaml")
-	y := "node_id: 1\nraft_address: 127.0.0.1:1\ndata_dir: " + t.TempDir() + "\nshards:\n  - {name: global, shard_id: 1, members: {1: 127.0.0.1:1}}\n" +
-		"max_total_bytes: 2048\nmax_keys: 7\nmax_sessions_per_client: 3\nmax_watches_per_client: 4\n"
-	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := metadata.LoadNodeConfig(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadNodeYAML(t, "max_total_bytes: 2048\nmax_keys: 7\nmax_sessions_per_client: 3\nmax_watches_per_client: 4\n")
 	if cfg.MaxTotalBytes != 2048 || cfg.MaxKeys != 7 || cfg.MaxSessionsPerClient != 3 || cfg.MaxWatchesPerClient != 4 {
 		t.Fatalf("decoded %d %d %d %d", cfg.MaxTotalBytes, cfg.MaxKeys, cfg.MaxSessionsPerClient, cfg.MaxWatchesPerClient)
 	}
